@@ -1,0 +1,100 @@
+// Package store keeps Torpor's records. One interface, two backends with
+// identical behaviour (SQLite and PostgreSQL); every update is a
+// compare-and-set on (uid, version), and InTx lets one transaction change
+// several records together (an actor and its worker: DESIGN invariant 1).
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+)
+
+// Errors every backend returns (wrapped, with the object named).
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrConflict: the record's uid or version no longer matches the caller's.
+	ErrConflict = errors.New("version conflict")
+)
+
+// Object is a stored record: every resource message carries ObjectMeta.
+type Object interface {
+	proto.Message
+	GetMetadata() *torporv1.ObjectMeta
+}
+
+// Filter narrows a list to records whose indexed field equals a value.
+// Indexed fields per kind are listed in the Collection documentation of
+// Tx.
+type Filter map[string]string
+
+// ListOptions pages through records in (space, name) order.
+type ListOptions struct {
+	// Space limits the list to one space; empty lists all.
+	Space     string
+	PageSize  int
+	PageToken string
+	Filter    Filter
+}
+
+// Collection is the typed access to one kind of record.
+type Collection[T Object] interface {
+	// Create assigns uid (unless set), version 1 and times, and stores the
+	// record; ErrAlreadyExists if (space, name) is taken.
+	Create(ctx context.Context, obj T) (T, error)
+	// Get returns ErrNotFound if absent.
+	Get(ctx context.Context, space, name string) (T, error)
+	// List returns one page and the token of the next (empty at the end).
+	List(ctx context.Context, opts ListOptions) ([]T, string, error)
+	// Update writes obj if its metadata uid and version match the stored
+	// record (ErrConflict otherwise), bumps the version and update time,
+	// and returns the stored record.
+	Update(ctx context.Context, obj T) (T, error)
+	// Delete removes the record; a non-empty uid or non-zero version must
+	// match (ErrConflict otherwise).
+	Delete(ctx context.Context, space, name, uid string, version int64) error
+}
+
+// Event is one entry of an actor's history.
+type Event struct {
+	ActorUID    string
+	Time        time.Time
+	FromState   torporv1.ActorState
+	ToState     torporv1.ActorState
+	Reason      string
+	OperationID string
+	Worker      string
+	Duration    time.Duration
+}
+
+// Tx is the set of collections, bound to a transaction inside InTx.
+//
+// Indexed filter fields: actors "state", "template", "worker" (namespace/name);
+// workers "node", "pool", "actor" (actor uid, "" for free); snapshots
+// "actor_uid", "node"; templates "phase"; nodes none.
+type Tx interface {
+	Spaces() Collection[*torporv1.Space]
+	Templates() Collection[*torporv1.Template]
+	Actors() Collection[*torporv1.Actor]
+	Workers() Collection[*torporv1.Worker]
+	Snapshots() Collection[*torporv1.Snapshot]
+	Nodes() Collection[*torporv1.Node]
+	// AppendEvent records one actor history entry.
+	AppendEvent(ctx context.Context, ev Event) error
+	// Events returns an actor's history, oldest first.
+	Events(ctx context.Context, actorUID string, limit int) ([]Event, error)
+}
+
+// Store is a Tx outside any transaction, plus transactions.
+type Store interface {
+	Tx
+	// InTx runs fn in one transaction: all of its writes commit together,
+	// or none do when fn returns an error.
+	InTx(ctx context.Context, fn func(tx Tx) error) error
+	Close() error
+}
