@@ -1,0 +1,67 @@
+// Package runtime defines what a node needs from a sandbox runtime: cold
+// boot, checkpoint, restore and terminate of one workload per worker slot.
+// Implementations: gvisor (runsc) for real workloads, fake for unit tests.
+package runtime
+
+import (
+	"context"
+	"time"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+)
+
+// Slot is one worker's sandbox place on a node: its network and its state
+// directory. A slot hosts at most one workload at a time.
+type Slot struct {
+	// Worker name, unique on the node; also the sandbox id prefix.
+	Name string
+	// Network namespace path (e.g. /var/run/netns/torpor-w0) and the IP the
+	// workload is reachable at from the host.
+	NetNS string
+	IP    string
+}
+
+// Workload is what runs in a slot.
+type Workload struct {
+	ActorUID string
+	Space    string
+	Actor    string
+	Template *torporv1.TemplateSpec
+	// Unpacked root filesystem of each container, by container name; shared
+	// read-only between workers (writes live in the sandbox's overlay).
+	Rootfs map[string]string
+	// Host directory of each durable volume, by volume name; bind-mounted
+	// into the sandbox at the template's mount paths.
+	Volumes map[string]string
+	// Extra files to place in the sandbox (e.g. identity), host path by
+	// guest directory.
+	ExtraMounts map[string]string
+}
+
+// Stats is a point-in-time view of a slot.
+type Stats struct {
+	Running     bool
+	MemoryBytes int64
+	Started     time.Time
+}
+
+// Runtime runs workloads in slots. Every method is safe to call again after
+// a failure or a crash of the caller (idempotent on the slot's state).
+type Runtime interface {
+	Class() string
+	// Run cold-boots w in slot.
+	Run(ctx context.Context, slot Slot, w Workload) error
+	// Checkpoint writes the sandbox's memory and root filesystem overlay
+	// into imageDir. With leaveRunning false the sandbox is gone afterwards.
+	Checkpoint(ctx context.Context, slot Slot, imageDir string, leaveRunning bool) error
+	// Restore brings w back in slot from a memory image in imageDir (FULL or
+	// a golden image); durable volumes must already be in place.
+	Restore(ctx context.Context, slot Slot, w Workload, imageDir string) error
+	// Terminate removes the sandbox and everything it made; no error if
+	// there is nothing to remove.
+	Terminate(ctx context.Context, slot Slot) error
+	Stats(ctx context.Context, slot Slot) (Stats, error)
+	// Sandboxes lists slots that have a sandbox, so a restarted node can
+	// adopt or clean them up.
+	Sandboxes(ctx context.Context) ([]string, error)
+}
