@@ -1,0 +1,82 @@
+package workflow
+
+import (
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+)
+
+// SourceKind is where a resume takes the actor's state from.
+type SourceKind int
+
+const (
+	// SourceNone: the actor has never been checkpointed.
+	SourceNone SourceKind = iota
+	// SourceLocal: a pause left a checkpoint on a node.
+	SourceLocal
+	// SourceDurable: a snapshot in snapshot storage.
+	SourceDurable
+)
+
+func (k SourceKind) String() string {
+	return [...]string{"none", "local checkpoint", "durable snapshot"}[k]
+}
+
+// RestoreInput is everything the restore decision depends on (DESIGN
+// invariant 6). It is a value so the decision is a pure function of it.
+type RestoreInput struct {
+	Source SourceKind
+	// Scope the source was captured with (ignored for SourceNone).
+	SourceScope torporv1.SnapshotScope
+	// Template UID the source's guest state was built on.
+	SourceTemplateUID string
+	// The template the actor points at now.
+	ActorTemplateUID string
+	// The actor's template policy for DATA restores.
+	FromData torporv1.FromData
+	// The current template's golden snapshot; empty when not ready.
+	Golden string
+	// Cold boot was asked for explicitly (only meaningful without state).
+	ForceBoot bool
+}
+
+// RestorePlan is the decision: how to bring the actor back.
+type RestorePlan struct {
+	Scope torporv1.RestoreScope
+	// The golden snapshot to restore memory from (DATA_ON_GOLDEN only).
+	Golden string
+	// Whether the actor's own source (memory or data) is used.
+	UseSource bool
+	// Whether the source held memory that this plan does not bring back.
+	DiscardsMemory bool
+}
+
+// DecideRestore is the single place that maps a resume's inputs to a
+// restore scope. Rules:
+//   - no state: the current template's golden when there is one (unless a
+//     cold boot is forced), else a cold boot;
+//   - same template: the source's own scope; a DATA source rides the
+//     golden when the template's policy is GOLDEN and a golden exists;
+//   - template replaced: memory never crosses templates, so DATA, or
+//     DATA_ON_GOLDEN with the new template's golden when its policy says so.
+//
+// A local checkpoint's SourceTemplateUID is the template it was captured
+// under, never a durable snapshot's.
+func DecideRestore(in RestoreInput) RestorePlan {
+	onGolden := in.FromData == torporv1.FromData_FROM_DATA_GOLDEN && in.Golden != ""
+	if in.Source == SourceNone {
+		if in.Golden != "" && !in.ForceBoot {
+			return RestorePlan{Scope: torporv1.RestoreScope_RESTORE_SCOPE_DATA_ON_GOLDEN, Golden: in.Golden}
+		}
+		return RestorePlan{Scope: torporv1.RestoreScope_RESTORE_SCOPE_BOOT}
+	}
+	sameTemplate := in.SourceTemplateUID == in.ActorTemplateUID
+	hasMemory := in.SourceScope == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL
+	if sameTemplate && hasMemory {
+		return RestorePlan{Scope: torporv1.RestoreScope_RESTORE_SCOPE_FULL, UseSource: true}
+	}
+	plan := RestorePlan{Scope: torporv1.RestoreScope_RESTORE_SCOPE_DATA, UseSource: true, DiscardsMemory: hasMemory}
+	if onGolden {
+		plan.Scope = torporv1.RestoreScope_RESTORE_SCOPE_DATA_ON_GOLDEN
+		plan.Golden = in.Golden
+	}
+	return plan
+}
