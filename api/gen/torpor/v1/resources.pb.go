@@ -400,6 +400,61 @@ func (ActorState) EnumDescriptor() ([]byte, []int) {
 	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{6}
 }
 
+type OperationKind int32
+
+const (
+	OperationKind_OPERATION_KIND_UNSPECIFIED OperationKind = 0
+	OperationKind_OPERATION_KIND_RESUME      OperationKind = 1
+	OperationKind_OPERATION_KIND_SUSPEND     OperationKind = 2
+	OperationKind_OPERATION_KIND_PAUSE       OperationKind = 3
+	OperationKind_OPERATION_KIND_DELETE      OperationKind = 4
+)
+
+// Enum value maps for OperationKind.
+var (
+	OperationKind_name = map[int32]string{
+		0: "OPERATION_KIND_UNSPECIFIED",
+		1: "OPERATION_KIND_RESUME",
+		2: "OPERATION_KIND_SUSPEND",
+		3: "OPERATION_KIND_PAUSE",
+		4: "OPERATION_KIND_DELETE",
+	}
+	OperationKind_value = map[string]int32{
+		"OPERATION_KIND_UNSPECIFIED": 0,
+		"OPERATION_KIND_RESUME":      1,
+		"OPERATION_KIND_SUSPEND":     2,
+		"OPERATION_KIND_PAUSE":       3,
+		"OPERATION_KIND_DELETE":      4,
+	}
+)
+
+func (x OperationKind) Enum() *OperationKind {
+	p := new(OperationKind)
+	*p = x
+	return p
+}
+
+func (x OperationKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OperationKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_torpor_v1_resources_proto_enumTypes[7].Descriptor()
+}
+
+func (OperationKind) Type() protoreflect.EnumType {
+	return &file_torpor_v1_resources_proto_enumTypes[7]
+}
+
+func (x OperationKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OperationKind.Descriptor instead.
+func (OperationKind) EnumDescriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{7}
+}
+
 // ObjectMeta is carried by every stored record. uid and version are set by
 // the server; every write is a compare-and-set on (uid, version).
 type ObjectMeta struct {
@@ -1542,11 +1597,15 @@ type ActorStatus struct {
 	CurrentTemplate    string `protobuf:"bytes,5,opt,name=current_template,json=currentTemplate,proto3" json:"current_template,omitempty"`
 	CurrentTemplateUid string `protobuf:"bytes,6,opt,name=current_template_uid,json=currentTemplateUid,proto3" json:"current_template_uid,omitempty"`
 	CrashReason        string `protobuf:"bytes,7,opt,name=crash_reason,json=crashReason,proto3" json:"crash_reason,omitempty"`
-	// Operation id of the workflow step in flight (-ING states).
-	OperationId   string                 `protobuf:"bytes,8,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
-	StateTime     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=state_time,json=stateTime,proto3" json:"state_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The workflow step in flight, committed before the node is called
+	// (-ING states only), so a restarted control plane can finish it.
+	Operation *ActorOperation        `protobuf:"bytes,8,opt,name=operation,proto3" json:"operation,omitempty"`
+	StateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=state_time,json=stateTime,proto3" json:"state_time,omitempty"`
+	// Spec of current_template, kept so snapshots record the template the
+	// guest runs even if that template is deleted meanwhile.
+	CurrentTemplateSpec *TemplateSpec `protobuf:"bytes,10,opt,name=current_template_spec,json=currentTemplateSpec,proto3" json:"current_template_spec,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ActorStatus) Reset() {
@@ -1628,11 +1687,11 @@ func (x *ActorStatus) GetCrashReason() string {
 	return ""
 }
 
-func (x *ActorStatus) GetOperationId() string {
+func (x *ActorStatus) GetOperation() *ActorOperation {
 	if x != nil {
-		return x.OperationId
+		return x.Operation
 	}
-	return ""
+	return nil
 }
 
 func (x *ActorStatus) GetStateTime() *timestamppb.Timestamp {
@@ -1640,6 +1699,144 @@ func (x *ActorStatus) GetStateTime() *timestamppb.Timestamp {
 		return x.StateTime
 	}
 	return nil
+}
+
+func (x *ActorStatus) GetCurrentTemplateSpec() *TemplateSpec {
+	if x != nil {
+		return x.CurrentTemplateSpec
+	}
+	return nil
+}
+
+// ActorOperation is a workflow step's intent: everything needed to issue
+// (or re-issue, idempotently) its node call.
+type ActorOperation struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Kind      OperationKind          `protobuf:"varint,2,opt,name=kind,proto3,enum=torpor.v1.OperationKind" json:"kind,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Resume: the decided restore.
+	RestoreScope   RestoreScope `protobuf:"varint,4,opt,name=restore_scope,json=restoreScope,proto3,enum=torpor.v1.RestoreScope" json:"restore_scope,omitempty"`
+	SourceSnapshot string       `protobuf:"bytes,5,opt,name=source_snapshot,json=sourceSnapshot,proto3" json:"source_snapshot,omitempty"`
+	GoldenSnapshot string       `protobuf:"bytes,6,opt,name=golden_snapshot,json=goldenSnapshot,proto3" json:"golden_snapshot,omitempty"`
+	// Resume: the template the guest will be booted on.
+	Template    string `protobuf:"bytes,7,opt,name=template,proto3" json:"template,omitempty"`
+	TemplateUid string `protobuf:"bytes,8,opt,name=template_uid,json=templateUid,proto3" json:"template_uid,omitempty"`
+	// Suspend and pause: the snapshot being written (its name is chosen
+	// up front so a retried checkpoint writes the same place).
+	TargetSnapshot string        `protobuf:"bytes,9,opt,name=target_snapshot,json=targetSnapshot,proto3" json:"target_snapshot,omitempty"`
+	TargetScope    SnapshotScope `protobuf:"varint,10,opt,name=target_scope,json=targetScope,proto3,enum=torpor.v1.SnapshotScope" json:"target_scope,omitempty"`
+	// State to return to if the step is rolled back.
+	PreviousState ActorState `protobuf:"varint,11,opt,name=previous_state,json=previousState,proto3,enum=torpor.v1.ActorState" json:"previous_state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActorOperation) Reset() {
+	*x = ActorOperation{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActorOperation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActorOperation) ProtoMessage() {}
+
+func (x *ActorOperation) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActorOperation.ProtoReflect.Descriptor instead.
+func (*ActorOperation) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ActorOperation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ActorOperation) GetKind() OperationKind {
+	if x != nil {
+		return x.Kind
+	}
+	return OperationKind_OPERATION_KIND_UNSPECIFIED
+}
+
+func (x *ActorOperation) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ActorOperation) GetRestoreScope() RestoreScope {
+	if x != nil {
+		return x.RestoreScope
+	}
+	return RestoreScope_RESTORE_SCOPE_UNSPECIFIED
+}
+
+func (x *ActorOperation) GetSourceSnapshot() string {
+	if x != nil {
+		return x.SourceSnapshot
+	}
+	return ""
+}
+
+func (x *ActorOperation) GetGoldenSnapshot() string {
+	if x != nil {
+		return x.GoldenSnapshot
+	}
+	return ""
+}
+
+func (x *ActorOperation) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *ActorOperation) GetTemplateUid() string {
+	if x != nil {
+		return x.TemplateUid
+	}
+	return ""
+}
+
+func (x *ActorOperation) GetTargetSnapshot() string {
+	if x != nil {
+		return x.TargetSnapshot
+	}
+	return ""
+}
+
+func (x *ActorOperation) GetTargetScope() SnapshotScope {
+	if x != nil {
+		return x.TargetScope
+	}
+	return SnapshotScope_SNAPSHOT_SCOPE_UNSPECIFIED
+}
+
+func (x *ActorOperation) GetPreviousState() ActorState {
+	if x != nil {
+		return x.PreviousState
+	}
+	return ActorState_ACTOR_STATE_UNSPECIFIED
 }
 
 type Worker struct {
@@ -1654,7 +1851,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[19]
+	mi := &file_torpor_v1_resources_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1863,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[19]
+	mi := &file_torpor_v1_resources_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1876,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{19}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Worker) GetMetadata() *ObjectMeta {
@@ -1715,7 +1912,7 @@ type WorkerSpec struct {
 
 func (x *WorkerSpec) Reset() {
 	*x = WorkerSpec{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[20]
+	mi := &file_torpor_v1_resources_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1924,7 @@ func (x *WorkerSpec) String() string {
 func (*WorkerSpec) ProtoMessage() {}
 
 func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[20]
+	mi := &file_torpor_v1_resources_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1937,7 @@ func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSpec.ProtoReflect.Descriptor instead.
 func (*WorkerSpec) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WorkerSpec) GetNode() string {
@@ -1782,7 +1979,7 @@ type ActorRef struct {
 
 func (x *ActorRef) Reset() {
 	*x = ActorRef{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[21]
+	mi := &file_torpor_v1_resources_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1991,7 @@ func (x *ActorRef) String() string {
 func (*ActorRef) ProtoMessage() {}
 
 func (x *ActorRef) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[21]
+	mi := &file_torpor_v1_resources_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +2004,7 @@ func (x *ActorRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorRef.ProtoReflect.Descriptor instead.
 func (*ActorRef) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ActorRef) GetSpace() string {
@@ -1841,7 +2038,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	mi := &file_torpor_v1_resources_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +2050,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	mi := &file_torpor_v1_resources_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +2063,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WorkerStatus) GetActor() *ActorRef {
@@ -1902,7 +2099,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	mi := &file_torpor_v1_resources_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2111,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	mi := &file_torpor_v1_resources_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2124,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Snapshot) GetMetadata() *ObjectMeta {
@@ -2028,7 +2225,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[24]
+	mi := &file_torpor_v1_resources_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2237,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[24]
+	mi := &file_torpor_v1_resources_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2250,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -2179,7 +2376,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x0e\n" +
-	"\x02ip\x18\x05 \x01(\tR\x02ip\"\x9a\x03\n" +
+	"\x02ip\x18\x05 \x01(\tR\x02ip\"\xfd\x03\n" +
 	"\vActorStatus\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.torpor.v1.ActorStateR\x05state\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.torpor.v1.WorkerRefR\x06worker\x12'\n" +
@@ -2187,10 +2384,26 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x10local_checkpoint\x18\x04 \x01(\tR\x0flocalCheckpoint\x12)\n" +
 	"\x10current_template\x18\x05 \x01(\tR\x0fcurrentTemplate\x120\n" +
 	"\x14current_template_uid\x18\x06 \x01(\tR\x12currentTemplateUid\x12!\n" +
-	"\fcrash_reason\x18\a \x01(\tR\vcrashReason\x12!\n" +
-	"\foperation_id\x18\b \x01(\tR\voperationId\x129\n" +
+	"\fcrash_reason\x18\a \x01(\tR\vcrashReason\x127\n" +
+	"\toperation\x18\b \x01(\v2\x19.torpor.v1.ActorOperationR\toperation\x129\n" +
 	"\n" +
-	"state_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tstateTime\"\x97\x01\n" +
+	"state_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tstateTime\x12K\n" +
+	"\x15current_template_spec\x18\n" +
+	" \x01(\v2\x17.torpor.v1.TemplateSpecR\x13currentTemplateSpec\"\xfc\x03\n" +
+	"\x0eActorOperation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12,\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x18.torpor.v1.OperationKindR\x04kind\x129\n" +
+	"\n" +
+	"start_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12<\n" +
+	"\rrestore_scope\x18\x04 \x01(\x0e2\x17.torpor.v1.RestoreScopeR\frestoreScope\x12'\n" +
+	"\x0fsource_snapshot\x18\x05 \x01(\tR\x0esourceSnapshot\x12'\n" +
+	"\x0fgolden_snapshot\x18\x06 \x01(\tR\x0egoldenSnapshot\x12\x1a\n" +
+	"\btemplate\x18\a \x01(\tR\btemplate\x12!\n" +
+	"\ftemplate_uid\x18\b \x01(\tR\vtemplateUid\x12'\n" +
+	"\x0ftarget_snapshot\x18\t \x01(\tR\x0etargetSnapshot\x12;\n" +
+	"\ftarget_scope\x18\n" +
+	" \x01(\x0e2\x18.torpor.v1.SnapshotScopeR\vtargetScope\x12<\n" +
+	"\x0eprevious_state\x18\v \x01(\x0e2\x15.torpor.v1.ActorStateR\rpreviousState\"\x97\x01\n" +
 	"\x06Worker\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12)\n" +
 	"\x04spec\x18\x02 \x01(\v2\x15.torpor.v1.WorkerSpecR\x04spec\x12/\n" +
@@ -2267,7 +2480,13 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x13ACTOR_STATE_PAUSING\x10\x05\x12\x16\n" +
 	"\x12ACTOR_STATE_PAUSED\x10\x06\x12\x17\n" +
 	"\x13ACTOR_STATE_CRASHED\x10\a\x12\x18\n" +
-	"\x14ACTOR_STATE_DELETING\x10\bB9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
+	"\x14ACTOR_STATE_DELETING\x10\b*\x9b\x01\n" +
+	"\rOperationKind\x12\x1e\n" +
+	"\x1aOPERATION_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15OPERATION_KIND_RESUME\x10\x01\x12\x1a\n" +
+	"\x16OPERATION_KIND_SUSPEND\x10\x02\x12\x18\n" +
+	"\x14OPERATION_KIND_PAUSE\x10\x03\x12\x19\n" +
+	"\x15OPERATION_KIND_DELETE\x10\x04B9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
 
 var (
 	file_torpor_v1_resources_proto_rawDescOnce sync.Once
@@ -2281,8 +2500,8 @@ func file_torpor_v1_resources_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_resources_proto_rawDescData
 }
 
-var file_torpor_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_torpor_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_torpor_v1_resources_proto_goTypes = []any{
 	(VolumeKind)(0),               // 0: torpor.v1.VolumeKind
 	(SnapshotScope)(0),            // 1: torpor.v1.SnapshotScope
@@ -2291,80 +2510,89 @@ var file_torpor_v1_resources_proto_goTypes = []any{
 	(IdleAction)(0),               // 4: torpor.v1.IdleAction
 	(TemplatePhase)(0),            // 5: torpor.v1.TemplatePhase
 	(ActorState)(0),               // 6: torpor.v1.ActorState
-	(*ObjectMeta)(nil),            // 7: torpor.v1.ObjectMeta
-	(*Space)(nil),                 // 8: torpor.v1.Space
-	(*Template)(nil),              // 9: torpor.v1.Template
-	(*TemplateSpec)(nil),          // 10: torpor.v1.TemplateSpec
-	(*Container)(nil),             // 11: torpor.v1.Container
-	(*EnvVar)(nil),                // 12: torpor.v1.EnvVar
-	(*Probe)(nil),                 // 13: torpor.v1.Probe
-	(*HTTPGetAction)(nil),         // 14: torpor.v1.HTTPGetAction
-	(*Mount)(nil),                 // 15: torpor.v1.Mount
-	(*Volume)(nil),                // 16: torpor.v1.Volume
-	(*Resources)(nil),             // 17: torpor.v1.Resources
-	(*SnapshotPolicy)(nil),        // 18: torpor.v1.SnapshotPolicy
-	(*OnResume)(nil),              // 19: torpor.v1.OnResume
-	(*IdlePolicy)(nil),            // 20: torpor.v1.IdlePolicy
-	(*TemplateStatus)(nil),        // 21: torpor.v1.TemplateStatus
-	(*Actor)(nil),                 // 22: torpor.v1.Actor
-	(*ActorSpec)(nil),             // 23: torpor.v1.ActorSpec
-	(*WorkerRef)(nil),             // 24: torpor.v1.WorkerRef
-	(*ActorStatus)(nil),           // 25: torpor.v1.ActorStatus
-	(*Worker)(nil),                // 26: torpor.v1.Worker
-	(*WorkerSpec)(nil),            // 27: torpor.v1.WorkerSpec
-	(*ActorRef)(nil),              // 28: torpor.v1.ActorRef
-	(*WorkerStatus)(nil),          // 29: torpor.v1.WorkerStatus
-	(*Snapshot)(nil),              // 30: torpor.v1.Snapshot
-	(*Node)(nil),                  // 31: torpor.v1.Node
-	nil,                           // 32: torpor.v1.ObjectMeta.LabelsEntry
-	nil,                           // 33: torpor.v1.ActorSpec.WorkerSelectorEntry
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(OperationKind)(0),            // 7: torpor.v1.OperationKind
+	(*ObjectMeta)(nil),            // 8: torpor.v1.ObjectMeta
+	(*Space)(nil),                 // 9: torpor.v1.Space
+	(*Template)(nil),              // 10: torpor.v1.Template
+	(*TemplateSpec)(nil),          // 11: torpor.v1.TemplateSpec
+	(*Container)(nil),             // 12: torpor.v1.Container
+	(*EnvVar)(nil),                // 13: torpor.v1.EnvVar
+	(*Probe)(nil),                 // 14: torpor.v1.Probe
+	(*HTTPGetAction)(nil),         // 15: torpor.v1.HTTPGetAction
+	(*Mount)(nil),                 // 16: torpor.v1.Mount
+	(*Volume)(nil),                // 17: torpor.v1.Volume
+	(*Resources)(nil),             // 18: torpor.v1.Resources
+	(*SnapshotPolicy)(nil),        // 19: torpor.v1.SnapshotPolicy
+	(*OnResume)(nil),              // 20: torpor.v1.OnResume
+	(*IdlePolicy)(nil),            // 21: torpor.v1.IdlePolicy
+	(*TemplateStatus)(nil),        // 22: torpor.v1.TemplateStatus
+	(*Actor)(nil),                 // 23: torpor.v1.Actor
+	(*ActorSpec)(nil),             // 24: torpor.v1.ActorSpec
+	(*WorkerRef)(nil),             // 25: torpor.v1.WorkerRef
+	(*ActorStatus)(nil),           // 26: torpor.v1.ActorStatus
+	(*ActorOperation)(nil),        // 27: torpor.v1.ActorOperation
+	(*Worker)(nil),                // 28: torpor.v1.Worker
+	(*WorkerSpec)(nil),            // 29: torpor.v1.WorkerSpec
+	(*ActorRef)(nil),              // 30: torpor.v1.ActorRef
+	(*WorkerStatus)(nil),          // 31: torpor.v1.WorkerStatus
+	(*Snapshot)(nil),              // 32: torpor.v1.Snapshot
+	(*Node)(nil),                  // 33: torpor.v1.Node
+	nil,                           // 34: torpor.v1.ObjectMeta.LabelsEntry
+	nil,                           // 35: torpor.v1.ActorSpec.WorkerSelectorEntry
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
 }
 var file_torpor_v1_resources_proto_depIdxs = []int32{
-	34, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
-	34, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
-	32, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
-	7,  // 3: torpor.v1.Space.metadata:type_name -> torpor.v1.ObjectMeta
-	7,  // 4: torpor.v1.Template.metadata:type_name -> torpor.v1.ObjectMeta
-	10, // 5: torpor.v1.Template.spec:type_name -> torpor.v1.TemplateSpec
-	21, // 6: torpor.v1.Template.status:type_name -> torpor.v1.TemplateStatus
-	11, // 7: torpor.v1.TemplateSpec.containers:type_name -> torpor.v1.Container
-	16, // 8: torpor.v1.TemplateSpec.volumes:type_name -> torpor.v1.Volume
-	17, // 9: torpor.v1.TemplateSpec.resources:type_name -> torpor.v1.Resources
-	18, // 10: torpor.v1.TemplateSpec.snapshot_policy:type_name -> torpor.v1.SnapshotPolicy
-	20, // 11: torpor.v1.TemplateSpec.idle_policy:type_name -> torpor.v1.IdlePolicy
-	12, // 12: torpor.v1.Container.env:type_name -> torpor.v1.EnvVar
-	13, // 13: torpor.v1.Container.readiness_probe:type_name -> torpor.v1.Probe
-	15, // 14: torpor.v1.Container.mounts:type_name -> torpor.v1.Mount
-	14, // 15: torpor.v1.Probe.http_get:type_name -> torpor.v1.HTTPGetAction
+	36, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
+	36, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
+	34, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
+	8,  // 3: torpor.v1.Space.metadata:type_name -> torpor.v1.ObjectMeta
+	8,  // 4: torpor.v1.Template.metadata:type_name -> torpor.v1.ObjectMeta
+	11, // 5: torpor.v1.Template.spec:type_name -> torpor.v1.TemplateSpec
+	22, // 6: torpor.v1.Template.status:type_name -> torpor.v1.TemplateStatus
+	12, // 7: torpor.v1.TemplateSpec.containers:type_name -> torpor.v1.Container
+	17, // 8: torpor.v1.TemplateSpec.volumes:type_name -> torpor.v1.Volume
+	18, // 9: torpor.v1.TemplateSpec.resources:type_name -> torpor.v1.Resources
+	19, // 10: torpor.v1.TemplateSpec.snapshot_policy:type_name -> torpor.v1.SnapshotPolicy
+	21, // 11: torpor.v1.TemplateSpec.idle_policy:type_name -> torpor.v1.IdlePolicy
+	13, // 12: torpor.v1.Container.env:type_name -> torpor.v1.EnvVar
+	14, // 13: torpor.v1.Container.readiness_probe:type_name -> torpor.v1.Probe
+	16, // 14: torpor.v1.Container.mounts:type_name -> torpor.v1.Mount
+	15, // 15: torpor.v1.Probe.http_get:type_name -> torpor.v1.HTTPGetAction
 	0,  // 16: torpor.v1.Volume.kind:type_name -> torpor.v1.VolumeKind
 	1,  // 17: torpor.v1.SnapshotPolicy.on_pause:type_name -> torpor.v1.SnapshotScope
 	1,  // 18: torpor.v1.SnapshotPolicy.on_commit:type_name -> torpor.v1.SnapshotScope
-	19, // 19: torpor.v1.SnapshotPolicy.on_resume:type_name -> torpor.v1.OnResume
+	20, // 19: torpor.v1.SnapshotPolicy.on_resume:type_name -> torpor.v1.OnResume
 	3,  // 20: torpor.v1.OnResume.from_data:type_name -> torpor.v1.FromData
 	4,  // 21: torpor.v1.IdlePolicy.action:type_name -> torpor.v1.IdleAction
 	5,  // 22: torpor.v1.TemplateStatus.phase:type_name -> torpor.v1.TemplatePhase
-	7,  // 23: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
-	23, // 24: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
-	25, // 25: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
-	33, // 26: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
+	8,  // 23: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
+	24, // 24: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
+	26, // 25: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
+	35, // 26: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
 	6,  // 27: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
-	24, // 28: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
-	34, // 29: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
-	7,  // 30: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
-	27, // 31: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
-	29, // 32: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
-	28, // 33: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
-	7,  // 34: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
-	1,  // 35: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
-	10, // 36: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
-	7,  // 37: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
-	34, // 38: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	25, // 28: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
+	27, // 29: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
+	36, // 30: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
+	11, // 31: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
+	7,  // 32: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
+	36, // 33: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
+	2,  // 34: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
+	1,  // 35: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
+	6,  // 36: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
+	8,  // 37: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
+	29, // 38: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
+	31, // 39: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
+	30, // 40: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
+	8,  // 41: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
+	1,  // 42: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
+	11, // 43: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
+	8,  // 44: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
+	36, // 45: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_resources_proto_init() }
@@ -2377,8 +2605,8 @@ func file_torpor_v1_resources_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_resources_proto_rawDesc), len(file_torpor_v1_resources_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   27,
+			NumEnums:      8,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
