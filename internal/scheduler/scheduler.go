@@ -1,0 +1,100 @@
+// Package scheduler picks the worker an actor resumes on.
+package scheduler
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+)
+
+// Request describes what the actor needs.
+type Request struct {
+	SandboxClass string
+	// Selector must match the worker's labels; the key "pool" matches the
+	// worker's pool.
+	Selector map[string]string
+	// RequireNode restricts the choice to one node (a paused actor's local
+	// checkpoint lives there).
+	RequireNode string
+	// CachedOn lists nodes that hold the actor's snapshot in their cache;
+	// they are preferred.
+	CachedOn []string
+}
+
+// NoWorkerError says which constraint left no worker.
+type NoWorkerError struct{ Reason string }
+
+func (e *NoWorkerError) Error() string { return "no free worker: " + e.Reason }
+
+// Pick chooses among free workers on live nodes. Candidates are filtered one
+// constraint at a time so the error names the one that emptied the set.
+// Among equals the choice is stable (by name) so placement is predictable.
+func Pick(free []*torporv1.Worker, live func(node string) bool, req Request) (*torporv1.Worker, error) {
+	steps := []struct {
+		what string
+		keep func(*torporv1.Worker) bool
+	}{
+		{"none is on a live node", func(w *torporv1.Worker) bool { return live(w.GetSpec().GetNode()) }},
+		{fmt.Sprintf("none has sandbox class %q", req.SandboxClass), func(w *torporv1.Worker) bool {
+			return w.GetSpec().GetSandboxClass() == req.SandboxClass
+		}},
+		{fmt.Sprintf("none matches selector %s", selectorString(req.Selector)), func(w *torporv1.Worker) bool {
+			return matches(w, req.Selector)
+		}},
+		{fmt.Sprintf("none is on node %q, which holds the actor's local checkpoint", req.RequireNode), func(w *torporv1.Worker) bool {
+			return req.RequireNode == "" || w.GetSpec().GetNode() == req.RequireNode
+		}},
+	}
+	if len(free) == 0 {
+		return nil, &NoWorkerError{Reason: "every worker is busy"}
+	}
+	candidates := free
+	for _, step := range steps {
+		candidates = slices.DeleteFunc(slices.Clone(candidates), func(w *torporv1.Worker) bool { return !step.keep(w) })
+		if len(candidates) == 0 {
+			return nil, &NoWorkerError{Reason: fmt.Sprintf("%d free, but %s", len(free), step.what)}
+		}
+	}
+	best := candidates[0]
+	for _, w := range candidates[1:] {
+		if better(w, best, req.CachedOn) {
+			best = w
+		}
+	}
+	return best, nil
+}
+
+func better(a, b *torporv1.Worker, cachedOn []string) bool {
+	ac, bc := slices.Contains(cachedOn, a.GetSpec().GetNode()), slices.Contains(cachedOn, b.GetSpec().GetNode())
+	if ac != bc {
+		return ac
+	}
+	return a.GetMetadata().GetName() < b.GetMetadata().GetName()
+}
+
+func matches(w *torporv1.Worker, selector map[string]string) bool {
+	for k, v := range selector {
+		got, ok := w.GetMetadata().GetLabels()[k]
+		if k == "pool" {
+			got, ok = w.GetSpec().GetPool(), true
+		}
+		if !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func selectorString(sel map[string]string) string {
+	if len(sel) == 0 {
+		return "{}"
+	}
+	parts := make([]string, 0, len(sel))
+	for _, k := range slices.Sorted(maps.Keys(sel)) {
+		parts = append(parts, k+"="+sel[k])
+	}
+	return strings.Join(parts, ",")
+}

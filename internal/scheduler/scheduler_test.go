@@ -1,0 +1,62 @@
+package scheduler
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+)
+
+func worker(name, node, class, pool string, labels map[string]string) *torporv1.Worker {
+	return &torporv1.Worker{
+		Metadata: &torporv1.ObjectMeta{Name: name, Space: "torpor-system", Labels: labels},
+		Spec:     &torporv1.WorkerSpec{Node: node, SandboxClass: class, Pool: pool},
+	}
+}
+
+func TestPick(t *testing.T) {
+	workers := []*torporv1.Worker{
+		worker("w-b", "n1", "gvisor", "default", map[string]string{"tier": "gold"}),
+		worker("w-a", "n1", "gvisor", "default", nil),
+		worker("w-c", "n2", "gvisor", "big", map[string]string{"tier": "gold"}),
+		worker("w-d", "dead", "gvisor", "default", nil),
+	}
+	live := func(n string) bool { return n != "dead" }
+	tests := []struct {
+		name    string
+		free    []*torporv1.Worker
+		req     Request
+		want    string
+		wantErr string
+	}{
+		{"stable first by name", workers, Request{SandboxClass: "gvisor"}, "w-a", ""},
+		{"selector", workers, Request{SandboxClass: "gvisor", Selector: map[string]string{"tier": "gold"}}, "w-b", ""},
+		{"pool is matched by selector", workers, Request{SandboxClass: "gvisor", Selector: map[string]string{"pool": "big"}}, "w-c", ""},
+		{"required node", workers, Request{SandboxClass: "gvisor", RequireNode: "n2"}, "w-c", ""},
+		{"cache locality preferred", workers, Request{SandboxClass: "gvisor", CachedOn: []string{"n2"}}, "w-c", ""},
+		{"dead node never chosen", workers[3:], Request{SandboxClass: "gvisor"}, "", "live node"},
+		{"class", workers, Request{SandboxClass: "microvm"}, "", `sandbox class "microvm"`},
+		{"selector fails", workers, Request{SandboxClass: "gvisor", Selector: map[string]string{"tier": "silver"}}, "", "selector tier=silver"},
+		{"required node full", workers, Request{SandboxClass: "gvisor", RequireNode: "n3"}, "", `node "n3"`},
+		{"nothing free", nil, Request{SandboxClass: "gvisor"}, "", "every worker is busy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Pick(tt.free, live, tt.req)
+			if tt.wantErr != "" {
+				var nw *NoWorkerError
+				if !errors.As(err, &nw) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want NoWorkerError mentioning %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.GetMetadata().GetName() != tt.want {
+				t.Fatalf("picked %s, want %s", got.GetMetadata().GetName(), tt.want)
+			}
+		})
+	}
+}
