@@ -1,0 +1,304 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/store"
+)
+
+// checkpointKind is what distinguishes suspend from pause: where the
+// checkpoint goes, with which scope, and the state it ends in.
+type checkpointKind struct {
+	op     torporv1.OperationKind
+	target torporv1.CheckpointTarget
+	during torporv1.ActorState
+	done   torporv1.ActorState
+	scope  func(*torporv1.SnapshotPolicy) torporv1.SnapshotScope
+}
+
+var (
+	suspendKind = checkpointKind{
+		op: torporv1.OperationKind_OPERATION_KIND_SUSPEND, target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE,
+		during: torporv1.ActorState_ACTOR_STATE_SUSPENDING, done: torporv1.ActorState_ACTOR_STATE_SUSPENDED,
+		scope: (*torporv1.SnapshotPolicy).GetOnCommit,
+	}
+	pauseKind = checkpointKind{
+		op: torporv1.OperationKind_OPERATION_KIND_PAUSE, target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL,
+		during: torporv1.ActorState_ACTOR_STATE_PAUSING, done: torporv1.ActorState_ACTOR_STATE_PAUSED,
+		scope: (*torporv1.SnapshotPolicy).GetOnPause,
+	}
+)
+
+// Suspend checkpoints a running actor to snapshot storage (its template's
+// onCommit scope) and frees its worker.
+func (e *Engine) Suspend(ctx context.Context, space, name string) (*torporv1.Actor, error) {
+	return e.checkpoint(ctx, space, name, suspendKind)
+}
+
+// Pause checkpoints a running actor on its node (onPause scope) and frees
+// its worker; the next resume prefers that node.
+func (e *Engine) Pause(ctx context.Context, space, name string) (*torporv1.Actor, error) {
+	return e.checkpoint(ctx, space, name, pauseKind)
+}
+
+func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkpointKind) (*torporv1.Actor, error) {
+	for range maxAttempts {
+		a, err := e.store.Actors().Get(ctx, space, name)
+		if err != nil {
+			return nil, err
+		}
+		switch state := a.GetStatus().GetState(); state {
+		case kind.done:
+			return a, nil
+		case torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_SUSPENDING, torporv1.ActorState_ACTOR_STATE_PAUSING:
+			if err := e.waitForChange(ctx, space, name, a.GetMetadata().GetVersion()); err != nil {
+				return nil, err
+			}
+			continue
+		case torporv1.ActorState_ACTOR_STATE_RUNNING:
+		default:
+			return nil, codeError(connect.CodeFailedPrecondition, "actor %s is %s: only a RUNNING actor can be %s", actorKey(a), stateName(state), stateName(kind.done))
+		}
+		claimed, err := e.claimCheckpoint(ctx, a, kind)
+		if errors.Is(err, errRetry) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return e.driveCheckpoint(ctx, claimed)
+	}
+	return nil, codeError(connect.CodeAborted, "actor %s/%s: too many concurrent changes, retry", space, name)
+}
+
+func (e *Engine) claimCheckpoint(ctx context.Context, a *torporv1.Actor, kind checkpointKind) (*torporv1.Actor, error) {
+	scope := kind.scope(a.GetStatus().GetCurrentTemplateSpec().GetSnapshotPolicy())
+	if scope == torporv1.SnapshotScope_SNAPSHOT_SCOPE_UNSPECIFIED {
+		scope = torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL
+	}
+	op := &torporv1.ActorOperation{
+		Id:             newOperationID(),
+		Kind:           kind.op,
+		StartTime:      timestamppb.New(e.now()),
+		TargetSnapshot: newSnapshotName(e.now()),
+		TargetScope:    scope,
+		PreviousState:  a.GetStatus().GetState(),
+	}
+	from := a.GetStatus().GetState()
+	a.Status.Operation = op
+	e.setState(a, kind.during)
+	var claimed *torporv1.Actor
+	err := e.store.InTx(ctx, func(tx store.Tx) error {
+		var err error
+		if claimed, err = tx.Actors().Update(ctx, a); err != nil {
+			return err
+		}
+		return e.record(ctx, tx, a.GetMetadata().GetUid(), transition{from: from, to: kind.during, reason: stateName(kind.done) + " requested", op: op, worker: a.GetStatus().GetWorker()})
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return nil, errRetry
+	}
+	return claimed, err
+}
+
+func kindOf(op torporv1.OperationKind) checkpointKind {
+	if op == torporv1.OperationKind_OPERATION_KIND_PAUSE {
+		return pauseKind
+	}
+	return suspendKind
+}
+
+// driveCheckpoint issues the node call of a committed SUSPENDING or
+// PAUSING intent and finalizes it; Recover re-drives it the same way.
+func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torporv1.Actor, error) {
+	st, op := a.GetStatus(), a.GetStatus().GetOperation()
+	kind := kindOf(op.GetKind())
+	space := a.GetMetadata().GetSpace()
+	location := SnapshotLocation(space, a.GetMetadata().GetUid(), op.GetTargetSnapshot())
+	agent, err := e.agents.Agent(ctx, st.GetWorker().GetNode())
+	var resp *connect.Response[torporv1.CheckpointResponse]
+	if err == nil {
+		resp, err = agent.Checkpoint(ctx, connect.NewRequest(&torporv1.CheckpointRequest{
+			Op:       &torporv1.Operation{ActorUid: a.GetMetadata().GetUid(), OperationId: op.GetId(), Worker: st.GetWorker().GetName()},
+			Scope:    op.GetTargetScope(),
+			Target:   kind.target,
+			Location: location,
+		}))
+	}
+	if err != nil {
+		e.logger(a).Warn("checkpoint failed", "err", err)
+		return nil, e.failCheckpoint(ctx, a, agent, err)
+	}
+	snap := &torporv1.Snapshot{
+		Metadata:       &torporv1.ObjectMeta{Space: space, Name: op.GetTargetSnapshot()},
+		ActorUid:       a.GetMetadata().GetUid(),
+		ActorName:      a.GetMetadata().GetName(),
+		Scope:          op.GetTargetScope(),
+		TemplateUid:    st.GetCurrentTemplateUid(),
+		TemplateName:   st.GetCurrentTemplate(),
+		TemplateSpec:   st.GetCurrentTemplateSpec(),
+		Location:       resp.Msg.GetLocation(),
+		ManifestDigest: resp.Msg.GetManifestDigest(),
+		SizeBytes:      resp.Msg.GetSizeBytes(),
+		HasData:        resp.Msg.GetHasData(),
+	}
+	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
+		snap.Node = st.GetWorker().GetNode()
+	}
+	var out, lost *torporv1.Actor
+	err = e.store.InTx(ctx, func(tx store.Tx) error {
+		cur, err := tx.Actors().Get(ctx, space, a.GetMetadata().GetName())
+		if err != nil {
+			return err
+		}
+		if cur.GetMetadata().GetUid() != a.GetMetadata().GetUid() || cur.GetStatus().GetOperation().GetId() != op.GetId() {
+			if cur.GetStatus().GetState() == kind.done && (cur.GetStatus().GetLatestSnapshot() == snap.GetMetadata().GetName() || cur.GetStatus().GetLocalCheckpoint() == snap.GetMetadata().GetName()) {
+				out = cur // another driver of this operation finished it
+				return nil
+			}
+			lost = cur
+			return nil
+		}
+		// The record is written only now that the manifest exists
+		// (invariant 5); the previous snapshot stays until this commits.
+		if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
+			return err
+		}
+		if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
+			cur.Status.LocalCheckpoint = snap.GetMetadata().GetName()
+		} else {
+			cur.Status.LatestSnapshot = snap.GetMetadata().GetName()
+		}
+		t := transition{from: kind.during, to: kind.done, reason: fmt.Sprintf("%s: %s snapshot %s (%d bytes)", stateName(kind.done), scopeName(snap.GetScope()), snap.GetMetadata().GetName(), snap.GetSizeBytes()), op: op, worker: cur.GetStatus().GetWorker(), since: op.GetStartTime().AsTime()}
+		if err := releaseWorker(ctx, tx, cur.GetStatus().GetWorker(), cur.GetMetadata().GetUid()); err != nil {
+			return err
+		}
+		cur.Status.Worker = nil
+		cur.Status.Operation = nil
+		e.setState(cur, kind.done)
+		if out, err = tx.Actors().Update(ctx, cur); err != nil {
+			return err
+		}
+		return e.record(ctx, tx, cur.GetMetadata().GetUid(), t)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finalize %s of actor %s: %w", stateName(kind.done), actorKey(a), err)
+	}
+	if lost != nil {
+		return nil, codeError(connect.CodeAborted, "actor %s became %s while checkpointing: %s", actorKey(a), stateName(lost.GetStatus().GetState()), lost.GetStatus().GetCrashReason())
+	}
+	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE {
+		e.retain(ctx, out)
+	}
+	e.logger(a).Info("actor checkpointed", "state", stateName(kind.done), "snapshot", snap.GetMetadata().GetName(), "bytes", snap.GetSizeBytes())
+	return out, nil
+}
+
+// failCheckpoint returns the actor to RUNNING when its workload survived the
+// failed checkpoint, and makes it CRASHED otherwise.
+func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, agent NodeAgent, cause error) error {
+	running := false
+	if agent != nil {
+		stats, err := agent.Stats(ctx, connect.NewRequest(&torporv1.StatsRequest{Worker: a.GetStatus().GetWorker().GetName()}))
+		running = err == nil && stats.Msg.GetRunning() && stats.Msg.GetActorUid() == a.GetMetadata().GetUid()
+	}
+	op := a.GetStatus().GetOperation()
+	err := e.store.InTx(ctx, func(tx store.Tx) error {
+		cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
+		if err != nil {
+			return err
+		}
+		if cur.GetMetadata().GetUid() != a.GetMetadata().GetUid() || cur.GetStatus().GetOperation().GetId() != op.GetId() {
+			return nil
+		}
+		reason := fmt.Sprintf("%s failed: %s", stateName(kindOf(op.GetKind()).done), connectMessage(cause))
+		if !running {
+			return e.crashInTx(ctx, tx, cur, reason)
+		}
+		t := transition{from: cur.GetStatus().GetState(), to: torporv1.ActorState_ACTOR_STATE_RUNNING, reason: reason + "; still running", op: op, worker: cur.GetStatus().GetWorker()}
+		cur.Status.Operation = nil
+		e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING)
+		if _, err := tx.Actors().Update(ctx, cur); err != nil {
+			return err
+		}
+		return e.record(ctx, tx, cur.GetMetadata().GetUid(), t)
+	})
+	if err != nil {
+		e.logger(a).Error("record failed checkpoint", "err", err)
+	}
+	return cause
+}
+
+func scopeName(s torporv1.SnapshotScope) string {
+	const prefix = "SNAPSHOT_SCOPE_"
+	if n := s.String(); len(n) > len(prefix) {
+		return n[len(prefix):]
+	}
+	return s.String()
+}
+
+// retain keeps the actor's newest K durable snapshots (its template's keep)
+// and removes older ones: the record first, so nothing points at files
+// that are going away, then the files.
+func (e *Engine) retain(ctx context.Context, a *torporv1.Actor) {
+	keep := int(a.GetStatus().GetCurrentTemplateSpec().GetSnapshotPolicy().GetKeep())
+	if keep <= 0 {
+		keep = 2
+	}
+	snaps, err := e.actorSnapshots(ctx, a)
+	if err != nil {
+		e.logger(a).Warn("list snapshots for retention", "err", err)
+		return
+	}
+	var durable []*torporv1.Snapshot
+	for _, s := range snaps {
+		if s.GetNode() == "" {
+			durable = append(durable, s)
+		}
+	}
+	for i := 0; i < len(durable)-keep; i++ {
+		if name := durable[i].GetMetadata().GetName(); name == a.GetStatus().GetLatestSnapshot() {
+			continue
+		}
+		if err := e.removeSnapshot(ctx, durable[i]); err != nil {
+			e.logger(a).Warn("remove old snapshot", "snapshot", durable[i].GetMetadata().GetName(), "err", err)
+		}
+	}
+}
+
+// actorSnapshots lists an actor's snapshots, oldest first (names sort by
+// creation time).
+func (e *Engine) actorSnapshots(ctx context.Context, a *torporv1.Actor) ([]*torporv1.Snapshot, error) {
+	var all []*torporv1.Snapshot
+	opts := store.ListOptions{Space: a.GetMetadata().GetSpace(), PageSize: 1000, Filter: store.Filter{"actor_uid": a.GetMetadata().GetUid()}}
+	for {
+		page, next, err := e.store.Snapshots().List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all, nil
+		}
+		opts.PageToken = next
+	}
+}
+
+// removeSnapshot deletes a snapshot's record, then its files. Local
+// checkpoints' files belong to their node, which evicts them.
+func (e *Engine) removeSnapshot(ctx context.Context, s *torporv1.Snapshot) error {
+	m := s.GetMetadata()
+	if err := e.store.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if s.GetNode() != "" || e.objects == nil {
+		return nil
+	}
+	return e.objects.DeleteSnapshot(ctx, s.GetLocation())
+}

@@ -1,0 +1,64 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/store"
+)
+
+// Delete removes an actor that holds no worker, with all its snapshots.
+// The DELETING intent is committed first, so a crash mid-way is finished by
+// Recover.
+func (e *Engine) Delete(ctx context.Context, space, name string) error {
+	a, err := e.store.Actors().Get(ctx, space, name)
+	if err != nil {
+		return err
+	}
+	switch state := a.GetStatus().GetState(); state {
+	case torporv1.ActorState_ACTOR_STATE_DELETING:
+	case torporv1.ActorState_ACTOR_STATE_SUSPENDED, torporv1.ActorState_ACTOR_STATE_PAUSED, torporv1.ActorState_ACTOR_STATE_CRASHED:
+		op := &torporv1.ActorOperation{Id: newOperationID(), Kind: torporv1.OperationKind_OPERATION_KIND_DELETE, StartTime: timestamppb.New(e.now()), PreviousState: state}
+		a.Status.Operation = op
+		e.setState(a, torporv1.ActorState_ACTOR_STATE_DELETING)
+		err := e.store.InTx(ctx, func(tx store.Tx) error {
+			var err error
+			if a, err = tx.Actors().Update(ctx, a); err != nil {
+				return err
+			}
+			return e.record(ctx, tx, a.GetMetadata().GetUid(), transition{from: state, to: torporv1.ActorState_ACTOR_STATE_DELETING, reason: "delete requested", op: op})
+		})
+		if errors.Is(err, store.ErrConflict) {
+			return codeError(connect.CodeAborted, "actor %s changed while deleting: retry", actorKey(a))
+		}
+		if err != nil {
+			return err
+		}
+	default:
+		return codeError(connect.CodeFailedPrecondition, "actor %s is %s: suspend it before deleting", actorKey(a), stateName(state))
+	}
+	return e.driveDelete(ctx, a)
+}
+
+func (e *Engine) driveDelete(ctx context.Context, a *torporv1.Actor) error {
+	snaps, err := e.actorSnapshots(ctx, a)
+	if err != nil {
+		return err
+	}
+	for _, s := range snaps {
+		if err := e.removeSnapshot(ctx, s); err != nil {
+			return fmt.Errorf("delete actor %s: remove snapshot %s: %w", actorKey(a), s.GetMetadata().GetName(), err)
+		}
+	}
+	m := a.GetMetadata()
+	if err := e.store.Actors().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("delete actor %s: %w", actorKey(a), err)
+	}
+	e.logger(a).Info("actor deleted", "snapshots", len(snaps))
+	return nil
+}

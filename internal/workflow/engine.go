@@ -1,0 +1,228 @@
+// Package workflow moves actors through their states: resume, suspend,
+// pause and delete, crash handling and recovery. Every step commits its
+// intent (the -ING state and an ActorOperation) before calling a node, every
+// transition is a compare-and-set on (uid, version, expected state), and a
+// restarted control plane re-drives any step it finds in flight (DESIGN
+// invariants 1, 2, 3).
+package workflow
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/store"
+)
+
+// NodeAgent is the part of a node agent's API the workflows call.
+type NodeAgent interface {
+	Run(context.Context, *connect.Request[torporv1.RunRequest]) (*connect.Response[torporv1.RunResponse], error)
+	Checkpoint(context.Context, *connect.Request[torporv1.CheckpointRequest]) (*connect.Response[torporv1.CheckpointResponse], error)
+	Restore(context.Context, *connect.Request[torporv1.RestoreRequest]) (*connect.Response[torporv1.RestoreResponse], error)
+	Terminate(context.Context, *connect.Request[torporv1.TerminateRequest]) (*connect.Response[torporv1.TerminateResponse], error)
+	Stats(context.Context, *connect.Request[torporv1.StatsRequest]) (*connect.Response[torporv1.StatsResponse], error)
+}
+
+// Agents finds the agent of a node.
+type Agents interface {
+	Agent(ctx context.Context, node string) (NodeAgent, error)
+}
+
+// Objects removes snapshot files from snapshot storage.
+type Objects interface {
+	DeleteSnapshot(ctx context.Context, location string) error
+}
+
+// Options tune the engine.
+type Options struct {
+	// A node whose last heartbeat is older than this is considered lost.
+	HeartbeatTimeout time.Duration
+	// An -ING step older than this is re-driven by Recover (another replica
+	// may still be running a younger one).
+	RecoverAfter time.Duration
+	// WorkerNamespace is where workers are registered.
+	WorkerNamespace string
+}
+
+// Engine runs the actor workflows over a store and the node agents.
+type Engine struct {
+	store   store.Store
+	agents  Agents
+	objects Objects
+	opts    Options
+	log     *slog.Logger
+	now     func() time.Time
+	hooks   Hooks
+}
+
+// Hooks let tests interleave deterministically with a workflow. Each runs,
+// when set, at the named point.
+type Hooks struct {
+	// AfterResumeClaim runs once the RESUMING intent is committed and
+	// before the node is called.
+	AfterResumeClaim func(actor *torporv1.Actor)
+	// BeforeResumeFinalize runs after the node restored the actor and
+	// before RUNNING is committed.
+	BeforeResumeFinalize func(actor *torporv1.Actor)
+}
+
+// New returns an engine.
+func New(st store.Store, agents Agents, objects Objects, opts Options, logger *slog.Logger) *Engine {
+	if opts.HeartbeatTimeout == 0 {
+		opts.HeartbeatTimeout = 15 * time.Second
+	}
+	if opts.RecoverAfter == 0 {
+		opts.RecoverAfter = 2 * time.Minute
+	}
+	if opts.WorkerNamespace == "" {
+		opts.WorkerNamespace = DefaultWorkerNamespace
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Engine{store: st, agents: agents, objects: objects, opts: opts, log: logger, now: time.Now}
+}
+
+// DefaultWorkerNamespace holds the workers of local nodes.
+const DefaultWorkerNamespace = "torpor-system"
+
+// SetHooks installs test hooks.
+func (e *Engine) SetHooks(h Hooks) { e.hooks = h }
+
+// errRetry makes a workflow start over from a fresh read: a concurrent
+// writer changed the actor or the worker between read and claim.
+var errRetry = errors.New("concurrent change; retry")
+
+const maxAttempts = 20
+
+func newOperationID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "op-" + hex.EncodeToString(b)
+}
+
+// newSnapshotName returns a DNS-label name that sorts by creation time, so
+// a list of an actor's snapshots is oldest first.
+func newSnapshotName(now time.Time) string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("s-%012x-%s", now.UnixMilli(), hex.EncodeToString(b))
+}
+
+// SnapshotLocation is where a snapshot's files live in snapshot storage.
+func SnapshotLocation(space, ownerUID, snapshot string) string {
+	return space + "/" + ownerUID + "/" + snapshot
+}
+
+func actorKey(a *torporv1.Actor) string {
+	return a.GetMetadata().GetSpace() + "/" + a.GetMetadata().GetName()
+}
+
+func (e *Engine) logger(a *torporv1.Actor) *slog.Logger {
+	l := e.log.With("actor", actorKey(a), "actor_uid", a.GetMetadata().GetUid())
+	if op := a.GetStatus().GetOperation(); op != nil {
+		l = l.With("operation", op.GetId(), "kind", op.GetKind().String())
+	}
+	if w := a.GetStatus().GetWorker(); w != nil {
+		l = l.With("worker", w.GetName(), "node", w.GetNode())
+	}
+	return l
+}
+
+// setState moves a (in memory) to state, stamping the time.
+func (e *Engine) setState(a *torporv1.Actor, state torporv1.ActorState) {
+	a.Status.State = state
+	a.Status.StateTime = timestamppb.New(e.now())
+}
+
+// transition is one entry of an actor's history.
+type transition struct {
+	from, to torporv1.ActorState
+	reason   string
+	op       *torporv1.ActorOperation
+	worker   *torporv1.WorkerRef
+	// since, when set, gives the step's duration.
+	since time.Time
+}
+
+// record appends a transition to the actor's history within tx.
+func (e *Engine) record(ctx context.Context, tx store.Tx, actorUID string, t transition) error {
+	ev := store.Event{
+		ActorUID:    actorUID,
+		Time:        e.now(),
+		FromState:   t.from,
+		ToState:     t.to,
+		Reason:      t.reason,
+		OperationID: t.op.GetId(),
+	}
+	if t.worker != nil {
+		ev.Worker = t.worker.GetNamespace() + "/" + t.worker.GetName()
+	}
+	if !t.since.IsZero() {
+		ev.Duration = e.now().Sub(t.since)
+	}
+	return tx.AppendEvent(ctx, ev)
+}
+
+// releaseWorker clears w's placement within tx if it still names actorUID;
+// a worker already re-used by another actor is left alone.
+func releaseWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef, actorUID string) error {
+	if ref == nil {
+		return nil
+	}
+	w, err := tx.Workers().Get(ctx, ref.GetNamespace(), ref.GetName())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if w.GetStatus().GetActor().GetUid() != actorUID {
+		return nil
+	}
+	w.Status.Actor = nil
+	_, err = tx.Workers().Update(ctx, w)
+	return err
+}
+
+// codeError wraps err with a status code a user can act on.
+func codeError(code connect.Code, format string, args ...any) error {
+	return connect.NewError(code, fmt.Errorf(format, args...))
+}
+
+func stateName(s torporv1.ActorState) string {
+	const prefix = "ACTOR_STATE_"
+	if n := s.String(); len(n) > len(prefix) {
+		return n[len(prefix):]
+	}
+	return s.String()
+}
+
+// waitForChange polls the actor until its version moves past version, so
+// a caller that found a step in flight can act on its outcome.
+func (e *Engine) waitForChange(ctx context.Context, space, name string, version int64) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		a, err := e.store.Actors().Get(ctx, space, name)
+		if err != nil {
+			return err
+		}
+		if a.GetMetadata().GetVersion() != version {
+			return nil
+		}
+	}
+}

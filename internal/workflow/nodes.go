@@ -1,0 +1,99 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/store"
+)
+
+// listAll pages through a collection.
+func listAll[T store.Object](ctx context.Context, c store.Collection[T], opts store.ListOptions) ([]T, error) {
+	var all []T
+	opts.PageSize = 1000
+	for {
+		page, next, err := c.List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all, nil
+		}
+		opts.PageToken = next
+	}
+}
+
+// liveNodes reads node heartbeats from the store (never a cache: a
+// decision must see what is committed, invariant 4).
+func (e *Engine) liveNodes(ctx context.Context) (func(string) bool, error) {
+	nodes, err := listAll(ctx, e.store.Nodes(), store.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]bool{}
+	for _, n := range nodes {
+		live[n.GetMetadata().GetName()] = e.alive(n)
+	}
+	return func(node string) bool { return live[node] }, nil
+}
+
+func (e *Engine) alive(n *torporv1.Node) bool {
+	hb := n.GetHeartbeatTime()
+	return hb != nil && e.now().Sub(hb.AsTime()) <= e.opts.HeartbeatTimeout
+}
+
+func (e *Engine) freeWorkers(ctx context.Context) ([]*torporv1.Worker, error) {
+	return listAll(ctx, e.store.Workers(), store.ListOptions{Filter: store.Filter{"actor": ""}})
+}
+
+// CheckNodes crashes the actors of nodes that stopped heartbeating: each
+// becomes CRASHED with the reason and its worker is released.
+func (e *Engine) CheckNodes(ctx context.Context) error {
+	nodes, err := listAll(ctx, e.store.Nodes(), store.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range nodes {
+		if e.alive(n) {
+			continue
+		}
+		workers, err := listAll(ctx, e.store.Workers(), store.ListOptions{Filter: store.Filter{"node": n.GetMetadata().GetName()}})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, w := range workers {
+			if w.GetStatus().GetActor().GetUid() == "" {
+				continue
+			}
+			reason := fmt.Sprintf("node %s stopped heartbeating (last %s)", n.GetMetadata().GetName(), n.GetHeartbeatTime().AsTime().Format("15:04:05.000"))
+			errs = append(errs, e.CrashWorkerActor(ctx, w, reason))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CrashWorkerActor makes the actor hosted by w CRASHED with reason and frees
+// w, in one transaction. Nothing happens if w and its actor no longer point
+// at each other.
+func (e *Engine) CrashWorkerActor(ctx context.Context, w *torporv1.Worker, reason string) error {
+	ref := w.GetStatus().GetActor()
+	return e.store.InTx(ctx, func(tx store.Tx) error {
+		a, err := tx.Actors().Get(ctx, ref.GetSpace(), ref.GetName())
+		if errors.Is(err, store.ErrNotFound) {
+			return releaseWorker(ctx, tx, &torporv1.WorkerRef{Namespace: w.GetMetadata().GetSpace(), Name: w.GetMetadata().GetName()}, ref.GetUid())
+		}
+		if err != nil {
+			return err
+		}
+		if a.GetMetadata().GetUid() != ref.GetUid() || a.GetStatus().GetWorker().GetUid() != w.GetMetadata().GetUid() {
+			return releaseWorker(ctx, tx, &torporv1.WorkerRef{Namespace: w.GetMetadata().GetSpace(), Name: w.GetMetadata().GetName()}, ref.GetUid())
+		}
+		e.logger(a).Warn("actor crashed", "reason", reason)
+		return e.crashInTx(ctx, tx, a, reason)
+	})
+}

@@ -1,0 +1,401 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/scheduler"
+	"github.com/torpor-dev/torpor/internal/store"
+)
+
+// ResumeOptions change where a resume takes the actor's state from.
+type ResumeOptions struct {
+	// Boot cold-boots an actor without state instead of restoring its
+	// template's golden snapshot.
+	Boot bool
+	// Snapshot restores this kept snapshot of the actor instead of the
+	// latest one.
+	Snapshot string
+}
+
+// Resume brings the actor to RUNNING on a free worker. A RUNNING actor is
+// returned at once without a write; a step in flight is waited for.
+func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOptions) (*torporv1.Actor, error) {
+	for range maxAttempts {
+		a, err := e.store.Actors().Get(ctx, space, name)
+		if err != nil {
+			return nil, err
+		}
+		switch a.GetStatus().GetState() {
+		case torporv1.ActorState_ACTOR_STATE_RUNNING:
+			if opts.Snapshot != "" {
+				return nil, codeError(connect.CodeFailedPrecondition, "actor %s is RUNNING: suspend it before restoring snapshot %s", actorKey(a), opts.Snapshot)
+			}
+			return a, nil
+		case torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_SUSPENDING, torporv1.ActorState_ACTOR_STATE_PAUSING:
+			if err := e.waitForChange(ctx, space, name, a.GetMetadata().GetVersion()); err != nil {
+				return nil, err
+			}
+			continue
+		case torporv1.ActorState_ACTOR_STATE_DELETING:
+			return nil, codeError(connect.CodeFailedPrecondition, "actor %s is being deleted", actorKey(a))
+		}
+		claimed, err := e.claimResume(ctx, a, opts)
+		if errors.Is(err, errRetry) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return e.driveResume(ctx, claimed)
+	}
+	return nil, codeError(connect.CodeAborted, "actor %s/%s: too many concurrent changes, retry", space, name)
+}
+
+// source is where a resume's state comes from.
+type source struct {
+	kind SourceKind
+	snap *torporv1.Snapshot
+	// requireNode: a local checkpoint can only be restored on its node.
+	requireNode string
+	// note explains a fallback in the actor's history.
+	note string
+}
+
+func (e *Engine) resumeSource(ctx context.Context, a *torporv1.Actor, opts ResumeOptions, live func(string) bool) (source, error) {
+	space, st := a.GetMetadata().GetSpace(), a.GetStatus()
+	if opts.Snapshot != "" {
+		snap, err := e.store.Snapshots().Get(ctx, space, opts.Snapshot)
+		if err != nil {
+			return source{}, err
+		}
+		if snap.GetActorUid() != a.GetMetadata().GetUid() {
+			return source{}, codeError(connect.CodeInvalidArgument, "snapshot %s belongs to another actor, not %s", opts.Snapshot, actorKey(a))
+		}
+		if snap.GetNode() != "" {
+			return source{kind: SourceLocal, snap: snap, requireNode: snap.GetNode()}, nil
+		}
+		return source{kind: SourceDurable, snap: snap, note: "snapshot " + opts.Snapshot + " asked for"}, nil
+	}
+	var note string
+	if st.GetState() == torporv1.ActorState_ACTOR_STATE_PAUSED && st.GetLocalCheckpoint() != "" {
+		snap, err := e.store.Snapshots().Get(ctx, space, st.GetLocalCheckpoint())
+		switch {
+		case err == nil && live(snap.GetNode()):
+			return source{kind: SourceLocal, snap: snap, requireNode: snap.GetNode()}, nil
+		case err == nil:
+			note = fmt.Sprintf("node %s holding the local checkpoint is gone; using the latest durable snapshot", snap.GetNode())
+		case errors.Is(err, store.ErrNotFound):
+			note = "local checkpoint record is gone; using the latest durable snapshot"
+		default:
+			return source{}, err
+		}
+	}
+	if st.GetLatestSnapshot() == "" {
+		return source{kind: SourceNone, note: note}, nil
+	}
+	snap, err := e.store.Snapshots().Get(ctx, space, st.GetLatestSnapshot())
+	if errors.Is(err, store.ErrNotFound) {
+		return source{}, codeError(connect.CodeDataLoss, "actor %s: its latest snapshot %s has no record", actorKey(a), st.GetLatestSnapshot())
+	}
+	if err != nil {
+		return source{}, err
+	}
+	return source{kind: SourceDurable, snap: snap, note: note}, nil
+}
+
+// claimResume decides the restore and commits the RESUMING intent together
+// with the worker claim, in one transaction. The actor's version guards the
+// claim: a concurrent repoint or resume makes it fail and start over, so the
+// template and snapshot read here are the ones the claim is based on.
+func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts ResumeOptions) (*torporv1.Actor, error) {
+	space := a.GetMetadata().GetSpace()
+	tmpl, err := e.store.Templates().Get(ctx, space, a.GetSpec().GetTemplate())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, codeError(connect.CodeFailedPrecondition, "actor %s: template %s/%s does not exist", actorKey(a), space, a.GetSpec().GetTemplate())
+	}
+	if err != nil {
+		return nil, err
+	}
+	live, err := e.liveNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	src, err := e.resumeSource(ctx, a, opts, live)
+	if err != nil {
+		return nil, err
+	}
+	golden := ""
+	if tmpl.GetStatus().GetPhase() == torporv1.TemplatePhase_TEMPLATE_PHASE_READY {
+		golden = tmpl.GetStatus().GetGoldenSnapshot()
+	}
+	plan := DecideRestore(RestoreInput{
+		Source:            src.kind,
+		SourceScope:       src.snap.GetScope(),
+		SourceTemplateUID: src.snap.GetTemplateUid(),
+		ActorTemplateUID:  tmpl.GetMetadata().GetUid(),
+		FromData:          tmpl.GetSpec().GetSnapshotPolicy().GetOnResume().GetFromData(),
+		Golden:            golden,
+		ForceBoot:         opts.Boot,
+	})
+	free, err := e.freeWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w, err := scheduler.Pick(free, live, scheduler.Request{
+		SandboxClass: tmpl.GetSpec().GetSandboxClass(),
+		Selector:     a.GetSpec().GetWorkerSelector(),
+		RequireNode:  src.requireNode,
+	})
+	var noWorker *scheduler.NoWorkerError
+	if errors.As(err, &noWorker) {
+		return nil, codeError(connect.CodeResourceExhausted, "actor %s: %v", actorKey(a), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	from := a.GetStatus().GetState()
+	op := &torporv1.ActorOperation{
+		Id:             newOperationID(),
+		Kind:           torporv1.OperationKind_OPERATION_KIND_RESUME,
+		StartTime:      timestamppb.New(e.now()),
+		RestoreScope:   plan.Scope,
+		GoldenSnapshot: plan.Golden,
+		Template:       tmpl.GetMetadata().GetName(),
+		TemplateUid:    tmpl.GetMetadata().GetUid(),
+		PreviousState:  from,
+	}
+	if plan.UseSource {
+		op.SourceSnapshot = src.snap.GetMetadata().GetName()
+	}
+	st := a.Status
+	st.Operation = op
+	st.Worker = &torporv1.WorkerRef{
+		Namespace: w.GetMetadata().GetSpace(), Name: w.GetMetadata().GetName(), Uid: w.GetMetadata().GetUid(),
+		Node: w.GetSpec().GetNode(), Ip: w.GetSpec().GetIp(),
+	}
+	// The guest about to run is built on this template (invariant 8).
+	st.CurrentTemplate = tmpl.GetMetadata().GetName()
+	st.CurrentTemplateUid = tmpl.GetMetadata().GetUid()
+	st.CurrentTemplateSpec = tmpl.GetSpec()
+	e.setState(a, torporv1.ActorState_ACTOR_STATE_RESUMING)
+	w.Status.Actor = &torporv1.ActorRef{Space: space, Name: a.GetMetadata().GetName(), Uid: a.GetMetadata().GetUid()}
+
+	var claimed *torporv1.Actor
+	err = e.store.InTx(ctx, func(tx store.Tx) error {
+		if _, err := tx.Workers().Update(ctx, w); err != nil {
+			return err
+		}
+		var err error
+		if claimed, err = tx.Actors().Update(ctx, a); err != nil {
+			return err
+		}
+		return e.record(ctx, tx, a.GetMetadata().GetUid(), transition{
+			from: from, to: torporv1.ActorState_ACTOR_STATE_RESUMING, reason: describePlan(plan, src), op: op, worker: st.Worker,
+		})
+	})
+	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+		return nil, errRetry
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim worker %s for actor %s: %w", w.GetMetadata().GetName(), actorKey(a), err)
+	}
+	return claimed, nil
+}
+
+func describePlan(plan RestorePlan, src source) string {
+	s := "resume: " + restoreScopeName(plan.Scope)
+	if src.snap != nil && plan.UseSource {
+		s += " from " + src.kind.String() + " " + src.snap.GetMetadata().GetName()
+	}
+	if plan.Golden != "" {
+		s += " on golden " + plan.Golden
+	}
+	if plan.DiscardsMemory {
+		s += "; the snapshot's memory was captured under another template and is discarded"
+	}
+	if src.note != "" {
+		s += "; " + src.note
+	}
+	return s
+}
+
+func restoreScopeName(s torporv1.RestoreScope) string {
+	const prefix = "RESTORE_SCOPE_"
+	if n := s.String(); len(n) > len(prefix) {
+		return n[len(prefix):]
+	}
+	return s.String()
+}
+
+// driveResume issues the node call of a committed RESUMING intent and
+// finalizes it. It is also how Recover finishes a resume a crashed control
+// plane left behind: the node call is idempotent on the operation id.
+func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor) (*torporv1.Actor, error) {
+	if h := e.hooks.AfterResumeClaim; h != nil {
+		h(a)
+	}
+	st, op := a.GetStatus(), a.GetStatus().GetOperation()
+	log := e.logger(a)
+	if err := e.callRestore(ctx, a); err != nil {
+		log.Warn("resume failed", "err", err)
+		return nil, e.failResume(ctx, a, err)
+	}
+	if h := e.hooks.BeforeResumeFinalize; h != nil {
+		h(a)
+	}
+	var out *torporv1.Actor
+	var lost *torporv1.Actor
+	err := e.store.InTx(ctx, func(tx store.Tx) error {
+		cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
+		if err != nil {
+			return err
+		}
+		if cur.GetMetadata().GetUid() != a.GetMetadata().GetUid() || cur.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_RESUMING || cur.GetStatus().GetOperation().GetId() != op.GetId() {
+			if cur.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING && cur.GetStatus().GetWorker().GetUid() == st.GetWorker().GetUid() {
+				out = cur // another driver of this operation finished it
+				return nil
+			}
+			lost = cur
+			return nil
+		}
+		// Any resume moves the actor past its local checkpoint.
+		if local := cur.Status.LocalCheckpoint; local != "" {
+			if err := tx.Snapshots().Delete(ctx, cur.GetMetadata().GetSpace(), local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			cur.Status.LocalCheckpoint = ""
+		}
+		cur.Status.CrashReason = ""
+		e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING)
+		cur.Status.Operation = nil
+		if out, err = tx.Actors().Update(ctx, cur); err != nil {
+			return err
+		}
+		return e.record(ctx, tx, cur.GetMetadata().GetUid(), transition{
+			from: torporv1.ActorState_ACTOR_STATE_RESUMING, to: torporv1.ActorState_ACTOR_STATE_RUNNING,
+			reason: "resumed (" + restoreScopeName(op.GetRestoreScope()) + ")", op: op, worker: cur.GetStatus().GetWorker(), since: op.GetStartTime().AsTime(),
+		})
+	})
+	if err == nil && lost != nil {
+		// A crash (or another writer) moved the actor on while the node was
+		// restoring: never write RUNNING over it (invariant 2), and stop the
+		// workload it no longer owns.
+		e.terminate(ctx, a)
+		return nil, codeError(connect.CodeAborted, "actor %s became %s while resuming: %s", actorKey(a), stateName(lost.GetStatus().GetState()), lost.GetStatus().GetCrashReason())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("finalize resume of actor %s: %w", actorKey(a), err)
+	}
+	log.Info("actor running", "duration", e.now().Sub(op.GetStartTime().AsTime()))
+	return out, nil
+}
+
+func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor) error {
+	st, op := a.GetStatus(), a.GetStatus().GetOperation()
+	agent, err := e.agents.Agent(ctx, st.GetWorker().GetNode())
+	if err != nil {
+		return err
+	}
+	nodeOp := &torporv1.Operation{ActorUid: a.GetMetadata().GetUid(), OperationId: op.GetId(), Worker: st.GetWorker().GetName()}
+	workload := &torporv1.Workload{
+		Space: a.GetMetadata().GetSpace(), Actor: a.GetMetadata().GetName(), ActorUid: a.GetMetadata().GetUid(),
+		TemplateName: st.GetCurrentTemplate(), TemplateUid: st.GetCurrentTemplateUid(), Template: st.GetCurrentTemplateSpec(),
+	}
+	if op.GetRestoreScope() == torporv1.RestoreScope_RESTORE_SCOPE_BOOT {
+		_, err = agent.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: nodeOp, Workload: workload}))
+		return err
+	}
+	req := &torporv1.RestoreRequest{Op: nodeOp, Workload: workload, Scope: op.GetRestoreScope()}
+	space := a.GetMetadata().GetSpace()
+	if req.Snapshot, err = e.snapshotSource(ctx, space, op.GetSourceSnapshot()); err != nil {
+		return err
+	}
+	if req.Golden, err = e.snapshotSource(ctx, space, op.GetGoldenSnapshot()); err != nil {
+		return err
+	}
+	_, err = agent.Restore(ctx, connect.NewRequest(req))
+	return err
+}
+
+func (e *Engine) snapshotSource(ctx context.Context, space, name string) (*torporv1.SnapshotSource, error) {
+	if name == "" {
+		return nil, nil
+	}
+	snap, err := e.store.Snapshots().Get(ctx, space, name)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s/%s: %w", space, name, err)
+	}
+	return &torporv1.SnapshotSource{Location: snap.GetLocation(), ManifestDigest: snap.GetManifestDigest(), Node: snap.GetNode()}, nil
+}
+
+// failResume records a failed resume: the actor becomes CRASHED with the
+// reason and its worker is released, unless someone already moved it on.
+// The caller gets the node's error with its code (DataLoss stays DataLoss).
+func (e *Engine) failResume(ctx context.Context, a *torporv1.Actor, cause error) error {
+	e.terminate(ctx, a)
+	op := a.GetStatus().GetOperation()
+	err := e.store.InTx(ctx, func(tx store.Tx) error {
+		cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
+		if err != nil {
+			return err
+		}
+		if cur.GetMetadata().GetUid() != a.GetMetadata().GetUid() || cur.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_RESUMING || cur.GetStatus().GetOperation().GetId() != op.GetId() {
+			return nil
+		}
+		return e.crashInTx(ctx, tx, cur, "resume failed: "+connectMessage(cause))
+	})
+	if err != nil {
+		e.logger(a).Error("record failed resume", "err", err)
+	}
+	return cause
+}
+
+// crashInTx makes cur CRASHED with reason and releases its worker.
+func (e *Engine) crashInTx(ctx context.Context, tx store.Tx, cur *torporv1.Actor, reason string) error {
+	t := transition{from: cur.GetStatus().GetState(), to: torporv1.ActorState_ACTOR_STATE_CRASHED, reason: reason, op: cur.GetStatus().GetOperation(), worker: cur.GetStatus().GetWorker()}
+	if err := releaseWorker(ctx, tx, t.worker, cur.GetMetadata().GetUid()); err != nil {
+		return err
+	}
+	cur.Status.Worker = nil
+	cur.Status.Operation = nil
+	cur.Status.CrashReason = reason
+	e.setState(cur, torporv1.ActorState_ACTOR_STATE_CRASHED)
+	if _, err := tx.Actors().Update(ctx, cur); err != nil {
+		return err
+	}
+	return e.record(ctx, tx, cur.GetMetadata().GetUid(), t)
+}
+
+// terminate asks the node to stop the actor's workload on its worker; the
+// node only stops a workload that belongs to this actor.
+func (e *Engine) terminate(ctx context.Context, a *torporv1.Actor) {
+	st := a.GetStatus()
+	if st.GetWorker() == nil {
+		return
+	}
+	agent, err := e.agents.Agent(ctx, st.GetWorker().GetNode())
+	if err == nil {
+		_, err = agent.Terminate(ctx, connect.NewRequest(&torporv1.TerminateRequest{Op: &torporv1.Operation{
+			ActorUid: a.GetMetadata().GetUid(), OperationId: st.GetOperation().GetId() + "-terminate", Worker: st.GetWorker().GetName(),
+		}}))
+	}
+	if err != nil {
+		e.logger(a).Warn("terminate workload", "err", err)
+	}
+}
+
+// connectMessage is an error's message without the code prefix.
+func connectMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
