@@ -1,0 +1,243 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// ReadManifest fetches the manifest of the snapshot at location and checks
+// it against the digest the snapshot record carries. A missing, changed
+// or malformed manifest is an ErrDataLoss.
+func ReadManifest(ctx context.Context, store ObjectStore, location, manifestDigest string) (*Manifest, error) {
+	if _, _, _, err := ParseLocation(location); err != nil {
+		return nil, err
+	}
+	if err := validateDigest(manifestDigest); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", location, err)
+	}
+	rc, err := store.Get(ctx, manifestKey(location))
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, &DataLossError{Location: location, Err: err}
+		}
+		return nil, fmt.Errorf("snapshot %s: manifest: %w", location, err)
+	}
+	defer rc.Close()
+	body, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: manifest: %w", location, err)
+	}
+	if len(body) > maxManifestBytes {
+		return nil, &DataLossError{Location: location, Err: fmt.Errorf("larger than %d bytes", maxManifestBytes)}
+	}
+	if got := digestOf(body); got != manifestDigest {
+		return nil, &DataLossError{Location: location, Err: fmt.Errorf("digest mismatch: record has %s, stored manifest is %s", manifestDigest, got)}
+	}
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return nil, &DataLossError{Location: location, Err: fmt.Errorf("undecodable: %w", err)}
+	}
+	if err := m.validate(location); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// Download restores the snapshot at location into destDir, which must not
+// exist or be empty, after verifying the manifest against manifestDigest
+// and every file against the manifest. Missing or corrupt data fails with
+// an ErrDataLoss naming the file. The tree is built in a sibling directory
+// and renamed into place, so on any failure destDir is left as it was.
+//
+// Ownership is restored only when running as root. Files are not fsynced:
+// a caller keeping the tree across a crash must sync or re-download it.
+func Download(ctx context.Context, store ObjectStore, location, manifestDigest, destDir string) (err error) {
+	m, err := ReadManifest(ctx, store, location, manifestDigest)
+	if err != nil {
+		return err
+	}
+	switch names, err := os.ReadDir(destDir); {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("snapshot %s: destination: %w", location, err)
+	case len(names) > 0:
+		return fmt.Errorf("snapshot %s: destination %s is not empty", location, destDir)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(destDir), "."+filepath.Base(destDir)+".partial-*")
+	if err != nil {
+		return fmt.Errorf("snapshot %s: destination: %w", location, err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if err := restoreTree(ctx, store, m, tmp); err != nil {
+		return err
+	}
+	// rename(2) replaces an empty directory atomically; os.Rename refuses
+	// any existing directory.
+	if err := unix.Rename(tmp, destDir); err != nil {
+		return fmt.Errorf("snapshot %s: destination %s: %w", location, destDir, err)
+	}
+	return nil
+}
+
+func restoreTree(ctx context.Context, store ObjectStore, m *Manifest, root string) error {
+	local := func(e *Entry) string { return filepath.Join(root, filepath.FromSlash(e.Path)) }
+	var files []int
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		switch e.Type {
+		case EntryDir:
+			if i > 0 {
+				if err := os.Mkdir(local(e), 0o700); err != nil {
+					return fmt.Errorf("snapshot %s: %w", m.Location, err)
+				}
+			}
+		case EntryFile:
+			files = append(files, i)
+		}
+	}
+	largestFirst(m.Entries, files)
+	err := forEach(ctx, files, func(ctx context.Context, i int) error {
+		return fetchFile(ctx, store, m.Location, &m.Entries[i], local(&m.Entries[i]))
+	})
+	if err != nil {
+		return err
+	}
+	for i := range m.Entries {
+		if e := &m.Entries[i]; e.Type == EntrySymlink {
+			if err := os.Symlink(e.Target, local(e)); err != nil {
+				return fmt.Errorf("snapshot %s: %w", m.Location, err)
+			}
+		}
+	}
+	// Children before parents: a directory's mtime must be set after its
+	// entries are created, and a restrictive mode only once nothing more
+	// is written below it.
+	asRoot := os.Geteuid() == 0
+	for i := len(m.Entries) - 1; i >= 0; i-- {
+		if err := setAttributes(&m.Entries[i], local(&m.Entries[i]), asRoot); err != nil {
+			return fmt.Errorf("snapshot %s: file %s: %w", m.Location, m.Entries[i].Path, err)
+		}
+	}
+	return nil
+}
+
+func setAttributes(e *Entry, path string, asRoot bool) error {
+	// chown clears setuid/setgid, so it goes before chmod.
+	if asRoot {
+		if err := os.Lchown(path, e.UID, e.GID); err != nil {
+			return err
+		}
+	}
+	if e.Type != EntrySymlink {
+		if err := unix.Chmod(path, e.Mode); err != nil {
+			return &fs.PathError{Op: "chmod", Path: path, Err: err}
+		}
+	}
+	ts := unix.NsecToTimespec(e.ModTime.UnixNano())
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, path, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "utimes", Path: path, Err: err}
+	}
+	return nil
+}
+
+// fetchFile streams one object through zstd into dest and checks sizes and
+// digests of both the object and the content. Data problems are
+// DataLossErrors; store or local I/O failures are not, since retrying
+// them may succeed.
+func fetchFile(ctx context.Context, store ObjectStore, location string, e *Entry, dest string) error {
+	lost := func(format string, args ...any) error {
+		return &DataLossError{Location: location, File: e.Path, Err: fmt.Errorf(format, args...)}
+	}
+	failed := func(err error) error { return fmt.Errorf("snapshot %s: file %s: %w", location, e.Path, err) }
+
+	rc, err := store.Get(ctx, location+"/"+e.Object)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return lost("object %s: %w", e.Object, err)
+		}
+		return failed(err)
+	}
+	defer rc.Close()
+	src := &errorRecorder{r: contextReader{ctx, rc}}
+	stored := newCountingHash()
+	body := io.TeeReader(src, stored)
+	dec, err := getDecoder(body)
+	if err != nil {
+		return failed(fmt.Errorf("zstd decoder: %w", err))
+	}
+	out, err := os.OpenFile(dest, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return failed(err)
+	}
+	defer out.Close()
+	sink := &errorRecorder{w: out}
+	raw := newCountingHash()
+	_, decodeErr := io.Copy(io.MultiWriter(sink, raw), io.LimitReader(dec, e.Size+1))
+	if decodeErr == nil {
+		putDecoder(dec)
+	}
+	// Hash whatever the decoder left unread, so the object digest covers
+	// the whole object.
+	if _, err := io.Copy(io.Discard, body); err != nil && decodeErr == nil {
+		decodeErr = err
+	}
+	switch {
+	case src.err != nil:
+		return failed(src.err)
+	case sink.err != nil:
+		return failed(sink.err)
+	case stored.n != e.ObjectSize:
+		return lost("stored object %s: size %d, want %d", e.Object, stored.n, e.ObjectSize)
+	case stored.sum() != e.ObjectSHA256:
+		return lost("stored object %s: sha256 mismatch: got %s, want %s", e.Object, stored.sum(), e.ObjectSHA256)
+	case decodeErr != nil:
+		return lost("undecodable object %s: %w", e.Object, decodeErr)
+	case raw.n != e.Size:
+		return lost("size %d, want %d", raw.n, e.Size)
+	case raw.sum() != e.SHA256:
+		return lost("sha256 mismatch: got %s, want %s", raw.sum(), e.SHA256)
+	}
+	if err := out.Close(); err != nil {
+		return failed(err)
+	}
+	return nil
+}
+
+// errorRecorder remembers the error of the reader or writer it wraps, to
+// tell a store or disk failure from undecodable data after the fact.
+type errorRecorder struct {
+	r   io.Reader
+	w   io.Writer
+	err error
+}
+
+func (e *errorRecorder) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		e.err = err
+	}
+	return n, err
+}
+
+func (e *errorRecorder) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil {
+		e.err = err
+	}
+	return n, err
+}
