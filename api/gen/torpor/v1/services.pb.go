@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -432,6 +433,212 @@ func (x *ListTemplatesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ResumeActorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Cold-boot an actor without state instead of restoring the golden.
+	Boot bool `protobuf:"varint,3,opt,name=boot,proto3" json:"boot,omitempty"`
+	// Restore this kept snapshot instead of the latest.
+	Snapshot      string `protobuf:"bytes,4,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeActorRequest) Reset() {
+	*x = ResumeActorRequest{}
+	mi := &file_torpor_v1_services_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeActorRequest) ProtoMessage() {}
+
+func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
+func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ResumeActorRequest) GetSpace() string {
+	if x != nil {
+		return x.Space
+	}
+	return ""
+}
+
+func (x *ResumeActorRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResumeActorRequest) GetBoot() bool {
+	if x != nil {
+		return x.Boot
+	}
+	return false
+}
+
+func (x *ResumeActorRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+type ActorEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	FromState     ActorState             `protobuf:"varint,2,opt,name=from_state,json=fromState,proto3,enum=torpor.v1.ActorState" json:"from_state,omitempty"`
+	ToState       ActorState             `protobuf:"varint,3,opt,name=to_state,json=toState,proto3,enum=torpor.v1.ActorState" json:"to_state,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	OperationId   string                 `protobuf:"bytes,5,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Worker        string                 `protobuf:"bytes,6,opt,name=worker,proto3" json:"worker,omitempty"`
+	DurationMs    int64                  `protobuf:"varint,7,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActorEvent) Reset() {
+	*x = ActorEvent{}
+	mi := &file_torpor_v1_services_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActorEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActorEvent) ProtoMessage() {}
+
+func (x *ActorEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActorEvent.ProtoReflect.Descriptor instead.
+func (*ActorEvent) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ActorEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ActorEvent) GetFromState() ActorState {
+	if x != nil {
+		return x.FromState
+	}
+	return ActorState_ACTOR_STATE_UNSPECIFIED
+}
+
+func (x *ActorEvent) GetToState() ActorState {
+	if x != nil {
+		return x.ToState
+	}
+	return ActorState_ACTOR_STATE_UNSPECIFIED
+}
+
+func (x *ActorEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ActorEvent) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *ActorEvent) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ActorEvent) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+type ListActorEventsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*ActorEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListActorEventsResponse) Reset() {
+	*x = ListActorEventsResponse{}
+	mi := &file_torpor_v1_services_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListActorEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListActorEventsResponse) ProtoMessage() {}
+
+func (x *ListActorEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListActorEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListActorEventsResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListActorEventsResponse) GetEvents() []*ActorEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 type CreateActorRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Actor         *Actor                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
@@ -441,7 +648,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[8]
+	mi := &file_torpor_v1_services_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +660,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[8]
+	mi := &file_torpor_v1_services_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +673,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -486,7 +693,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[9]
+	mi := &file_torpor_v1_services_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +705,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[9]
+	mi := &file_torpor_v1_services_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +718,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{9}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -541,7 +748,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[10]
+	mi := &file_torpor_v1_services_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +760,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[10]
+	mi := &file_torpor_v1_services_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +773,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{10}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateActorRequest) GetActor() *Actor {
@@ -592,7 +799,7 @@ type CreateWorkerRequest struct {
 
 func (x *CreateWorkerRequest) Reset() {
 	*x = CreateWorkerRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[11]
+	mi := &file_torpor_v1_services_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +811,7 @@ func (x *CreateWorkerRequest) String() string {
 func (*CreateWorkerRequest) ProtoMessage() {}
 
 func (x *CreateWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[11]
+	mi := &file_torpor_v1_services_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +824,7 @@ func (x *CreateWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkerRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{11}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateWorkerRequest) GetWorker() *Worker {
@@ -637,7 +844,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[12]
+	mi := &file_torpor_v1_services_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +856,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[12]
+	mi := &file_torpor_v1_services_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +869,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{12}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -689,7 +896,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	mi := &file_torpor_v1_services_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +908,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	mi := &file_torpor_v1_services_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +921,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -735,7 +942,7 @@ var File_torpor_v1_services_proto protoreflect.FileDescriptor
 
 const file_torpor_v1_services_proto_rawDesc = "" +
 	"\n" +
-	"\x18torpor/v1/services.proto\x12\ttorpor.v1\x1a google/protobuf/field_mask.proto\x1a\x19torpor/v1/resources.proto\"6\n" +
+	"\x18torpor/v1/services.proto\x12\ttorpor.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19torpor/v1/resources.proto\"6\n" +
 	"\n" +
 	"GetRequest\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
@@ -760,7 +967,25 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\btemplate\x18\x01 \x01(\v2\x13.torpor.v1.TemplateR\btemplate\"r\n" +
 	"\x15ListTemplatesResponse\x121\n" +
 	"\ttemplates\x18\x01 \x03(\v2\x13.torpor.v1.TemplateR\ttemplates\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"<\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"n\n" +
+	"\x12ResumeActorRequest\x12\x14\n" +
+	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04boot\x18\x03 \x01(\bR\x04boot\x12\x1a\n" +
+	"\bsnapshot\x18\x04 \x01(\tR\bsnapshot\"\x98\x02\n" +
+	"\n" +
+	"ActorEvent\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x124\n" +
+	"\n" +
+	"from_state\x18\x02 \x01(\x0e2\x15.torpor.v1.ActorStateR\tfromState\x120\n" +
+	"\bto_state\x18\x03 \x01(\x0e2\x15.torpor.v1.ActorStateR\atoState\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12!\n" +
+	"\foperation_id\x18\x05 \x01(\tR\voperationId\x12\x16\n" +
+	"\x06worker\x18\x06 \x01(\tR\x06worker\x12\x1f\n" +
+	"\vduration_ms\x18\a \x01(\x03R\n" +
+	"durationMs\"H\n" +
+	"\x17ListActorEventsResponse\x12-\n" +
+	"\x06events\x18\x01 \x03(\v2\x15.torpor.v1.ActorEventR\x06events\"<\n" +
 	"\x12CreateActorRequest\x12&\n" +
 	"\x05actor\x18\x01 \x01(\v2\x10.torpor.v1.ActorR\x05actor\"f\n" +
 	"\x12ListActorsResponse\x12(\n" +
@@ -788,14 +1013,19 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\x0eCreateTemplate\x12 .torpor.v1.CreateTemplateRequest\x1a\x13.torpor.v1.Template\x129\n" +
 	"\vGetTemplate\x12\x15.torpor.v1.GetRequest\x1a\x13.torpor.v1.Template\x12I\n" +
 	"\rListTemplates\x12\x16.torpor.v1.ListRequest\x1a .torpor.v1.ListTemplatesResponse\x12E\n" +
-	"\x0eDeleteTemplate\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse2\xcc\x02\n" +
+	"\x0eDeleteTemplate\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse2\xca\x04\n" +
 	"\fActorService\x12>\n" +
 	"\vCreateActor\x12\x1d.torpor.v1.CreateActorRequest\x1a\x10.torpor.v1.Actor\x123\n" +
 	"\bGetActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x12C\n" +
 	"\n" +
 	"ListActors\x12\x16.torpor.v1.ListRequest\x1a\x1d.torpor.v1.ListActorsResponse\x12>\n" +
 	"\vUpdateActor\x12\x1d.torpor.v1.UpdateActorRequest\x1a\x10.torpor.v1.Actor\x12B\n" +
-	"\vDeleteActor\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse2\x95\x02\n" +
+	"\vDeleteActor\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse\x12>\n" +
+	"\vResumeActor\x12\x1d.torpor.v1.ResumeActorRequest\x1a\x10.torpor.v1.Actor\x127\n" +
+	"\fSuspendActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x125\n" +
+	"\n" +
+	"PauseActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x12L\n" +
+	"\x0fListActorEvents\x12\x15.torpor.v1.GetRequest\x1a\".torpor.v1.ListActorEventsResponse2\x95\x02\n" +
 	"\rWorkerService\x12A\n" +
 	"\fCreateWorker\x12\x1e.torpor.v1.CreateWorkerRequest\x1a\x11.torpor.v1.Worker\x125\n" +
 	"\tGetWorker\x12\x15.torpor.v1.GetRequest\x1a\x11.torpor.v1.Worker\x12E\n" +
@@ -818,86 +1048,103 @@ func file_torpor_v1_services_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_services_proto_rawDescData
 }
 
-var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_torpor_v1_services_proto_goTypes = []any{
-	(*GetRequest)(nil),            // 0: torpor.v1.GetRequest
-	(*ListRequest)(nil),           // 1: torpor.v1.ListRequest
-	(*DeleteRequest)(nil),         // 2: torpor.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 3: torpor.v1.DeleteResponse
-	(*CreateSpaceRequest)(nil),    // 4: torpor.v1.CreateSpaceRequest
-	(*ListSpacesResponse)(nil),    // 5: torpor.v1.ListSpacesResponse
-	(*CreateTemplateRequest)(nil), // 6: torpor.v1.CreateTemplateRequest
-	(*ListTemplatesResponse)(nil), // 7: torpor.v1.ListTemplatesResponse
-	(*CreateActorRequest)(nil),    // 8: torpor.v1.CreateActorRequest
-	(*ListActorsResponse)(nil),    // 9: torpor.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),    // 10: torpor.v1.UpdateActorRequest
-	(*CreateWorkerRequest)(nil),   // 11: torpor.v1.CreateWorkerRequest
-	(*ListWorkersResponse)(nil),   // 12: torpor.v1.ListWorkersResponse
-	(*ListSnapshotsResponse)(nil), // 13: torpor.v1.ListSnapshotsResponse
-	(*Space)(nil),                 // 14: torpor.v1.Space
-	(*Template)(nil),              // 15: torpor.v1.Template
-	(*Actor)(nil),                 // 16: torpor.v1.Actor
-	(*fieldmaskpb.FieldMask)(nil), // 17: google.protobuf.FieldMask
-	(*Worker)(nil),                // 18: torpor.v1.Worker
-	(*Snapshot)(nil),              // 19: torpor.v1.Snapshot
+	(*GetRequest)(nil),              // 0: torpor.v1.GetRequest
+	(*ListRequest)(nil),             // 1: torpor.v1.ListRequest
+	(*DeleteRequest)(nil),           // 2: torpor.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 3: torpor.v1.DeleteResponse
+	(*CreateSpaceRequest)(nil),      // 4: torpor.v1.CreateSpaceRequest
+	(*ListSpacesResponse)(nil),      // 5: torpor.v1.ListSpacesResponse
+	(*CreateTemplateRequest)(nil),   // 6: torpor.v1.CreateTemplateRequest
+	(*ListTemplatesResponse)(nil),   // 7: torpor.v1.ListTemplatesResponse
+	(*ResumeActorRequest)(nil),      // 8: torpor.v1.ResumeActorRequest
+	(*ActorEvent)(nil),              // 9: torpor.v1.ActorEvent
+	(*ListActorEventsResponse)(nil), // 10: torpor.v1.ListActorEventsResponse
+	(*CreateActorRequest)(nil),      // 11: torpor.v1.CreateActorRequest
+	(*ListActorsResponse)(nil),      // 12: torpor.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),      // 13: torpor.v1.UpdateActorRequest
+	(*CreateWorkerRequest)(nil),     // 14: torpor.v1.CreateWorkerRequest
+	(*ListWorkersResponse)(nil),     // 15: torpor.v1.ListWorkersResponse
+	(*ListSnapshotsResponse)(nil),   // 16: torpor.v1.ListSnapshotsResponse
+	(*Space)(nil),                   // 17: torpor.v1.Space
+	(*Template)(nil),                // 18: torpor.v1.Template
+	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
+	(ActorState)(0),                 // 20: torpor.v1.ActorState
+	(*Actor)(nil),                   // 21: torpor.v1.Actor
+	(*fieldmaskpb.FieldMask)(nil),   // 22: google.protobuf.FieldMask
+	(*Worker)(nil),                  // 23: torpor.v1.Worker
+	(*Snapshot)(nil),                // 24: torpor.v1.Snapshot
 }
 var file_torpor_v1_services_proto_depIdxs = []int32{
-	14, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
-	14, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
-	15, // 2: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
-	15, // 3: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
-	16, // 4: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
-	16, // 5: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
-	16, // 6: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
-	17, // 7: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
-	18, // 8: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
-	18, // 9: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
-	19, // 10: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
-	4,  // 11: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
-	0,  // 12: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
-	1,  // 13: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
-	2,  // 14: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
-	6,  // 15: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
-	0,  // 16: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
-	1,  // 17: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
-	2,  // 18: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
-	8,  // 19: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
-	0,  // 20: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
-	1,  // 21: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
-	10, // 22: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
-	2,  // 23: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
-	11, // 24: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
-	0,  // 25: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
-	1,  // 26: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
-	2,  // 27: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
-	0,  // 28: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
-	1,  // 29: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
-	2,  // 30: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
-	14, // 31: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
-	14, // 32: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
-	5,  // 33: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
-	3,  // 34: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
-	15, // 35: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
-	15, // 36: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
-	7,  // 37: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
-	3,  // 38: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
-	16, // 39: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
-	16, // 40: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
-	9,  // 41: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
-	16, // 42: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
-	3,  // 43: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
-	18, // 44: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
-	18, // 45: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
-	12, // 46: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
-	3,  // 47: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
-	19, // 48: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
-	13, // 49: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
-	3,  // 50: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
-	31, // [31:51] is the sub-list for method output_type
-	11, // [11:31] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	17, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
+	17, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
+	18, // 2: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
+	18, // 3: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
+	19, // 4: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
+	20, // 5: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
+	20, // 6: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
+	9,  // 7: torpor.v1.ListActorEventsResponse.events:type_name -> torpor.v1.ActorEvent
+	21, // 8: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
+	21, // 9: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
+	21, // 10: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
+	22, // 11: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
+	23, // 12: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
+	23, // 13: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
+	24, // 14: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
+	4,  // 15: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
+	0,  // 16: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
+	1,  // 17: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
+	2,  // 18: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
+	6,  // 19: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
+	0,  // 20: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
+	1,  // 21: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
+	2,  // 22: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
+	11, // 23: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
+	0,  // 24: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
+	1,  // 25: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
+	13, // 26: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
+	2,  // 27: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
+	8,  // 28: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
+	0,  // 29: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
+	0,  // 30: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
+	0,  // 31: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
+	14, // 32: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
+	0,  // 33: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
+	1,  // 34: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
+	2,  // 35: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
+	0,  // 36: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
+	1,  // 37: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
+	2,  // 38: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
+	17, // 39: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
+	17, // 40: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
+	5,  // 41: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
+	3,  // 42: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
+	18, // 43: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
+	18, // 44: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
+	7,  // 45: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
+	3,  // 46: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
+	21, // 47: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
+	21, // 48: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
+	12, // 49: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
+	21, // 50: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
+	3,  // 51: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
+	21, // 52: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
+	21, // 53: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
+	21, // 54: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
+	10, // 55: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
+	23, // 56: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
+	23, // 57: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
+	15, // 58: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
+	3,  // 59: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
+	24, // 60: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
+	16, // 61: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
+	3,  // 62: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
+	39, // [39:63] is the sub-list for method output_type
+	15, // [15:39] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_services_proto_init() }
@@ -912,7 +1159,7 @@ func file_torpor_v1_services_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_services_proto_rawDesc), len(file_torpor_v1_services_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -76,6 +76,17 @@ const (
 	// ActorServiceDeleteActorProcedure is the fully-qualified name of the ActorService's DeleteActor
 	// RPC.
 	ActorServiceDeleteActorProcedure = "/torpor.v1.ActorService/DeleteActor"
+	// ActorServiceResumeActorProcedure is the fully-qualified name of the ActorService's ResumeActor
+	// RPC.
+	ActorServiceResumeActorProcedure = "/torpor.v1.ActorService/ResumeActor"
+	// ActorServiceSuspendActorProcedure is the fully-qualified name of the ActorService's SuspendActor
+	// RPC.
+	ActorServiceSuspendActorProcedure = "/torpor.v1.ActorService/SuspendActor"
+	// ActorServicePauseActorProcedure is the fully-qualified name of the ActorService's PauseActor RPC.
+	ActorServicePauseActorProcedure = "/torpor.v1.ActorService/PauseActor"
+	// ActorServiceListActorEventsProcedure is the fully-qualified name of the ActorService's
+	// ListActorEvents RPC.
+	ActorServiceListActorEventsProcedure = "/torpor.v1.ActorService/ListActorEvents"
 	// WorkerServiceCreateWorkerProcedure is the fully-qualified name of the WorkerService's
 	// CreateWorker RPC.
 	WorkerServiceCreateWorkerProcedure = "/torpor.v1.WorkerService/CreateWorker"
@@ -406,7 +417,17 @@ type ActorServiceClient interface {
 	GetActor(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error)
 	ListActors(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListActorsResponse], error)
 	UpdateActor(context.Context, *connect.Request[v1.UpdateActorRequest]) (*connect.Response[v1.Actor], error)
+	// DeleteActor removes a SUSPENDED, PAUSED or CRASHED actor and all its
+	// snapshots.
 	DeleteActor(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	// ResumeActor brings the actor to RUNNING; a RUNNING actor is returned
+	// at once. ResourceExhausted when no worker fits.
+	ResumeActor(context.Context, *connect.Request[v1.ResumeActorRequest]) (*connect.Response[v1.Actor], error)
+	// SuspendActor checkpoints to snapshot storage and frees the worker.
+	SuspendActor(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error)
+	// PauseActor checkpoints on the node and frees the worker.
+	PauseActor(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error)
+	ListActorEvents(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListActorEventsResponse], error)
 }
 
 // NewActorServiceClient constructs a client for the torpor.v1.ActorService service. By default, it
@@ -450,16 +471,44 @@ func NewActorServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(actorServiceMethods.ByName("DeleteActor")),
 			connect.WithClientOptions(opts...),
 		),
+		resumeActor: connect.NewClient[v1.ResumeActorRequest, v1.Actor](
+			httpClient,
+			baseURL+ActorServiceResumeActorProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("ResumeActor")),
+			connect.WithClientOptions(opts...),
+		),
+		suspendActor: connect.NewClient[v1.GetRequest, v1.Actor](
+			httpClient,
+			baseURL+ActorServiceSuspendActorProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("SuspendActor")),
+			connect.WithClientOptions(opts...),
+		),
+		pauseActor: connect.NewClient[v1.GetRequest, v1.Actor](
+			httpClient,
+			baseURL+ActorServicePauseActorProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("PauseActor")),
+			connect.WithClientOptions(opts...),
+		),
+		listActorEvents: connect.NewClient[v1.GetRequest, v1.ListActorEventsResponse](
+			httpClient,
+			baseURL+ActorServiceListActorEventsProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("ListActorEvents")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // actorServiceClient implements ActorServiceClient.
 type actorServiceClient struct {
-	createActor *connect.Client[v1.CreateActorRequest, v1.Actor]
-	getActor    *connect.Client[v1.GetRequest, v1.Actor]
-	listActors  *connect.Client[v1.ListRequest, v1.ListActorsResponse]
-	updateActor *connect.Client[v1.UpdateActorRequest, v1.Actor]
-	deleteActor *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	createActor     *connect.Client[v1.CreateActorRequest, v1.Actor]
+	getActor        *connect.Client[v1.GetRequest, v1.Actor]
+	listActors      *connect.Client[v1.ListRequest, v1.ListActorsResponse]
+	updateActor     *connect.Client[v1.UpdateActorRequest, v1.Actor]
+	deleteActor     *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	resumeActor     *connect.Client[v1.ResumeActorRequest, v1.Actor]
+	suspendActor    *connect.Client[v1.GetRequest, v1.Actor]
+	pauseActor      *connect.Client[v1.GetRequest, v1.Actor]
+	listActorEvents *connect.Client[v1.GetRequest, v1.ListActorEventsResponse]
 }
 
 // CreateActor calls torpor.v1.ActorService.CreateActor.
@@ -487,13 +536,43 @@ func (c *actorServiceClient) DeleteActor(ctx context.Context, req *connect.Reque
 	return c.deleteActor.CallUnary(ctx, req)
 }
 
+// ResumeActor calls torpor.v1.ActorService.ResumeActor.
+func (c *actorServiceClient) ResumeActor(ctx context.Context, req *connect.Request[v1.ResumeActorRequest]) (*connect.Response[v1.Actor], error) {
+	return c.resumeActor.CallUnary(ctx, req)
+}
+
+// SuspendActor calls torpor.v1.ActorService.SuspendActor.
+func (c *actorServiceClient) SuspendActor(ctx context.Context, req *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error) {
+	return c.suspendActor.CallUnary(ctx, req)
+}
+
+// PauseActor calls torpor.v1.ActorService.PauseActor.
+func (c *actorServiceClient) PauseActor(ctx context.Context, req *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error) {
+	return c.pauseActor.CallUnary(ctx, req)
+}
+
+// ListActorEvents calls torpor.v1.ActorService.ListActorEvents.
+func (c *actorServiceClient) ListActorEvents(ctx context.Context, req *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListActorEventsResponse], error) {
+	return c.listActorEvents.CallUnary(ctx, req)
+}
+
 // ActorServiceHandler is an implementation of the torpor.v1.ActorService service.
 type ActorServiceHandler interface {
 	CreateActor(context.Context, *connect.Request[v1.CreateActorRequest]) (*connect.Response[v1.Actor], error)
 	GetActor(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error)
 	ListActors(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListActorsResponse], error)
 	UpdateActor(context.Context, *connect.Request[v1.UpdateActorRequest]) (*connect.Response[v1.Actor], error)
+	// DeleteActor removes a SUSPENDED, PAUSED or CRASHED actor and all its
+	// snapshots.
 	DeleteActor(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	// ResumeActor brings the actor to RUNNING; a RUNNING actor is returned
+	// at once. ResourceExhausted when no worker fits.
+	ResumeActor(context.Context, *connect.Request[v1.ResumeActorRequest]) (*connect.Response[v1.Actor], error)
+	// SuspendActor checkpoints to snapshot storage and frees the worker.
+	SuspendActor(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error)
+	// PauseActor checkpoints on the node and frees the worker.
+	PauseActor(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error)
+	ListActorEvents(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListActorEventsResponse], error)
 }
 
 // NewActorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -533,6 +612,30 @@ func NewActorServiceHandler(svc ActorServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(actorServiceMethods.ByName("DeleteActor")),
 		connect.WithHandlerOptions(opts...),
 	)
+	actorServiceResumeActorHandler := connect.NewUnaryHandler(
+		ActorServiceResumeActorProcedure,
+		svc.ResumeActor,
+		connect.WithSchema(actorServiceMethods.ByName("ResumeActor")),
+		connect.WithHandlerOptions(opts...),
+	)
+	actorServiceSuspendActorHandler := connect.NewUnaryHandler(
+		ActorServiceSuspendActorProcedure,
+		svc.SuspendActor,
+		connect.WithSchema(actorServiceMethods.ByName("SuspendActor")),
+		connect.WithHandlerOptions(opts...),
+	)
+	actorServicePauseActorHandler := connect.NewUnaryHandler(
+		ActorServicePauseActorProcedure,
+		svc.PauseActor,
+		connect.WithSchema(actorServiceMethods.ByName("PauseActor")),
+		connect.WithHandlerOptions(opts...),
+	)
+	actorServiceListActorEventsHandler := connect.NewUnaryHandler(
+		ActorServiceListActorEventsProcedure,
+		svc.ListActorEvents,
+		connect.WithSchema(actorServiceMethods.ByName("ListActorEvents")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/torpor.v1.ActorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ActorServiceCreateActorProcedure:
@@ -545,6 +648,14 @@ func NewActorServiceHandler(svc ActorServiceHandler, opts ...connect.HandlerOpti
 			actorServiceUpdateActorHandler.ServeHTTP(w, r)
 		case ActorServiceDeleteActorProcedure:
 			actorServiceDeleteActorHandler.ServeHTTP(w, r)
+		case ActorServiceResumeActorProcedure:
+			actorServiceResumeActorHandler.ServeHTTP(w, r)
+		case ActorServiceSuspendActorProcedure:
+			actorServiceSuspendActorHandler.ServeHTTP(w, r)
+		case ActorServicePauseActorProcedure:
+			actorServicePauseActorHandler.ServeHTTP(w, r)
+		case ActorServiceListActorEventsProcedure:
+			actorServiceListActorEventsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -572,6 +683,22 @@ func (UnimplementedActorServiceHandler) UpdateActor(context.Context, *connect.Re
 
 func (UnimplementedActorServiceHandler) DeleteActor(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.DeleteActor is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) ResumeActor(context.Context, *connect.Request[v1.ResumeActorRequest]) (*connect.Response[v1.Actor], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.ResumeActor is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) SuspendActor(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.SuspendActor is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) PauseActor(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.PauseActor is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) ListActorEvents(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListActorEventsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.ListActorEvents is not implemented"))
 }
 
 // WorkerServiceClient is a client for the torpor.v1.WorkerService service.
