@@ -1,0 +1,34 @@
+// Command torpor is Torpor's single binary: the process roles (server,
+// node, router, up) and the API client (space, template, actor, worker,
+// snapshot).
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/torpor-dev/torpor/internal/cli"
+)
+
+// processCommands are the process roles. Each lives in its own file and
+// adds its constructor from init, so adding a role touches no other file.
+var processCommands []func() *cobra.Command
+
+func register(newCommand func() *cobra.Command) {
+	processCommands = append(processCommands, newCommand)
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	root := cli.NewRoot()
+	for _, newCommand := range processCommands {
+		root.AddCommand(newCommand())
+	}
+	code := cli.Execute(ctx, root, os.Args[1:])
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/server"
+)
+
+func init() { register(newServerCommand) }
+
+func newServerCommand() *cobra.Command {
+	var opts server.Options
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the control plane API (any number of replicas may share a PostgreSQL store)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Store == "" {
+				dir, err := cli.DataDir()
+				if err != nil {
+					return err
+				}
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					return fmt.Errorf("create data directory: %w", err)
+				}
+				opts.Store = "sqlite:" + filepath.Join(dir, "torpor.db")
+			}
+			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			return server.Run(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Listen, "listen", "127.0.0.1:7070", "address to serve the API on")
+	cmd.Flags().StringVar(&opts.Store, "store", "", "store: sqlite:PATH or postgres://... (default sqlite:<data dir>/torpor.db, data dir $XDG_DATA_HOME/torpor or ~/.local/share/torpor)")
+	return cmd
+}

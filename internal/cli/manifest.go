@@ -1,0 +1,417 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/image"
+	"github.com/torpor-dev/torpor/internal/validate"
+)
+
+// The header every template document carries.
+const (
+	manifestAPIVersion = "torpor.dev/v1"
+	templateKindName   = "Template"
+)
+
+// serverOwned are the fields only the server sets; a manifest naming one
+// is refused rather than silently ignored.
+var serverOwned = map[string]bool{
+	"status":              true,
+	"metadata.uid":        true,
+	"metadata.version":    true,
+	"metadata.createTime": true,
+	"metadata.updateTime": true,
+}
+
+// fileError is a problem at a line of a manifest file: "FILE:LINE: ...".
+type fileError struct {
+	file string
+	line int
+	err  error
+}
+
+func (e *fileError) Error() string { return fmt.Sprintf("%s:%d: %v", e.file, e.line, e.err) }
+func (e *fileError) Unwrap() error { return e.err }
+
+// manifest is one template document of a file, with the line of every
+// field it set so later checks (image pinning, validation) can point back
+// into the file.
+type manifest struct {
+	file     string
+	line     int // where the document starts
+	template *torporv1.Template
+	lines    map[string]int // protobuf JSON path (spec.containers[0].image) → line
+}
+
+// lineOf is the line of path, or of the nearest enclosing field the file
+// set (a missing field is blamed on its parent).
+func (m *manifest) lineOf(path string) int {
+	for p := path; p != ""; p = parentPath(p) {
+		if line, ok := m.lines[p]; ok {
+			return line
+		}
+	}
+	return m.line
+}
+
+func (m *manifest) errorAt(path string, err error) error {
+	return &fileError{file: m.file, line: m.lineOf(path), err: err}
+}
+
+func parentPath(p string) string {
+	if strings.HasSuffix(p, "]") {
+		if i := strings.LastIndexByte(p, '['); i >= 0 {
+			return p[:i]
+		}
+	}
+	if i := strings.LastIndexByte(p, '.'); i >= 0 {
+		return p[:i]
+	}
+	return ""
+}
+
+// pinImages replaces every container image by its digest-pinned reference.
+// Relative OCI layout paths are resolved against baseDir.
+func (m *manifest) pinImages(ctx context.Context, baseDir string) error {
+	for i, c := range m.template.GetSpec().GetContainers() {
+		if c.GetImage() == "" {
+			continue // validation names the missing image
+		}
+		pinned, err := image.Resolve(ctx, c.GetImage(), baseDir)
+		if err != nil {
+			// image's errors name the reference.
+			path := fmt.Sprintf("spec.containers[%d].image", i)
+			return m.errorAt(path, fmt.Errorf("%s: %w", path, err))
+		}
+		c.Image = pinned
+	}
+	return nil
+}
+
+// validate runs the server's checks locally, so a bad file is reported by
+// line and nothing is sent.
+func (m *manifest) validate() error {
+	err := validate.Template(m.template, image.IsPinned)
+	var fe *validate.FieldError
+	if errors.As(err, &fe) {
+		return m.errorAt(fe.Path, err)
+	}
+	if err != nil {
+		return &fileError{file: m.file, line: m.line, err: err}
+	}
+	return nil
+}
+
+// yamlSyntaxError matches the line yaml reports for malformed input, so
+// syntax errors read like every other manifest error.
+var yamlSyntaxError = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// parseTemplates reads every template document of a YAML file. Documents
+// use protobuf JSON field names; enum values may drop their type prefix
+// (FULL for SNAPSHOT_SCOPE_FULL). Any unknown field, wrong type or invalid
+// enum value is an error naming file and line.
+func parseTemplates(file string, data []byte) ([]*manifest, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var manifests []*manifest
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if m := yamlSyntaxError.FindStringSubmatch(err.Error()); m != nil {
+				line, _ := strconv.Atoi(m[1]) // the pattern matched digits
+				return nil, &fileError{file: file, line: line, err: errors.New(m[2])}
+			}
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		if len(doc.Content) == 0 || isNull(doc.Content[0]) {
+			continue // an empty document, e.g. after a trailing ---
+		}
+		m, err := parseTemplate(file, doc.Content[0])
+		if err != nil {
+			return nil, err
+		}
+		manifests = append(manifests, m)
+	}
+	if len(manifests) == 0 {
+		return nil, fmt.Errorf("%s: no template documents", file)
+	}
+	return manifests, nil
+}
+
+func parseTemplate(file string, root *yaml.Node) (*manifest, error) {
+	d := &manifestDecoder{file: file, lines: map[string]int{}}
+	if root.Kind != yaml.MappingNode {
+		return nil, d.wrongType(root, "document", "a mapping")
+	}
+	header := map[string]string{"apiVersion": manifestAPIVersion, "kind": templateKindName}
+	seen := map[string]bool{}
+	body := &yaml.Node{Kind: yaml.MappingNode, Line: root.Line}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		key, val := root.Content[i], dealias(root.Content[i+1])
+		want, isHeader := header[key.Value]
+		if !isHeader {
+			body.Content = append(body.Content, key, val)
+			continue
+		}
+		if seen[key.Value] {
+			return nil, d.errorAt(key.Line, key.Value, "given twice")
+		}
+		if val.Kind != yaml.ScalarNode || val.Tag != "!!str" {
+			return nil, d.wrongType(val, key.Value, "a string")
+		}
+		if val.Value != want {
+			return nil, d.errorAt(val.Line, key.Value, "%q is not supported (want %q)", val.Value, want)
+		}
+		seen[key.Value] = true
+	}
+	for _, field := range []string{"apiVersion", "kind"} {
+		if !seen[field] {
+			return nil, d.errorAt(root.Line, field, "required (%q)", header[field])
+		}
+	}
+	tree, err := d.message(body, (&torporv1.Template{}).ProtoReflect().Descriptor(), "")
+	if err != nil {
+		return nil, err
+	}
+	// The tree was checked against the descriptor, so these only fail on
+	// values protojson reads more strictly than YAML (e.g. bad base64).
+	encoded, err := json.Marshal(tree)
+	if err != nil {
+		return nil, &fileError{file: file, line: root.Line, err: err}
+	}
+	var t torporv1.Template
+	if err := protojson.Unmarshal(encoded, &t); err != nil {
+		return nil, &fileError{file: file, line: root.Line, err: err}
+	}
+	return &manifest{file: file, line: root.Line, template: &t, lines: d.lines}, nil
+}
+
+// manifestDecoder turns YAML nodes into the JSON shape protojson reads,
+// checking each against the message descriptor and recording lines.
+type manifestDecoder struct {
+	file  string
+	lines map[string]int
+}
+
+func (d *manifestDecoder) errorAt(line int, path, format string, args ...any) error {
+	return &fileError{file: d.file, line: line, err: &validate.FieldError{Path: path, Reason: fmt.Sprintf(format, args...)}}
+}
+
+// wrongType blames the field's key rather than its value: a block mapping
+// or list starts on the line after its key.
+func (d *manifestDecoder) wrongType(n *yaml.Node, path, want string) error {
+	line, ok := d.lines[path]
+	if !ok {
+		line = n.Line
+	}
+	return d.errorAt(line, path, "want %s, got %s", want, nodeDescription(n))
+}
+
+func (d *manifestDecoder) message(n *yaml.Node, md protoreflect.MessageDescriptor, path string) (map[string]any, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, d.wrongType(n, path, "a mapping")
+	}
+	out := map[string]any{}
+	seen := map[protoreflect.FieldNumber]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		fd := md.Fields().ByJSONName(key.Value)
+		if fd == nil {
+			fd = md.Fields().ByName(protoreflect.Name(key.Value))
+		}
+		if fd == nil {
+			return nil, d.errorAt(key.Line, joinPath(path, key.Value), "unknown field in %s (known: %s)", md.Name(), strings.Join(knownFields(md, path), ", "))
+		}
+		fieldPath := joinPath(path, fd.JSONName())
+		switch {
+		case serverOwned[fieldPath]:
+			return nil, d.errorAt(key.Line, fieldPath, "set by the server; remove it")
+		case seen[fd.Number()]:
+			return nil, d.errorAt(key.Line, fieldPath, "given twice")
+		}
+		seen[fd.Number()] = true
+		d.lines[fieldPath] = key.Line
+		v, err := d.field(dealias(val), fd, fieldPath)
+		if err != nil {
+			return nil, err
+		}
+		if v != nil {
+			out[fd.JSONName()] = v
+		}
+	}
+	return out, nil
+}
+
+func (d *manifestDecoder) field(n *yaml.Node, fd protoreflect.FieldDescriptor, path string) (any, error) {
+	switch {
+	case isNull(n):
+		return nil, nil // as if the field were left out
+	case fd.IsMap():
+		if n.Kind != yaml.MappingNode {
+			return nil, d.wrongType(n, path, "a mapping")
+		}
+		out := map[string]any{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key := dealias(n.Content[i])
+			if key.Kind != yaml.ScalarNode {
+				return nil, d.wrongType(key, path, "a scalar key")
+			}
+			entryPath := fmt.Sprintf("%s[%q]", path, key.Value)
+			d.lines[entryPath] = key.Line
+			v, err := d.singular(dealias(n.Content[i+1]), fd.MapValue(), entryPath)
+			if err != nil {
+				return nil, err
+			}
+			out[key.Value] = v
+		}
+		return out, nil
+	case fd.IsList():
+		if n.Kind != yaml.SequenceNode {
+			return nil, d.wrongType(n, path, "a list")
+		}
+		out := make([]any, len(n.Content))
+		for i, elem := range n.Content {
+			elemPath := fmt.Sprintf("%s[%d]", path, i)
+			d.lines[elemPath] = elem.Line
+			v, err := d.singular(dealias(elem), fd, elemPath)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = v
+		}
+		return out, nil
+	}
+	return d.singular(n, fd, path)
+}
+
+// singular decodes one value (a field, list element or map value) of fd's
+// type.
+func (d *manifestDecoder) singular(n *yaml.Node, fd protoreflect.FieldDescriptor, path string) (any, error) {
+	switch fd.Kind() {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return d.message(n, fd.Message(), path)
+	case protoreflect.EnumKind:
+		return d.enum(n, fd.Enum(), path)
+	case protoreflect.StringKind:
+		if !hasTag(n, "!!str") {
+			return nil, d.wrongType(n, path, "a string (quote it)")
+		}
+		return n.Value, nil
+	case protoreflect.BoolKind:
+		if !hasTag(n, "!!bool") {
+			return nil, d.wrongType(n, path, "true or false")
+		}
+		var b bool
+		return b, n.Decode(&b)
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
+		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		if !hasTag(n, "!!int") {
+			return nil, d.wrongType(n, path, "an integer")
+		}
+		bits := 64
+		if fd.Kind() == protoreflect.Int32Kind || fd.Kind() == protoreflect.Sint32Kind || fd.Kind() == protoreflect.Sfixed32Kind {
+			bits = 32
+		}
+		v, err := strconv.ParseInt(n.Value, 0, bits)
+		if err != nil {
+			return nil, d.errorAt(n.Line, path, "%s is not a %d-bit integer", n.Value, bits)
+		}
+		return v, nil
+	}
+	// No template field has another kind; protojson rejects what this passes.
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return nil, d.errorAt(n.Line, path, "%v", err)
+	}
+	return v, nil
+}
+
+// enum accepts a value's full name (SNAPSHOT_SCOPE_FULL) or its name
+// without the enum's prefix (FULL), in any case.
+func (d *manifestDecoder) enum(n *yaml.Node, ed protoreflect.EnumDescriptor, path string) (any, error) {
+	var short []string
+	values := ed.Values()
+	for i := 1; i < values.Len(); i++ { // the zero value means "unset"
+		short = append(short, strings.TrimPrefix(string(values.Get(i).Name()), enumPrefix(ed)))
+	}
+	want := "one of " + strings.Join(short, ", ")
+	if !hasTag(n, "!!str") {
+		return nil, d.wrongType(n, path, want)
+	}
+	name := strings.ToUpper(n.Value)
+	for _, candidate := range []string{name, enumPrefix(ed) + name} {
+		if v := values.ByName(protoreflect.Name(candidate)); v != nil {
+			return string(v.Name()), nil
+		}
+	}
+	return nil, d.errorAt(n.Line, path, "%q is not a valid %s (want %s)", n.Value, ed.Name(), want)
+}
+
+// knownFields lists what a manifest may set in md, for the unknown-field
+// message.
+func knownFields(md protoreflect.MessageDescriptor, path string) []string {
+	var names []string
+	fields := md.Fields()
+	for i := range fields.Len() {
+		name := fields.Get(i).JSONName()
+		if !serverOwned[joinPath(path, name)] {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+func joinPath(parent, field string) string {
+	if parent == "" {
+		return field
+	}
+	return parent + "." + field
+}
+
+// dealias follows YAML aliases (*name) to the anchored node.
+func dealias(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool { return hasTag(n, "!!null") }
+
+func hasTag(n *yaml.Node, tag string) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == tag }
+
+func nodeDescription(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	switch n.ShortTag() {
+	case "!!str":
+		return fmt.Sprintf("the string %q", n.Value)
+	case "!!null":
+		return "null"
+	case "!!int", "!!float":
+		return "the number " + n.Value
+	case "!!bool":
+		return n.Value
+	}
+	return fmt.Sprintf("%s %s", n.ShortTag(), n.Value)
+}

@@ -1,0 +1,240 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+)
+
+// object is what every API record has in common.
+type object interface {
+	proto.Message
+	GetMetadata() *torporv1.ObjectMeta
+}
+
+// column is one table column after NAME (AGE is always last).
+type column[T object] struct {
+	header string
+	value  func(T) string
+}
+
+// kind tells the shared verbs (get, list, describe, delete) how to reach
+// and show one resource type.
+type kind[T object] struct {
+	name    string // singular, as printed in "actor/NAME created"
+	plural  string
+	spaced  bool // lives in a space (every kind but spaces themselves)
+	columns []column[T]
+	get     func(context.Context, *clients, *torporv1.GetRequest) (T, error)
+	list    func(context.Context, *clients, *torporv1.ListRequest) (items []T, nextPage string, err error)
+	delete  func(context.Context, *clients, *torporv1.DeleteRequest) error
+}
+
+// call runs one unary RPC and unwraps its response.
+func call[Req, Resp any](ctx context.Context, rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error), req *Req) (*Resp, error) {
+	resp, err := rpc(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// nounCommand is the `torpor <noun>` group with the shared verbs; callers
+// add the kind's own verbs (create, update, apply).
+func (k *kind[T]) nounCommand(a *app, short string) *cobra.Command {
+	noun := &cobra.Command{Use: k.name, Aliases: []string{k.plural}, Short: short}
+	noun.AddCommand(k.getCommand(a), k.listCommand(a), k.describeCommand(a), k.deleteCommand(a))
+	return noun
+}
+
+func (k *kind[T]) space(a *app) string {
+	if k.spaced {
+		return a.space
+	}
+	return ""
+}
+
+func (k *kind[T]) getCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get [NAME...]",
+		Short: fmt.Sprintf("Show %s (all of them without names)", k.plural),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			if len(names) == 0 {
+				items, err := k.listAll(cmd.Context(), c, k.space(a))
+				if err != nil {
+					return err
+				}
+				return k.print(cmd, a.output, items, true, false)
+			}
+			items, err := k.getEach(cmd.Context(), c, k.space(a), names)
+			if err != nil {
+				return err
+			}
+			return k.print(cmd, a.output, items, len(names) > 1, false)
+		},
+	}
+}
+
+func (k *kind[T]) listCommand(a *app) *cobra.Command {
+	var allSpaces bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List " + k.plural,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			space := k.space(a)
+			if allSpaces {
+				space = ""
+			}
+			items, err := k.listAll(cmd.Context(), c, space)
+			if err != nil {
+				return err
+			}
+			return k.print(cmd, a.output, items, true, allSpaces)
+		},
+	}
+	if k.spaced {
+		cmd.Flags().BoolVarP(&allSpaces, "all-spaces", "A", false, "list "+k.plural+" in every space")
+	}
+	return cmd
+}
+
+func (k *kind[T]) describeCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "describe NAME...",
+		Short: fmt.Sprintf("Show %s in detail", k.plural),
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			items, err := k.getEach(cmd.Context(), c, k.space(a), names)
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			for i, item := range items {
+				if i > 0 {
+					fmt.Fprintln(cmd.OutOrStdout())
+				}
+				describe(cmd.OutOrStdout(), item, now)
+			}
+			return nil
+		},
+	}
+}
+
+func (k *kind[T]) deleteCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete NAME...",
+		Short: "Delete " + k.plural,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			for _, name := range names {
+				if err := k.delete(cmd.Context(), c, &torporv1.DeleteRequest{Space: k.space(a), Name: name}); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s/%s deleted\n", k.name, name)
+			}
+			return nil
+		},
+	}
+}
+
+func (k *kind[T]) getEach(ctx context.Context, c *clients, space string, names []string) ([]T, error) {
+	items := make([]T, 0, len(names))
+	for _, name := range names {
+		item, err := k.get(ctx, c, &torporv1.GetRequest{Space: space, Name: name})
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, item)
+	}
+	return items, nil
+}
+
+// listAll follows page tokens to the end of the listing.
+func (k *kind[T]) listAll(ctx context.Context, c *clients, space string) ([]T, error) {
+	var all []T
+	req := &torporv1.ListRequest{Space: space}
+	for {
+		items, next, err := k.list(ctx, c, req)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+		if next == "" {
+			return all, nil
+		}
+		req.PageToken = next
+	}
+}
+
+// print shows items in the -o format; withSpace adds a SPACE column to
+// tables listing several spaces.
+func (k *kind[T]) print(cmd *cobra.Command, format string, items []T, asList, withSpace bool) error {
+	w := cmd.OutOrStdout()
+	if format != formatTable {
+		msgs := make([]proto.Message, len(items))
+		for i, item := range items {
+			msgs[i] = item
+		}
+		return printMessages(w, format, msgs, asList)
+	}
+	if len(items) == 0 && asList {
+		// Like kubectl, on stderr, so a script reading stdout sees nothing.
+		_, err := fmt.Fprintf(cmd.ErrOrStderr(), "No %s found.\n", k.plural)
+		return err
+	}
+	headers := []string{"NAME"}
+	if withSpace {
+		headers = append(headers, "SPACE")
+	}
+	for _, col := range k.columns {
+		headers = append(headers, col.header)
+	}
+	headers = append(headers, "AGE")
+	now := time.Now()
+	rows := make([][]string, len(items))
+	for i, item := range items {
+		row := []string{item.GetMetadata().GetName()}
+		if withSpace {
+			row = append(row, item.GetMetadata().GetSpace())
+		}
+		for _, col := range k.columns {
+			row = append(row, col.value(item))
+		}
+		rows[i] = append(row, age(item.GetMetadata().GetCreateTime(), now))
+	}
+	return printTable(w, headers, rows)
+}
+
+// printChanged reports a create or update: "actor/NAME created" for
+// tables, the object itself for json and yaml.
+func (k *kind[T]) printChanged(w io.Writer, format string, item T, verb string) error {
+	if format != formatTable {
+		return printMessages(w, format, []proto.Message{item}, false)
+	}
+	_, err := fmt.Fprintf(w, "%s/%s %s\n", k.name, item.GetMetadata().GetName(), verb)
+	return err
+}

@@ -1,0 +1,109 @@
+// Package cli is Torpor's command line client: `torpor <noun> <verb>` over
+// the connect API, plus the helpers (config and data paths) the process
+// commands in cmd/torpor share with it.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+)
+
+// Output formats accepted by -o.
+const (
+	formatTable = "table"
+	formatJSON  = "json"
+	formatYAML  = "yaml"
+)
+
+// app holds what the global flags select, read when a command runs (after
+// flag parsing).
+type app struct {
+	serverFlag string
+	space      string
+	output     string
+}
+
+// clients are the API services, bound to one server address.
+type clients struct {
+	spaces    torporv1connect.SpaceServiceClient
+	templates torporv1connect.TemplateServiceClient
+	actors    torporv1connect.ActorServiceClient
+	workers   torporv1connect.WorkerServiceClient
+	snapshots torporv1connect.SnapshotServiceClient
+}
+
+func (a *app) clients() (*clients, error) {
+	base, err := serverURL(a.serverFlag)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(base, "://") {
+		base = "http://" + base // a bare host:port, as --listen takes it
+	}
+	base = strings.TrimSuffix(base, "/")
+	return &clients{
+		spaces:    torporv1connect.NewSpaceServiceClient(http.DefaultClient, base),
+		templates: torporv1connect.NewTemplateServiceClient(http.DefaultClient, base),
+		actors:    torporv1connect.NewActorServiceClient(http.DefaultClient, base),
+		workers:   torporv1connect.NewWorkerServiceClient(http.DefaultClient, base),
+		snapshots: torporv1connect.NewSnapshotServiceClient(http.DefaultClient, base),
+	}, nil
+}
+
+// NewRoot builds the `torpor` command with the API client commands (space,
+// template, actor, worker, snapshot). Process commands (server, node,
+// router, up) are added by the caller with AddCommand.
+func NewRoot() *cobra.Command {
+	a := &app{}
+	root := &cobra.Command{
+		Use:           "torpor",
+		Short:         "Run many stateful, sandboxed actors on a few warm workers",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			switch a.output {
+			case formatTable, formatJSON, formatYAML:
+				return nil
+			}
+			return fmt.Errorf("-o %q: want table, json or yaml", a.output)
+		},
+	}
+	flags := root.PersistentFlags()
+	flags.StringVar(&a.serverFlag, "server", "", "API server URL (default: $TORPOR_SERVER, else server: in the client config file, else "+defaultServer+")")
+	flags.StringVar(&a.space, "space", "default", "space of the objects to act on")
+	flags.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
+	root.AddCommand(
+		newSpaceCommand(a),
+		newTemplateCommand(a),
+		newActorCommand(a),
+		newWorkerCommand(a),
+		newSnapshotCommand(a),
+	)
+	return root
+}
+
+// Execute runs root with args and returns the process exit code. Errors go
+// to root's error stream as "Error: <message>"; API errors as
+// "Error: <code>: <message>".
+func Execute(ctx context.Context, root *cobra.Command, args []string) int {
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		fmt.Fprintf(root.ErrOrStderr(), "Error: %s: %s\n", ce.Code(), ce.Message())
+	} else {
+		fmt.Fprintf(root.ErrOrStderr(), "Error: %v\n", err)
+	}
+	return 1
+}
