@@ -373,21 +373,27 @@ func (e *Engine) crashInTx(ctx context.Context, tx store.Tx, cur *torporv1.Actor
 	return e.record(ctx, tx, cur.GetMetadata().GetUid(), t)
 }
 
-// terminate asks the node to stop the actor's workload on its worker; the
-// node only stops a workload that belongs to this actor.
+// terminate asks the node to stop the actor's workload on its worker.
 func (e *Engine) terminate(ctx context.Context, a *torporv1.Actor) {
 	st := a.GetStatus()
 	if st.GetWorker() == nil {
 		return
 	}
 	agent, err := e.agents.Agent(ctx, st.GetWorker().GetNode())
-	if err == nil {
-		_, err = agent.Terminate(ctx, connect.NewRequest(&torporv1.TerminateRequest{Op: &torporv1.Operation{
-			ActorUid: a.GetMetadata().GetUid(), OperationId: st.GetOperation().GetId() + "-terminate", Worker: st.GetWorker().GetName(),
-		}}))
-	}
 	if err != nil {
 		e.logger(a).Warn("terminate workload", "err", err)
+		return
+	}
+	e.terminateWorkload(ctx, agent, &torporv1.Operation{
+		ActorUid: a.GetMetadata().GetUid(), OperationId: st.GetOperation().GetId() + "-terminate", Worker: st.GetWorker().GetName(),
+	})
+}
+
+// terminateWorkload stops op's workload; the node only stops a workload
+// that belongs to op.ActorUid, so a worker already re-used is safe.
+func (e *Engine) terminateWorkload(ctx context.Context, agent NodeAgent, op *torporv1.Operation) {
+	if _, err := agent.Terminate(ctx, connect.NewRequest(&torporv1.TerminateRequest{Op: op})); err != nil {
+		e.log.Warn("terminate workload", "actor_uid", op.GetActorUid(), "worker", op.GetWorker(), "err", err)
 	}
 }
 

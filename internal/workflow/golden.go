@@ -1,0 +1,177 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/scheduler"
+	"github.com/torpor-dev/torpor/internal/store"
+)
+
+// goldenActorName marks a worker claimed by a golden build rather than an
+// actor; the template's uid stands in for the actor's.
+const goldenActorPrefix = "golden:"
+
+// BuildGoldens builds the golden snapshot of every PENDING template: boot
+// it on a free worker, wait for readiness, checkpoint FULL to snapshot
+// storage, record it. A template waits in PENDING while no worker is free.
+func (e *Engine) BuildGoldens(ctx context.Context) error {
+	templates, err := listAll(ctx, e.store.Templates(), store.ListOptions{Filter: store.Filter{"phase": torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING.String()}})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range templates {
+		errs = append(errs, e.buildGolden(ctx, t))
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
+	key := t.GetMetadata().GetSpace() + "/" + t.GetMetadata().GetName()
+	log := e.log.With("template", key)
+	live, err := e.liveNodes(ctx)
+	if err != nil {
+		return err
+	}
+	free, err := e.freeWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	w, err := scheduler.Pick(free, live, scheduler.Request{SandboxClass: t.GetSpec().GetSandboxClass()})
+	var noWorker *scheduler.NoWorkerError
+	if errors.As(err, &noWorker) {
+		return e.setTemplateStatus(ctx, t, torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, "waiting for a worker: "+err.Error(), "")
+	}
+	if err != nil {
+		return err
+	}
+	// Claim the worker and move to BUILDING together, so two replicas never
+	// build one golden twice and no worker is claimed for nothing.
+	w.Status.Actor = &torporv1.ActorRef{Space: t.GetMetadata().GetSpace(), Name: goldenActorPrefix + t.GetMetadata().GetName(), Uid: t.GetMetadata().GetUid()}
+	t.Status.Phase = torporv1.TemplatePhase_TEMPLATE_PHASE_BUILDING
+	t.Status.Message = "booting on worker " + w.GetMetadata().GetName()
+	err = e.store.InTx(ctx, func(tx store.Tx) error {
+		if _, err := tx.Workers().Update(ctx, w); err != nil {
+			return err
+		}
+		var err error
+		t, err = tx.Templates().Update(ctx, t)
+		return err
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return nil // someone else claimed the worker or the template; the next pass retries
+	}
+	if err != nil {
+		return err
+	}
+	ref := &torporv1.WorkerRef{Namespace: w.GetMetadata().GetSpace(), Name: w.GetMetadata().GetName(), Uid: w.GetMetadata().GetUid(), Node: w.GetSpec().GetNode()}
+	snap, buildErr := e.runGolden(ctx, t, ref)
+	err = e.store.InTx(ctx, func(tx store.Tx) error {
+		if err := releaseWorker(ctx, tx, ref, t.GetMetadata().GetUid()); err != nil {
+			return err
+		}
+		cur, err := tx.Templates().Get(ctx, t.GetMetadata().GetSpace(), t.GetMetadata().GetName())
+		if err != nil || cur.GetMetadata().GetUid() != t.GetMetadata().GetUid() {
+			return err // deleted meanwhile
+		}
+		if buildErr != nil {
+			cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_FAILED, Message: connectMessage(buildErr)}
+		} else {
+			if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
+				return err
+			}
+			cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY, GoldenSnapshot: snap.GetMetadata().GetName()}
+		}
+		_, err = tx.Templates().Update(ctx, cur)
+		return err
+	})
+	if buildErr != nil {
+		log.Warn("golden build failed", "err", buildErr)
+	} else if err == nil {
+		log.Info("golden snapshot ready", "snapshot", snap.GetMetadata().GetName(), "bytes", snap.GetSizeBytes())
+	}
+	return err
+}
+
+func (e *Engine) runGolden(ctx context.Context, t *torporv1.Template, w *torporv1.WorkerRef) (*torporv1.Snapshot, error) {
+	agent, err := e.agents.Agent(ctx, w.GetNode())
+	if err != nil {
+		return nil, err
+	}
+	m := t.GetMetadata()
+	opID := newOperationID()
+	op := &torporv1.Operation{ActorUid: m.GetUid(), OperationId: opID, Worker: w.GetName()}
+	workload := &torporv1.Workload{Space: m.GetSpace(), Actor: goldenActorPrefix + m.GetName(), ActorUid: m.GetUid(), TemplateName: m.GetName(), TemplateUid: m.GetUid(), Template: t.GetSpec()}
+	if _, err := agent.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: op, Workload: workload})); err != nil {
+		e.terminateWorkload(ctx, agent, op)
+		return nil, fmt.Errorf("boot template %s/%s: %w", m.GetSpace(), m.GetName(), err)
+	}
+	name := newSnapshotName(e.now())
+	resp, err := agent.Checkpoint(ctx, connect.NewRequest(&torporv1.CheckpointRequest{
+		Op:       &torporv1.Operation{ActorUid: m.GetUid(), OperationId: opID + "-checkpoint", Worker: w.GetName()},
+		Scope:    torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
+		Target:   torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE,
+		Location: SnapshotLocation(m.GetSpace(), m.GetUid(), name),
+	}))
+	if err != nil {
+		e.terminateWorkload(ctx, agent, op)
+		return nil, fmt.Errorf("checkpoint template %s/%s: %w", m.GetSpace(), m.GetName(), err)
+	}
+	return &torporv1.Snapshot{
+		Metadata:       &torporv1.ObjectMeta{Space: m.GetSpace(), Name: name},
+		ActorUid:       m.GetUid(),
+		Scope:          torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
+		TemplateUid:    m.GetUid(),
+		TemplateName:   m.GetName(),
+		TemplateSpec:   t.GetSpec(),
+		Location:       resp.Msg.GetLocation(),
+		ManifestDigest: resp.Msg.GetManifestDigest(),
+		SizeBytes:      resp.Msg.GetSizeBytes(),
+		HasData:        resp.Msg.GetHasData(),
+	}, nil
+}
+
+func (e *Engine) setTemplateStatus(ctx context.Context, t *torporv1.Template, phase torporv1.TemplatePhase, msg, golden string) error {
+	if t.GetStatus().GetPhase() == phase && t.GetStatus().GetMessage() == msg {
+		return nil
+	}
+	t.Status = &torporv1.TemplateStatus{Phase: phase, Message: msg, GoldenSnapshot: golden}
+	_, err := e.store.Templates().Update(ctx, t)
+	if errors.Is(err, store.ErrConflict) {
+		return nil
+	}
+	return err
+}
+
+// RequeueGoldens sends templates left BUILDING by a stopped control plane
+// back to PENDING, releasing their workers, so they are built again.
+func (e *Engine) RequeueGoldens(ctx context.Context) error {
+	templates, err := listAll(ctx, e.store.Templates(), store.ListOptions{Filter: store.Filter{"phase": torporv1.TemplatePhase_TEMPLATE_PHASE_BUILDING.String()}})
+	if err != nil {
+		return err
+	}
+	workers, err := listAll(ctx, e.store.Workers(), store.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range templates {
+		for _, w := range workers {
+			if w.GetStatus().GetActor().GetUid() != t.GetMetadata().GetUid() {
+				continue
+			}
+			ref := &torporv1.WorkerRef{Namespace: w.GetMetadata().GetSpace(), Name: w.GetMetadata().GetName(), Node: w.GetSpec().GetNode()}
+			if agent, err := e.agents.Agent(ctx, ref.GetNode()); err == nil {
+				e.terminateWorkload(ctx, agent, &torporv1.Operation{ActorUid: t.GetMetadata().GetUid(), OperationId: newOperationID(), Worker: ref.GetName()})
+			}
+			errs = append(errs, e.store.InTx(ctx, func(tx store.Tx) error { return releaseWorker(ctx, tx, ref, t.GetMetadata().GetUid()) }))
+		}
+		errs = append(errs, e.setTemplateStatus(ctx, t, torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, "requeued after a control plane restart", ""))
+	}
+	return errors.Join(errs...)
+}
