@@ -1,0 +1,286 @@
+package snapshot
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// entryPrefix marks the cache's own directories (downloads in progress are
+// ".snap-…"), so startup clears only what the cache made.
+const entryPrefix = "snap-"
+
+// Cache keeps verified snapshot trees on local disk so a node restores
+// recently used snapshots without fetching them again. It holds at most
+// maxBytes of unused entries, evicting the least recently used; entries
+// handed out by Get stay until released, even over the bound.
+type Cache struct {
+	store    ObjectStore
+	dir      string
+	maxBytes int64
+
+	mu      sync.Mutex
+	entries map[cacheKey]*cacheEntry
+	lru     *list.List // of *cacheEntry, most recently used at the front
+	bytes   int64
+	loading map[cacheKey]*cacheLoad
+	seq     int
+}
+
+// A record names a snapshot by location and manifest digest; the digest
+// is in the key so a changed snapshot is never served from a stale entry.
+type cacheKey struct{ location, digest string }
+
+type cacheEntry struct {
+	key  cacheKey
+	dir  string
+	size int64
+	refs int
+	elem *list.Element
+}
+
+// cacheLoad is one download shared by every Get of its key.
+type cacheLoad struct {
+	done    chan struct{}
+	waiters int
+	cancel  context.CancelFunc
+	// Set before done closes: the entry (with one reference taken for
+	// each waiter counted then) or the error.
+	entry *cacheEntry
+	err   error
+}
+
+// NewCache makes a cache in dir backed by store. Entries left by a
+// previous process are removed: they were not fsynced, so after a crash
+// they cannot be trusted.
+func NewCache(dir string, maxBytes int64, store ObjectStore) (*Cache, error) {
+	if maxBytes <= 0 {
+		return nil, fmt.Errorf("snapshot cache %s: size bound %d must be positive", dir, maxBytes)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("snapshot cache: %w", err)
+	}
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot cache: %w", err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(strings.TrimPrefix(n.Name(), "."), entryPrefix) {
+			if err := os.RemoveAll(filepath.Join(dir, n.Name())); err != nil {
+				return nil, fmt.Errorf("snapshot cache: clear old entry: %w", err)
+			}
+		}
+	}
+	return &Cache{
+		store:    store,
+		dir:      dir,
+		maxBytes: maxBytes,
+		entries:  map[cacheKey]*cacheEntry{},
+		lru:      list.New(),
+		loading:  map[cacheKey]*cacheLoad{},
+	}, nil
+}
+
+// Get returns a directory holding the verified snapshot, downloading it on
+// a miss (once, however many callers ask at the same time). The directory
+// stays until release is called; callers must not modify it. A download
+// continues while any caller still waits for it.
+func (c *Cache) Get(ctx context.Context, location, digest string) (dir string, release func(), err error) {
+	k := cacheKey{location, digest}
+	c.mu.Lock()
+	if e := c.entries[k]; e != nil {
+		e.refs++
+		c.lru.MoveToFront(e.elem)
+		c.mu.Unlock()
+		return e.dir, c.releaser(e), nil
+	}
+	l := c.loading[k]
+	if l == nil {
+		// The download outlives the first caller's context: others may
+		// be waiting for it too. It is cancelled when nobody waits.
+		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		l = &cacheLoad{done: make(chan struct{}), cancel: cancel}
+		c.loading[k] = l
+		go c.load(lctx, k, l, c.newEntryDirLocked(k))
+	}
+	l.waiters++
+	c.mu.Unlock()
+
+	select {
+	case <-l.done:
+		if l.err != nil {
+			return "", nil, l.err
+		}
+		return l.entry.dir, c.releaser(l.entry), nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		l.waiters--
+		var victims []string
+		switch {
+		case l.entry != nil:
+			// Finished as we gave up; our reference was taken for us.
+			victims = c.unrefLocked(l.entry)
+		case l.err == nil && l.waiters == 0:
+			l.cancel()
+			if c.loading[k] == l {
+				delete(c.loading, k)
+			}
+		}
+		c.mu.Unlock()
+		removeAll(victims)
+		return "", nil, fmt.Errorf("snapshot %s: %w", location, context.Cause(ctx))
+	}
+}
+
+func (c *Cache) load(ctx context.Context, k cacheKey, l *cacheLoad, dir string) {
+	defer l.cancel()
+	err := Download(ctx, c.store, k.location, k.digest, dir)
+	var size int64
+	if err == nil {
+		if size, err = treeSize(dir); err != nil {
+			os.RemoveAll(dir)
+			err = fmt.Errorf("snapshot cache: %w", err)
+		}
+	}
+	c.mu.Lock()
+	if c.loading[k] == l {
+		delete(c.loading, k)
+	}
+	var victims []string
+	if err != nil {
+		l.err = err
+	} else {
+		l.entry, victims = c.insertLocked(k, dir, size, l.waiters)
+	}
+	close(l.done)
+	c.mu.Unlock()
+	removeAll(victims)
+}
+
+// Add moves dir, a snapshot tree this node just produced and uploaded as
+// location with the given manifest digest, into the cache, so restoring it
+// here needs no download. dir must be on the cache's filesystem; the cache
+// owns it afterwards (it is removed if the key is already cached).
+func (c *Cache) Add(location, digest, dir string) error {
+	size, err := treeSize(dir)
+	if err != nil {
+		return fmt.Errorf("snapshot cache: add %s: %w", location, err)
+	}
+	k := cacheKey{location, digest}
+	c.mu.Lock()
+	dest := c.newEntryDirLocked(k)
+	c.mu.Unlock()
+	if err := os.Rename(dir, dest); err != nil {
+		return fmt.Errorf("snapshot cache: add %s: %w", location, err)
+	}
+	c.mu.Lock()
+	_, victims := c.insertLocked(k, dest, size, 0)
+	c.mu.Unlock()
+	removeAll(victims)
+	return nil
+}
+
+// Bytes is the disk space the cached trees take, in use or not.
+func (c *Cache) Bytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
+}
+
+// newEntryDirLocked names a fresh directory for k. Names are unique per
+// fill, so a cancelled download still running never collides with its
+// replacement.
+func (c *Cache) newEntryDirLocked(k cacheKey) string {
+	c.seq++
+	sum := sha256.Sum256([]byte(k.location + "\n" + k.digest))
+	return filepath.Join(c.dir, fmt.Sprintf("%s%s-%d", entryPrefix, hex.EncodeToString(sum[:8]), c.seq))
+}
+
+// insertLocked adds a filled directory with refs references taken and
+// returns the entry and the directories to remove once unlocked.
+func (c *Cache) insertLocked(k cacheKey, dir string, size int64, refs int) (*cacheEntry, []string) {
+	if e := c.entries[k]; e != nil {
+		// Filled twice (Add during a download): keep the first.
+		e.refs += refs
+		c.lru.MoveToFront(e.elem)
+		return e, []string{dir}
+	}
+	e := &cacheEntry{key: k, dir: dir, size: size, refs: refs}
+	e.elem = c.lru.PushFront(e)
+	c.entries[k] = e
+	c.bytes += size
+	return e, c.evictLocked()
+}
+
+func (c *Cache) releaser(e *cacheEntry) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			victims := c.unrefLocked(e)
+			c.mu.Unlock()
+			removeAll(victims)
+		})
+	}
+}
+
+func (c *Cache) unrefLocked(e *cacheEntry) []string {
+	e.refs--
+	if e.refs > 0 {
+		return nil
+	}
+	return c.evictLocked()
+}
+
+// evictLocked drops unused entries, least recently used first, until the
+// cache is within its bound or only entries in use remain.
+func (c *Cache) evictLocked() []string {
+	var victims []string
+	for el := c.lru.Back(); el != nil && c.bytes > c.maxBytes; {
+		e := el.Value.(*cacheEntry)
+		el = el.Prev()
+		if e.refs > 0 {
+			continue
+		}
+		c.lru.Remove(e.elem)
+		delete(c.entries, e.key)
+		c.bytes -= e.size
+		victims = append(victims, e.dir)
+	}
+	return victims
+}
+
+func removeAll(dirs []string) {
+	for _, d := range dirs {
+		os.RemoveAll(d)
+	}
+}
+
+func treeSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += fi.Size()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("size of %s: %w", dir, err)
+	}
+	return n, nil
+}
