@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -31,11 +32,21 @@ func newServerCommand() *cobra.Command {
 				}
 				opts.Store = "sqlite:" + filepath.Join(dir, "torpor.db")
 			}
+			if opts.Snapshots == "" {
+				dir, err := cli.DataDir()
+				if err != nil {
+					return err
+				}
+				opts.Snapshots = filepath.Join(dir, "snapshots")
+			}
 			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			return server.Run(cmd.Context(), opts)
 		},
 	}
 	cmd.Flags().StringVar(&opts.Listen, "listen", "127.0.0.1:7070", "address to serve the API on")
+	cmd.Flags().StringVar(&opts.Snapshots, "snapshots", "", "snapshot storage directory, shared with the nodes (default <data dir>/snapshots)")
+	cmd.Flags().DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "a node silent for longer is lost and its actors crash")
+	cmd.Flags().DurationVar(&opts.RecoverAfter, "recover-after", 2*time.Minute, "re-drive workflow steps in flight for longer than this")
 	cmd.Flags().StringVar(&opts.Store, "store", "", "store: sqlite:PATH or postgres://... (default sqlite:<data dir>/torpor.db, data dir $XDG_DATA_HOME/torpor or ~/.local/share/torpor)")
 	return cmd
 }

@@ -1,0 +1,217 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/validate"
+	"github.com/torpor-dev/torpor/internal/workflow"
+)
+
+type actorService struct {
+	store  store.Store
+	engine *workflow.Engine
+}
+
+func (s *actorService) CreateActor(ctx context.Context, req *connect.Request[torporv1.CreateActorRequest]) (*connect.Response[torporv1.Actor], error) {
+	a := req.Msg.GetActor()
+	if a == nil {
+		return nil, invalidArgument("actor", "required")
+	}
+	if err := validate.Actor(a); err != nil {
+		return nil, apiError(err)
+	}
+	meta := userMeta(a.GetMetadata())
+	var created *torporv1.Actor
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		if err := requireSpace(ctx, tx, meta.GetSpace()); err != nil {
+			return err
+		}
+		if err := requireTemplate(ctx, tx, meta.GetSpace(), a.GetSpec().GetTemplate()); err != nil {
+			return err
+		}
+		var err error
+		created, err = tx.Actors().Create(ctx, &torporv1.Actor{
+			Metadata: meta,
+			Spec:     &torporv1.ActorSpec{Template: a.GetSpec().GetTemplate(), WorkerSelector: a.GetSpec().GetWorkerSelector()},
+			Status: &torporv1.ActorStatus{
+				State:     torporv1.ActorState_ACTOR_STATE_SUSPENDED,
+				StateTime: timestamppb.New(time.Now()),
+			},
+		})
+		return err
+	})
+	if err != nil {
+		return nil, apiError(err)
+	}
+	return connect.NewResponse(created), nil
+}
+
+func (s *actorService) GetActor(ctx context.Context, req *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error) {
+	a, err := get(ctx, s.store.Actors(), req.Msg, true)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(a), nil
+}
+
+func (s *actorService) ListActors(ctx context.Context, req *connect.Request[torporv1.ListRequest]) (*connect.Response[torporv1.ListActorsResponse], error) {
+	items, next, err := list(ctx, s.store.Actors(), req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&torporv1.ListActorsResponse{Actors: items, NextPageToken: next}), nil
+}
+
+// updatableActorPaths maps the accepted update_mask paths (proto and JSON
+// spellings) to how each is applied.
+var updatableActorPaths = map[string]func(dst, src *torporv1.ActorSpec){
+	"spec.worker_selector": func(dst, src *torporv1.ActorSpec) { dst.WorkerSelector = src.GetWorkerSelector() },
+	"spec.workerSelector":  func(dst, src *torporv1.ActorSpec) { dst.WorkerSelector = src.GetWorkerSelector() },
+}
+
+// UpdateActor changes an actor's spec by field mask. Without an explicit
+// version it retries on concurrent writers; with one, a stale version is
+// Aborted so the caller can re-read.
+func (s *actorService) UpdateActor(ctx context.Context, req *connect.Request[torporv1.UpdateActorRequest]) (*connect.Response[torporv1.Actor], error) {
+	in := req.Msg.GetActor()
+	meta := in.GetMetadata()
+	if err := keyOf(meta.GetSpace(), meta.GetName(), true); err != nil {
+		return nil, err
+	}
+	paths := req.Msg.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		return nil, invalidArgument("updateMask", "names no field to update")
+	}
+	for _, p := range paths {
+		if updatableActorPaths[p] == nil {
+			return nil, invalidArgument("updateMask", "%q cannot be updated (updatable: spec.worker_selector)", p)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		cur, err := s.store.Actors().Get(ctx, meta.GetSpace(), meta.GetName())
+		if err != nil {
+			return nil, apiError(err)
+		}
+		if v := meta.GetVersion(); v != 0 && v != cur.GetMetadata().GetVersion() {
+			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("actor %s/%s is at version %d, not %d: re-read and retry", meta.GetSpace(), meta.GetName(), cur.GetMetadata().GetVersion(), v))
+		}
+		if cur.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_DELETING {
+			return nil, failedPrecondition("actor %s/%s is being deleted", meta.GetSpace(), meta.GetName())
+		}
+		for _, p := range paths {
+			updatableActorPaths[p](cur.Spec, in.GetSpec())
+		}
+		if err := validate.ActorSpec(cur.GetSpec()); err != nil {
+			return nil, apiError(err)
+		}
+		updated, err := s.store.Actors().Update(ctx, cur)
+		if errors.Is(err, store.ErrConflict) && meta.GetVersion() == 0 && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return nil, apiError(err)
+		}
+		return connect.NewResponse(updated), nil
+	}
+}
+
+// DeleteActor removes an actor that holds no worker, with its snapshots.
+func (s *actorService) DeleteActor(ctx context.Context, req *connect.Request[torporv1.DeleteRequest]) (*connect.Response[torporv1.DeleteResponse], error) {
+	m := req.Msg
+	if err := keyOf(m.GetSpace(), m.GetName(), true); err != nil {
+		return nil, err
+	}
+	if m.GetUid() != "" || m.GetVersion() != 0 {
+		a, err := s.store.Actors().Get(ctx, m.GetSpace(), m.GetName())
+		if err != nil {
+			return nil, apiError(err)
+		}
+		if (m.GetUid() != "" && m.GetUid() != a.GetMetadata().GetUid()) || (m.GetVersion() != 0 && m.GetVersion() != a.GetMetadata().GetVersion()) {
+			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("actor %s/%s does not match the given uid or version", m.GetSpace(), m.GetName()))
+		}
+	}
+	if err := s.engine.Delete(ctx, m.GetSpace(), m.GetName()); err != nil {
+		return nil, apiError(err)
+	}
+	return connect.NewResponse(&torporv1.DeleteResponse{}), nil
+}
+
+func (s *actorService) ResumeActor(ctx context.Context, req *connect.Request[torporv1.ResumeActorRequest]) (*connect.Response[torporv1.Actor], error) {
+	m := req.Msg
+	if err := keyOf(m.GetSpace(), m.GetName(), true); err != nil {
+		return nil, err
+	}
+	a, err := s.engine.Resume(ctx, m.GetSpace(), m.GetName(), workflow.ResumeOptions{Boot: m.GetBoot(), Snapshot: m.GetSnapshot()})
+	if err != nil {
+		return nil, apiError(err)
+	}
+	return connect.NewResponse(a), nil
+}
+
+func (s *actorService) SuspendActor(ctx context.Context, req *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error) {
+	return s.step(ctx, req.Msg, s.engine.Suspend)
+}
+
+func (s *actorService) PauseActor(ctx context.Context, req *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error) {
+	return s.step(ctx, req.Msg, s.engine.Pause)
+}
+
+func (s *actorService) step(ctx context.Context, m *torporv1.GetRequest, fn func(ctx context.Context, space, name string) (*torporv1.Actor, error)) (*connect.Response[torporv1.Actor], error) {
+	if err := keyOf(m.GetSpace(), m.GetName(), true); err != nil {
+		return nil, err
+	}
+	a, err := fn(ctx, m.GetSpace(), m.GetName())
+	if err != nil {
+		return nil, apiError(err)
+	}
+	return connect.NewResponse(a), nil
+}
+
+func (s *actorService) ListActorEvents(ctx context.Context, req *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.ListActorEventsResponse], error) {
+	a, err := get(ctx, s.store.Actors(), req.Msg, true)
+	if err != nil {
+		return nil, err
+	}
+	events, err := s.store.Events(ctx, a.GetMetadata().GetUid(), 0)
+	if err != nil {
+		return nil, apiError(err)
+	}
+	resp := &torporv1.ListActorEventsResponse{}
+	for _, ev := range events {
+		resp.Events = append(resp.Events, &torporv1.ActorEvent{
+			Time: timestamppb.New(ev.Time), FromState: ev.FromState, ToState: ev.ToState, Reason: ev.Reason,
+			OperationId: ev.OperationID, Worker: ev.Worker, DurationMs: ev.Duration.Milliseconds(),
+		})
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func requireTemplate(ctx context.Context, tx store.Tx, space, name string) error {
+	if _, err := tx.Templates().Get(ctx, space, name); err != nil {
+		if isNotFound(err) {
+			return failedPrecondition("spec.template: template %s/%s does not exist", space, name)
+		}
+		return err
+	}
+	return nil
+}
+
+func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
+
+// stateName is the short form users see, e.g. RUNNING.
+func stateName(s torporv1.ActorState) string {
+	const prefix = "ACTOR_STATE_"
+	n := s.String()
+	if len(n) > len(prefix) {
+		return n[len(prefix):]
+	}
+	return n
+}

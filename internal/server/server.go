@@ -1,0 +1,242 @@
+// Package server is Torpor's control plane API: connect handlers (gRPC,
+// gRPC-Web and JSON over HTTP on one port) over the store.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/snapshot"
+	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/workflow"
+)
+
+// maxRequestBytes bounds every request so an oversized one is refused
+// before it is decoded.
+const maxRequestBytes = 4 << 20
+
+// Options configure a server process.
+type Options struct {
+	// Listen is the TCP address to serve on, e.g. 127.0.0.1:7070.
+	Listen string
+	// Store is "sqlite:PATH" or a postgres:// URL.
+	Store string
+	// Snapshots is the snapshot storage directory, shared with the nodes.
+	Snapshots string
+	// HeartbeatTimeout: a node silent for longer is lost and its actors
+	// crash. Default 15s.
+	HeartbeatTimeout time.Duration
+	// RecoverAfter: a workflow step in flight for longer is re-driven by
+	// the periodic sweep (a starting server re-drives all). Default 2m.
+	RecoverAfter time.Duration
+	Logger       *slog.Logger
+}
+
+// Server is the control plane over one store.
+type Server struct {
+	store   store.Store
+	objects snapshot.ObjectStore
+	engine  *workflow.Engine
+	opts    Options
+	log     *slog.Logger
+	// goldens wakes the golden builder when a template is created.
+	goldens chan struct{}
+}
+
+// New returns a server over st and the snapshot object store.
+func New(st store.Store, objects snapshot.ObjectStore, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.HeartbeatTimeout == 0 {
+		opts.HeartbeatTimeout = 15 * time.Second
+	}
+	if opts.RecoverAfter == 0 {
+		opts.RecoverAfter = 2 * time.Minute
+	}
+	agents := newNodeAgents(st, &http.Client{})
+	engine := workflow.New(st, agents, snapshotObjects{objects}, workflow.Options{
+		HeartbeatTimeout: opts.HeartbeatTimeout,
+		RecoverAfter:     opts.RecoverAfter,
+	}, opts.Logger)
+	return &Server{store: st, objects: objects, engine: engine, opts: opts, log: opts.Logger, goldens: make(chan struct{}, 1)}
+}
+
+// Engine exposes the workflow engine (tests install hooks on it).
+func (s *Server) Engine() *workflow.Engine { return s.engine }
+
+// Handler serves the API.
+func (s *Server) Handler() http.Handler {
+	opts := []connect.HandlerOption{
+		connect.WithReadMaxBytes(maxRequestBytes),
+		connect.WithInterceptors(logErrors(s.log)),
+	}
+	mux := http.NewServeMux()
+	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store}, opts...))
+	mux.Handle(torporv1connect.NewTemplateServiceHandler(&templateService{store: s.store, created: s.wakeGoldens}, opts...))
+	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine}, opts...))
+	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store}, opts...))
+	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store}, opts...))
+	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine}, opts...))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	return mux
+}
+
+func (s *Server) wakeGoldens() {
+	select {
+	case s.goldens <- struct{}{}:
+	default:
+	}
+}
+
+// RunBackground finishes what a previous control plane left in flight, then
+// keeps watching until ctx is done: node heartbeats (lost nodes crash
+// their actors), stale steps, golden builds and orphaned snapshot files.
+func (s *Server) RunBackground(ctx context.Context) {
+	if err := s.engine.RequeueGoldens(ctx); err != nil {
+		s.log.Error("requeue golden builds", "err", err)
+	}
+	if err := s.engine.Recover(ctx, 0); err != nil {
+		s.log.Error("recover steps in flight", "err", err)
+	}
+	go s.every(ctx, s.opts.HeartbeatTimeout/3, "check nodes", s.engine.CheckNodes)
+	go s.every(ctx, s.opts.RecoverAfter/4, "recover steps in flight", func(ctx context.Context) error {
+		return s.engine.Recover(ctx, s.opts.RecoverAfter)
+	})
+	go s.every(ctx, time.Hour, "sweep orphaned snapshots", s.sweepOrphans)
+	s.wakeGoldens()
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		if err := s.engine.BuildGoldens(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("build golden snapshots", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.goldens:
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Server) every(ctx context.Context, period time.Duration, what string, fn func(context.Context) error) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error(what, "err", err)
+		}
+	}
+}
+
+// sweepOrphans removes snapshot files no record points at (left by a
+// crash between upload and commit); files younger than a day may belong
+// to a checkpoint still in progress.
+func (s *Server) sweepOrphans(ctx context.Context) error {
+	removed, err := snapshot.SweepOrphans(ctx, s.objects, func(ctx context.Context, location string) (bool, error) {
+		space, _, name, err := snapshot.ParseLocation(location)
+		if err != nil {
+			return true, nil // not ours to judge: keep it
+		}
+		rec, err := s.store.Snapshots().Get(ctx, space, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil && rec.GetLocation() == location, err
+	}, 24*time.Hour)
+	if len(removed) > 0 {
+		s.log.Info("removed orphaned snapshots", "count", len(removed))
+	}
+	return err
+}
+
+type snapshotObjects struct{ store snapshot.ObjectStore }
+
+func (o snapshotObjects) DeleteSnapshot(ctx context.Context, location string) error {
+	return snapshot.DeleteSnapshot(ctx, o.store, location)
+}
+
+// Run opens the store and snapshot storage and serves until ctx is done.
+func Run(ctx context.Context, opts Options) error {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	st, err := store.Open(ctx, opts.Store)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", opts.Store, err)
+	}
+	defer st.Close()
+	objects, err := snapshot.NewDirStore(opts.Snapshots)
+	if err != nil {
+		return fmt.Errorf("open snapshot storage %s: %w", opts.Snapshots, err)
+	}
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
+	}
+	srv := New(st, objects, opts)
+	logger.Info("serving API", "listen", ln.Addr().String(), "store", opts.Store, "snapshots", opts.Snapshots)
+	bg, stopBackground := context.WithCancel(ctx)
+	defer stopBackground()
+	go srv.RunBackground(bg)
+	return Serve(ctx, ln, srv.Handler())
+}
+
+// Serve serves h on ln (HTTP/1.1 and cleartext HTTP/2 for gRPC) until ctx
+// is done, then drains in-flight requests.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: h, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shut down API server: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// logErrors logs failed calls with their procedure; server-side faults at
+// error level, caller mistakes at debug.
+func logErrors(logger *slog.Logger) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			start := time.Now()
+			resp, err := next(ctx, req)
+			if err != nil {
+				level := slog.LevelDebug
+				if code := connect.CodeOf(err); code == connect.CodeInternal || code == connect.CodeUnknown || code == connect.CodeDataLoss {
+					level = slog.LevelError
+				}
+				logger.Log(ctx, level, "call failed", "procedure", req.Spec().Procedure, "code", connect.CodeOf(err).String(), "err", err, "duration", time.Since(start))
+			}
+			return resp, err
+		}
+	}
+}

@@ -1,0 +1,60 @@
+package server
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/store"
+)
+
+type snapshotService struct{ store store.Store }
+
+func (s *snapshotService) GetSnapshot(ctx context.Context, req *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Snapshot], error) {
+	snap, err := get(ctx, s.store.Snapshots(), req.Msg, true)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(snap), nil
+}
+
+func (s *snapshotService) ListSnapshots(ctx context.Context, req *connect.Request[torporv1.ListRequest]) (*connect.Response[torporv1.ListSnapshotsResponse], error) {
+	items, next, err := list(ctx, s.store.Snapshots(), req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&torporv1.ListSnapshotsResponse{Snapshots: items, NextPageToken: next}), nil
+}
+
+// DeleteSnapshot refuses to remove a snapshot an actor still points at:
+// the actor's state would be lost (invariant 5).
+func (s *snapshotService) DeleteSnapshot(ctx context.Context, req *connect.Request[torporv1.DeleteRequest]) (*connect.Response[torporv1.DeleteResponse], error) {
+	m := req.Msg
+	if err := keyOf(m.GetSpace(), m.GetName(), true); err != nil {
+		return nil, err
+	}
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		snap, err := tx.Snapshots().Get(ctx, m.GetSpace(), m.GetName())
+		if err != nil {
+			return err
+		}
+		a, err := tx.Actors().Get(ctx, m.GetSpace(), snap.GetActorName())
+		switch {
+		case isNotFound(err):
+		case err != nil:
+			return err
+		case a.GetMetadata().GetUid() == snap.GetActorUid() && pointsAt(a.GetStatus(), snap.GetMetadata().GetName()):
+			return failedPrecondition("snapshot %s/%s is the current state of actor %s", m.GetSpace(), m.GetName(), a.GetMetadata().GetName())
+		}
+		return tx.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), m.GetVersion())
+	})
+	if err != nil {
+		return nil, apiError(err)
+	}
+	return connect.NewResponse(&torporv1.DeleteResponse{}), nil
+}
+
+func pointsAt(st *torporv1.ActorStatus, snapshot string) bool {
+	return st.GetLatestSnapshot() == snapshot || st.GetLocalCheckpoint() == snapshot
+}

@@ -1,0 +1,92 @@
+package server
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/validate"
+)
+
+type spaceService struct{ store store.Store }
+
+func (s *spaceService) CreateSpace(ctx context.Context, req *connect.Request[torporv1.CreateSpaceRequest]) (*connect.Response[torporv1.Space], error) {
+	sp := req.Msg.GetSpace()
+	if sp == nil {
+		return nil, invalidArgument("space", "required")
+	}
+	if err := validate.Space(sp); err != nil {
+		return nil, apiError(err)
+	}
+	created, err := s.store.Spaces().Create(ctx, &torporv1.Space{Metadata: userMeta(sp.GetMetadata())})
+	if err != nil {
+		return nil, apiError(err)
+	}
+	return connect.NewResponse(created), nil
+}
+
+func (s *spaceService) GetSpace(ctx context.Context, req *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Space], error) {
+	sp, err := get(ctx, s.store.Spaces(), req.Msg, false)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(sp), nil
+}
+
+func (s *spaceService) ListSpaces(ctx context.Context, req *connect.Request[torporv1.ListRequest]) (*connect.Response[torporv1.ListSpacesResponse], error) {
+	items, next, err := list(ctx, s.store.Spaces(), &torporv1.ListRequest{PageSize: req.Msg.GetPageSize(), PageToken: req.Msg.GetPageToken()})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&torporv1.ListSpacesResponse{Spaces: items, NextPageToken: next}), nil
+}
+
+// DeleteSpace removes an empty space; a space still holding templates or
+// actors is refused so nothing is orphaned.
+func (s *spaceService) DeleteSpace(ctx context.Context, req *connect.Request[torporv1.DeleteRequest]) (*connect.Response[torporv1.DeleteResponse], error) {
+	name := req.Msg.GetName()
+	if err := keyOf("", name, false); err != nil {
+		return nil, err
+	}
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		if _, err := tx.Spaces().Get(ctx, "", name); err != nil {
+			return err
+		}
+		actors, _, err := tx.Actors().List(ctx, store.ListOptions{Space: name, PageSize: 1})
+		if err != nil {
+			return err
+		}
+		templates, _, err := tx.Templates().List(ctx, store.ListOptions{Space: name, PageSize: 1})
+		if err != nil {
+			return err
+		}
+		if len(actors)+len(templates) > 0 {
+			return failedPrecondition("space %q is not empty: delete its actors and templates first", name)
+		}
+		return tx.Spaces().Delete(ctx, "", name, req.Msg.GetUid(), req.Msg.GetVersion())
+	})
+	if err != nil {
+		return nil, apiError(err)
+	}
+	return connect.NewResponse(&torporv1.DeleteResponse{}), nil
+}
+
+// userMeta keeps only what a client may set; uid, version and times are
+// the store's.
+func userMeta(m *torporv1.ObjectMeta) *torporv1.ObjectMeta {
+	return &torporv1.ObjectMeta{Name: m.GetName(), Space: m.GetSpace(), Labels: m.GetLabels()}
+}
+
+// requireSpace answers FailedPrecondition when a record names a space that
+// does not exist.
+func requireSpace(ctx context.Context, tx store.Tx, space string) error {
+	if _, err := tx.Spaces().Get(ctx, "", space); err != nil {
+		if isNotFound(err) {
+			return failedPrecondition("space %q does not exist", space)
+		}
+		return err
+	}
+	return nil
+}
