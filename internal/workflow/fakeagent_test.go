@@ -1,0 +1,136 @@
+package workflow
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+)
+
+// fakeAgent is a node agent double for unit tests: it keeps one workload
+// per worker, records calls, deduplicates on (actor uid, operation id) like
+// a real agent, and fails on request.
+type fakeAgent struct {
+	node string
+	mu   sync.Mutex
+	// slots: worker name -> actor uid running there.
+	slots map[string]string
+	done  map[string]bool
+	calls []string
+	// failRestore, when set, is returned by the next Restore.
+	failRestore    error
+	failCheckpoint error
+}
+
+func newFakeAgent(node string) *fakeAgent {
+	return &fakeAgent{node: node, slots: map[string]string{}, done: map[string]bool{}}
+}
+
+func (f *fakeAgent) callCount(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		if c == method {
+			n++
+		}
+	}
+	return n
+}
+
+// start runs op's workload once per operation id.
+func (f *fakeAgent) start(method string, op *torporv1.Operation, fail *error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := op.GetActorUid() + "/" + op.GetOperationId()
+	if f.done[key] {
+		return nil
+	}
+	f.calls = append(f.calls, method)
+	if *fail != nil {
+		err := *fail
+		*fail = nil
+		return err
+	}
+	if cur := f.slots[op.GetWorker()]; cur != "" && cur != op.GetActorUid() {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s runs actor %s", op.GetWorker(), cur))
+	}
+	f.slots[op.GetWorker()] = op.GetActorUid()
+	f.done[key] = true
+	return nil
+}
+
+func (f *fakeAgent) Run(_ context.Context, req *connect.Request[torporv1.RunRequest]) (*connect.Response[torporv1.RunResponse], error) {
+	var none error
+	if err := f.start("Run", req.Msg.GetOp(), &none); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&torporv1.RunResponse{}), nil
+}
+
+func (f *fakeAgent) Restore(_ context.Context, req *connect.Request[torporv1.RestoreRequest]) (*connect.Response[torporv1.RestoreResponse], error) {
+	if err := f.start("Restore", req.Msg.GetOp(), &f.failRestore); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&torporv1.RestoreResponse{}), nil
+}
+
+func (f *fakeAgent) Checkpoint(_ context.Context, req *connect.Request[torporv1.CheckpointRequest]) (*connect.Response[torporv1.CheckpointResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "Checkpoint")
+	if err := f.failCheckpoint; err != nil {
+		f.failCheckpoint = nil
+		return nil, err
+	}
+	op := req.Msg.GetOp()
+	if f.slots[op.GetWorker()] != op.GetActorUid() && !f.done[op.GetActorUid()+"/"+op.GetOperationId()] {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s does not run actor %s", op.GetWorker(), op.GetActorUid()))
+	}
+	delete(f.slots, op.GetWorker())
+	f.done[op.GetActorUid()+"/"+op.GetOperationId()] = true
+	return connect.NewResponse(&torporv1.CheckpointResponse{Location: req.Msg.GetLocation(), ManifestDigest: "sha256:fake", SizeBytes: 1, HasData: true}), nil
+}
+
+func (f *fakeAgent) Terminate(_ context.Context, req *connect.Request[torporv1.TerminateRequest]) (*connect.Response[torporv1.TerminateResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "Terminate")
+	op := req.Msg.GetOp()
+	if f.slots[op.GetWorker()] == op.GetActorUid() {
+		delete(f.slots, op.GetWorker())
+	}
+	return connect.NewResponse(&torporv1.TerminateResponse{}), nil
+}
+
+func (f *fakeAgent) Stats(_ context.Context, req *connect.Request[torporv1.StatsRequest]) (*connect.Response[torporv1.StatsResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	uid := f.slots[req.Msg.GetWorker()]
+	return connect.NewResponse(&torporv1.StatsResponse{Running: uid != "", ActorUid: uid}), nil
+}
+
+type fakeAgents map[string]*fakeAgent
+
+func (f fakeAgents) Agent(_ context.Context, node string) (NodeAgent, error) {
+	a, ok := f[node]
+	if !ok {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("node %s unknown", node))
+	}
+	return a, nil
+}
+
+type fakeObjects struct {
+	mu      sync.Mutex
+	deleted []string
+}
+
+func (o *fakeObjects) DeleteSnapshot(_ context.Context, location string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.deleted = append(o.deleted, location)
+	return nil
+}
