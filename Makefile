@@ -20,9 +20,11 @@ runsc: $(BIN)/runsc
 $(BIN)/runsc:
 	CGO_ENABLED=0 GOBIN=$(BIN) go install -ldflags="-s -w" gvisor.dev/gvisor/runsc@$(GVISOR_VERSION)
 
+# The counter example's OCI image layout, built without a container engine
+# or registry; rebuilt only when its sources change.
 images: examples/counter/image/index.json
-examples/counter/image/index.json: $(wildcard examples/counter/*.go) internal/image/*.go
-	go run ./cmd/torpor image build --binary-pkg ./examples/counter --out examples/counter/image --tag latest
+examples/counter/image/index.json: $(filter-out %_test.go,$(wildcard examples/counter/*.go examples/counter/mkimage/*.go internal/image/*.go))
+	go run ./examples/counter/mkimage -out examples/counter/image -tag latest
 
 test: build runsc images
 	go test -count=1 -timeout 60m ./...
