@@ -1,0 +1,126 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+)
+
+// DefaultSpace exists in every store from its first Open.
+const DefaultSpace = "default"
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migration is one schema step. Steps are numbered from 1 without gaps and
+// never edited once released; a change is a new step.
+type migration struct {
+	version int
+	name    string
+	apply   func(ctx context.Context, tx *sql.Tx, d *dialect) error
+}
+
+// codeMigrations are steps that need Go (records hold serialized protobuf).
+var codeMigrations = []migration{
+	{version: 2, name: "default_space", apply: createDefaultSpace},
+}
+
+func createDefaultSpace(ctx context.Context, tx *sql.Tx, _ *dialect) error {
+	_, err := newView(executor{read: tx, write: tx}).Spaces().Create(ctx, &torporv1.Space{
+		Metadata: &torporv1.ObjectMeta{Name: DefaultSpace},
+	})
+	return err
+}
+
+// migrations lists every step in order, from the embedded SQL files
+// (NNNN_name.sql) and codeMigrations.
+func migrations() ([]migration, error) {
+	files, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	all := slices.Clone(codeMigrations)
+	for _, file := range files {
+		base := strings.TrimSuffix(path.Base(file), ".sql")
+		num, name, _ := strings.Cut(base, "_")
+		version, err := strconv.Atoi(num)
+		if err != nil {
+			return nil, fmt.Errorf("migration file %s: name must start with its number", file)
+		}
+		body, err := migrationFiles.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, migration{version: version, name: name, apply: func(ctx context.Context, tx *sql.Tx, d *dialect) error {
+			_, err := tx.ExecContext(ctx, d.ddl.Replace(string(body)))
+			return err
+		}})
+	}
+	slices.SortFunc(all, func(a, b migration) int { return a.version - b.version })
+	for i, m := range all {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("migration %s: number %d, want %d (steps must be numbered 1, 2, ... without gaps)", m.name, m.version, i+1)
+		}
+	}
+	return all, nil
+}
+
+// migrate applies the missing steps in one transaction. Concurrent Opens
+// of one database wait for each other (SQLite: the write lock of BEGIN
+// IMMEDIATE; PostgreSQL: an advisory lock) and the later ones find nothing
+// left to do.
+func (s *sqlStore) migrate(ctx context.Context) error {
+	steps, err := migrations()
+	if err != nil {
+		return err
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	for _, stmt := range s.dialect.migrationPrelude {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("migrate: %s: %w", stmt, err)
+		}
+	}
+	create := s.dialect.ddl.Replace(`CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    BIGINT PRIMARY KEY,
+		name       {{text}} NOT NULL,
+		applied_at {{time}} NOT NULL)`)
+	if _, err := tx.ExecContext(ctx, create); err != nil {
+		return fmt.Errorf("migrate: create schema_migrations: %w", err)
+	}
+	var current int
+	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&current); err != nil {
+		return fmt.Errorf("migrate: read schema version: %w", err)
+	}
+	if current > len(steps) {
+		return fmt.Errorf("migrate: database schema version %d is newer than this binary's %d", current, len(steps))
+	}
+	for _, m := range steps[current:] {
+		if err := m.apply(ctx, tx, s.dialect); err != nil {
+			return fmt.Errorf("migrate: step %d (%s): %w", m.version, m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+			m.version, m.name, now()); err != nil {
+			return fmt.Errorf("migrate: record step %d: %w", m.version, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: commit: %w", err)
+	}
+	return nil
+}
+
+// now is the store's clock: UTC, microseconds (what both databases keep).
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }

@@ -1,0 +1,166 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"runtime"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// Open connects to the store named by url and applies pending migrations.
+//
+//	sqlite:/var/lib/torpor/torpor.db      a file (created if absent)
+//	postgres://user@host:5432/db?sslmode=disable&search_path=torpor
+//
+// For PostgreSQL, the first schema of search_path is created if missing, so
+// several installations (or tests) can share one database.
+func Open(ctx context.Context, url string) (Store, error) {
+	scheme, rest, _ := strings.Cut(url, ":")
+	switch scheme {
+	case "sqlite":
+		return openSQLite(ctx, rest)
+	case "postgres", "postgresql":
+		return openPostgres(ctx, url)
+	}
+	return nil, fmt.Errorf("store url: unknown scheme %q (want sqlite:PATH or postgres://...)", scheme)
+}
+
+// dialect is everything the two backends do differently; all queries are
+// shared ($N placeholders work on both).
+type dialect struct {
+	name string
+	// ddl fills the type placeholders of the shared migration SQL.
+	ddl *strings.Replacer
+	// migrationPrelude runs first inside the migration transaction.
+	migrationPrelude []string
+}
+
+var sqliteDialect = &dialect{
+	name: "sqlite",
+	ddl: strings.NewReplacer(
+		"{{text}}", "TEXT",
+		"{{bytes}}", "BLOB",
+		"{{time}}", "TIMESTAMP",
+		"{{serial}}", "INTEGER PRIMARY KEY",
+	),
+}
+
+// postgresMigrationLock is the advisory lock key that serializes migrations
+// of concurrently starting servers ("torpor" in ASCII).
+const postgresMigrationLock = 0x746f72706f72
+
+func postgresDialect(schema string) *dialect {
+	d := &dialect{
+		name: "postgres",
+		ddl: strings.NewReplacer(
+			// Byte order, not the database locale, so both backends list
+			// in the same order.
+			"{{text}}", `TEXT COLLATE "C"`,
+			"{{bytes}}", "BYTEA",
+			"{{time}}", "TIMESTAMPTZ",
+			"{{serial}}", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+		),
+		migrationPrelude: []string{fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", postgresMigrationLock)},
+	}
+	if schema != "" {
+		d.migrationPrelude = append(d.migrationPrelude, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize())
+	}
+	return d
+}
+
+// SQLite allows one writer at a time. Writes and transactions go through a
+// single connection, so in-process writers queue in Go instead of spinning
+// on SQLITE_BUSY; transactions BEGIN IMMEDIATE so a transaction never has
+// to upgrade a read lock. Reads outside transactions use a pool of
+// read-only connections, which WAL lets run next to the writer. The busy
+// timeout covers other processes sharing the file.
+const sqliteParams = "_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)" +
+	"&_time_integer_format=unix_micro&_inttotime=1"
+
+func openSQLite(ctx context.Context, path string) (Store, error) {
+	path = strings.TrimPrefix(path, "//") // sqlite:///abs/path
+	switch {
+	case path == "":
+		return nil, errors.New("store url: sqlite needs a file path (sqlite:/path/to/torpor.db)")
+	case strings.Contains(path, ":memory:") || strings.HasPrefix(path, "file:"):
+		return nil, fmt.Errorf("store url: sqlite path %q: in-memory and URI databases are not supported, use a file", path)
+	case strings.ContainsAny(path, "?#"):
+		return nil, fmt.Errorf("store url: sqlite path %q must not contain '?' or '#'", path)
+	}
+	writer, err := sql.Open("sqlite", path+"?"+sqliteParams+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	writer.SetMaxOpenConns(1)
+	writer.SetMaxIdleConns(1)
+	writer.SetConnMaxIdleTime(0)
+	readers := 2 * runtime.GOMAXPROCS(0)
+	reader, err := sql.Open("sqlite", path+"?"+sqliteParams+"&_pragma=query_only(1)")
+	if err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	reader.SetMaxOpenConns(readers)
+	reader.SetMaxIdleConns(readers)
+	s := newSQLStore(sqliteDialect, writer, reader, func() error {
+		return errors.Join(reader.Close(), writer.Close())
+	})
+	// The writer migrates first: it also switches a new file to WAL before
+	// any reader connects.
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func openPostgres(ctx context.Context, rawURL string) (Store, error) {
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("store url: postgres: %w", err)
+	}
+	where := redact(rawURL)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres %s: %w", where, err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	s := newSQLStore(postgresDialect(firstSchema(cfg.ConnConfig.RuntimeParams["search_path"])), db, db, func() error {
+		err := db.Close()
+		pool.Close()
+		return err
+	})
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("postgres %s: %w", where, err)
+	}
+	return s, nil
+}
+
+// firstSchema is the schema new tables land in, or "" when search_path
+// leaves that to the server's default.
+func firstSchema(searchPath string) string {
+	first, _, _ := strings.Cut(searchPath, ",")
+	first = strings.Trim(strings.TrimSpace(first), `"`)
+	if first == "$user" {
+		return ""
+	}
+	return first
+}
+
+// redact keeps passwords out of error messages.
+func redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable url)"
+	}
+	return u.Redacted()
+}
