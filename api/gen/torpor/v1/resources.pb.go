@@ -752,8 +752,11 @@ type Container struct {
 	ReadinessProbe *Probe    `protobuf:"bytes,6,opt,name=readiness_probe,json=readinessProbe,proto3" json:"readiness_probe,omitempty"`
 	Mounts         []*Mount  `protobuf:"bytes,7,rep,name=mounts,proto3" json:"mounts,omitempty"`
 	WorkingDir     string    `protobuf:"bytes,8,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// HTTP port the router forwards the actor's traffic to (the first
+	// container's). Default: the readiness probe's port, else 8080.
+	Port          int32 `protobuf:"varint,9,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Container) Reset() {
@@ -840,6 +843,13 @@ func (x *Container) GetWorkingDir() string {
 		return x.WorkingDir
 	}
 	return ""
+}
+
+func (x *Container) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
 }
 
 type EnvVar struct {
@@ -2315,7 +2325,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\tresources\x18\x04 \x01(\v2\x14.torpor.v1.ResourcesR\tresources\x12B\n" +
 	"\x0fsnapshot_policy\x18\x05 \x01(\v2\x19.torpor.v1.SnapshotPolicyR\x0esnapshotPolicy\x126\n" +
 	"\vidle_policy\x18\x06 \x01(\v2\x15.torpor.v1.IdlePolicyR\n" +
-	"idlePolicy\"\x8e\x02\n" +
+	"idlePolicy\"\xa2\x02\n" +
 	"\tContainer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -2325,7 +2335,8 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x0freadiness_probe\x18\x06 \x01(\v2\x10.torpor.v1.ProbeR\x0ereadinessProbe\x12(\n" +
 	"\x06mounts\x18\a \x03(\v2\x10.torpor.v1.MountR\x06mounts\x12\x1f\n" +
 	"\vworking_dir\x18\b \x01(\tR\n" +
-	"workingDir\"2\n" +
+	"workingDir\x12\x12\n" +
+	"\x04port\x18\t \x01(\x05R\x04port\"2\n" +
 	"\x06EnvVar\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"e\n" +
