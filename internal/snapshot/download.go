@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -187,7 +188,9 @@ func fetchFile(ctx context.Context, store ObjectStore, location string, e *Entry
 	defer out.Close()
 	sink := &errorRecorder{w: out}
 	raw := newCountingHash()
-	_, decodeErr := io.Copy(io.MultiWriter(sink, raw), io.LimitReader(dec, e.Size+1))
+	buf := copyBuffers.Get().(*[]byte)
+	_, decodeErr := io.CopyBuffer(io.MultiWriter(sink, raw), io.LimitReader(dec, e.Size+1), *buf)
+	copyBuffers.Put(buf)
 	if decodeErr == nil {
 		putDecoder(dec)
 	}
@@ -217,6 +220,9 @@ func fetchFile(ctx context.Context, store ObjectStore, location string, e *Entry
 	}
 	return nil
 }
+
+// copyBuffers are large so a memory image is written in few syscalls.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 // errorRecorder remembers the error of the reader or writer it wraps, to
 // tell a store or disk failure from undecodable data after the fact.

@@ -464,3 +464,19 @@ func TestLocation(t *testing.T) {
 		}
 	}
 }
+
+func TestRoundTripEmptyTree(t *testing.T) {
+	const loc = "default/actor/empty"
+	s := newDirStore(t)
+	m, digest := mustUpload(t, s, loc, nil)
+	if len(m.Entries) != 1 || m.Size() != 0 {
+		t.Errorf("manifest of an empty tree: %+v", m.Entries)
+	}
+	dest := filepath.Join(t.TempDir(), "d")
+	if err := Download(t.Context(), s, loc, digest, dest); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := os.ReadDir(dest); err != nil || len(names) != 0 {
+		t.Errorf("restored empty tree: %v, %v", names, err)
+	}
+}
