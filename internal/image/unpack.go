@@ -23,7 +23,7 @@ import (
 const lockPoll = 10 * time.Millisecond
 
 // Unpack extracts the image a pinned reference names into
-// cacheDir/<digest hex>/rootfs and returns that path. The directory appears
+// cacheDir/<digest hex>/rootfs and returns that path, made absolute. The directory appears
 // complete or not at all (it is extracted aside and renamed), so a later call
 // returns it at once without reading the image. Concurrent calls for one
 // digest, in this process or others, extract it once.
@@ -31,6 +31,12 @@ func Unpack(ctx context.Context, pinned, cacheDir string) (string, error) {
 	digest, err := pinnedDigest(pinned)
 	if err != nil {
 		return "", err
+	}
+	// Absolute, because runtimes hand the path to processes with other
+	// working directories.
+	cacheDir, err = filepath.Abs(cacheDir)
+	if err != nil {
+		return "", fmt.Errorf("image %q: cache: %w", pinned, err)
 	}
 	entry := filepath.Join(cacheDir, digest.Hex)
 	rootfs := filepath.Join(entry, "rootfs")
