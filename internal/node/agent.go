@@ -1,0 +1,426 @@
+// Package node is Torpor's node agent: it owns a host's worker slots, runs
+// actors' workloads in them through a sandbox runtime, checkpoints them to
+// snapshot storage (or keeps them on the node) and restores them, serving
+// torpor.v1.NodeAgentService to the control plane.
+//
+// Every mutating call is idempotent on (actor uid, operation id): the
+// outcome is recorded durably with the slot's new state, in one write, and
+// returned to any retry. A restarted agent adopts the workloads its records
+// say are running and removes everything else, so a crash of the agent
+// neither leaks a sandbox nor runs one twice.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/server"
+	"github.com/torpor-dev/torpor/internal/snapshot"
+	"github.com/torpor-dev/torpor/internal/validate"
+)
+
+// WorkerNamespace is where a node registers its workers.
+const WorkerNamespace = "torpor-system"
+
+// Network gives worker slots their network: a namespace and an address
+// each, made ahead of time and kept across agent restarts, so a workload
+// never waits for its network and an adopted one keeps it.
+type Network interface {
+	// Slot returns the network of slot index, named name, creating it if
+	// it does not exist yet.
+	Slot(ctx context.Context, name string, index int) (runtime.Slot, error)
+}
+
+// Config configures a node agent.
+type Config struct {
+	// Name of the node (a DNS-1123 label); workers are <name>-w<i>.
+	Name string
+	// ServerURL is the control plane's base URL.
+	ServerURL string
+	// Listen is the address to serve the node agent API on; Listener, when
+	// set, is used instead.
+	Listen   string
+	Listener net.Listener
+	// Advertise is the base URL the control plane reaches this agent at.
+	// Default: http://<listen address>, with 127.0.0.1 for an unspecified
+	// host.
+	Advertise string
+	// Workers is the number of worker slots.
+	Workers int
+	Pool    string
+	Labels  map[string]string
+	// StateDir holds the agent's records, durable volumes, unpacked images,
+	// snapshot cache and local checkpoints.
+	StateDir string
+	Runtime  runtime.Runtime
+	// Snapshots is the snapshot storage shared with the control plane.
+	Snapshots snapshot.ObjectStore
+	Network   Network
+	// HTTPClient calls the control plane; default http.DefaultClient.
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+	// HeartbeatInterval defaults to 3 s.
+	HeartbeatInterval time.Duration
+	// CacheBytes bounds each snapshot cache (storage and local); default
+	// 4 GiB.
+	CacheBytes int64
+}
+
+const (
+	defaultHeartbeat  = 3 * time.Second
+	defaultCacheBytes = 4 << 30
+	// opRetention is how long a finished operation's outcome is kept for
+	// retries.
+	opRetention = 24 * time.Hour
+)
+
+// dirs is the layout of the state directory.
+type dirs struct {
+	slots, ops, volumes, images, cache, local, localCache, work string
+}
+
+func newDirs(root string) dirs {
+	return dirs{
+		slots:      filepath.Join(root, "slots"),
+		ops:        filepath.Join(root, "ops"),
+		volumes:    filepath.Join(root, "volumes"),
+		images:     filepath.Join(root, "images"),
+		cache:      filepath.Join(root, "cache"),
+		local:      filepath.Join(root, "local"),
+		localCache: filepath.Join(root, "local-cache"),
+		work:       filepath.Join(root, "work"),
+	}
+}
+
+// Agent is a node agent.
+type Agent struct {
+	cfg         Config
+	log         *slog.Logger
+	rt          runtime.Runtime
+	dirs        dirs
+	journal     journal
+	probeClient *http.Client
+
+	slots  []*slot
+	byName map[string]*slot
+
+	storage    snapshot.ObjectStore
+	cache      *snapshot.Cache
+	local      *snapshot.DirStore
+	localCache *snapshot.Cache
+
+	mu       sync.Mutex
+	inflight map[opKey]*call
+	ops      sync.WaitGroup
+}
+
+// New checks cfg and returns an agent; Run starts it.
+func New(cfg Config) (*Agent, error) {
+	if err := validate.Name("name", cfg.Name); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.ServerURL == "":
+		return nil, errors.New("server URL: required")
+	case cfg.Listen == "" && cfg.Listener == nil:
+		return nil, errors.New("listen address: required")
+	case cfg.Workers < 1:
+		return nil, fmt.Errorf("workers: %d, want at least 1", cfg.Workers)
+	case cfg.StateDir == "":
+		return nil, errors.New("state directory: required")
+	case cfg.Runtime == nil:
+		return nil, errors.New("runtime: required")
+	case cfg.Snapshots == nil:
+		return nil, errors.New("snapshot storage: required")
+	case cfg.Network == nil:
+		return nil, errors.New("network: required")
+	}
+	if err := validate.Labels("labels", cfg.Labels); err != nil {
+		return nil, err
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = http.DefaultClient
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = defaultHeartbeat
+	}
+	if cfg.CacheBytes <= 0 {
+		cfg.CacheBytes = defaultCacheBytes
+	}
+	stateDir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("state directory %s: %w", cfg.StateDir, err)
+	}
+	cfg.StateDir = stateDir
+	d := newDirs(stateDir)
+	return &Agent{
+		cfg:         cfg,
+		log:         cfg.Logger.With("node", cfg.Name),
+		rt:          cfg.Runtime,
+		dirs:        d,
+		journal:     journal{dir: d.ops},
+		probeClient: newProbeClient(),
+		byName:      map[string]*slot{},
+		storage:     cfg.Snapshots,
+		inflight:    map[opKey]*call{},
+	}, nil
+}
+
+// WorkerName is the name of a node's i-th worker.
+func WorkerName(node string, i int) string { return fmt.Sprintf("%s-w%d", node, i) }
+
+// Run prepares the worker slots (adopting workloads a previous run left
+// running), serves the node agent API, registers with the control plane
+// and heartbeats until ctx is done. Stopping leaves workloads running: the
+// next Run adopts them.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.open(ctx); err != nil {
+		return err
+	}
+	ln := a.cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", a.cfg.Listen); err != nil {
+			return fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
+		}
+	}
+	address := a.cfg.Advertise
+	if address == "" {
+		address = advertised(ln.Addr())
+	}
+	a.log.Info("serving node agent API", "listen", ln.Addr().String(), "address", address, "workers", len(a.slots), "runtime", a.rt.Class())
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	served := make(chan error, 1)
+	go func() { served <- server.Serve(serveCtx, ln, a.Handler()) }()
+	go a.stayRegistered(serveCtx, address)
+	err := <-served
+	// Operations already running finish and record their outcome.
+	a.ops.Wait()
+	if err != nil {
+		return fmt.Errorf("node agent API: %w", err)
+	}
+	return nil
+}
+
+// Handler serves the node agent API.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(torporv1connect.NewNodeAgentServiceHandler(service{a}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	return mux
+}
+
+// advertised turns a listen address into a base URL a local control plane
+// can reach.
+func advertised(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// open lays out the state directory, makes the slots and settles what a
+// previous run left.
+func (a *Agent) open(ctx context.Context) error {
+	d := a.dirs
+	for _, dir := range []string{d.slots, d.ops, d.volumes, d.images, d.cache, d.local, d.localCache} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
+	}
+	// Half-made checkpoints of a previous run are of no use: their
+	// operations will be retried.
+	if err := os.RemoveAll(d.work); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if err := os.MkdirAll(d.work, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if err := a.journal.prune(time.Now().Add(-opRetention)); err != nil {
+		a.log.Warn("operation journal not pruned", "err", err)
+	}
+	var err error
+	if a.cache, err = snapshot.NewCache(d.cache, a.cfg.CacheBytes, a.storage); err != nil {
+		return err
+	}
+	if a.local, err = snapshot.NewDirStore(d.local); err != nil {
+		return err
+	}
+	if a.localCache, err = snapshot.NewCache(d.localCache, a.cfg.CacheBytes, a.local); err != nil {
+		return err
+	}
+	for i := range a.cfg.Workers {
+		name := WorkerName(a.cfg.Name, i)
+		rs, err := a.cfg.Network.Slot(ctx, name, i)
+		if err != nil {
+			return fmt.Errorf("worker %s: network: %w", name, err)
+		}
+		s := newSlot(rs, filepath.Join(d.slots, name+".json"))
+		if err := s.load(); err != nil {
+			return err
+		}
+		a.slots = append(a.slots, s)
+		a.byName[name] = s
+	}
+	return a.reconcile(ctx)
+}
+
+func (a *Agent) slot(worker string) (*slot, error) {
+	if s := a.byName[worker]; s != nil {
+		return s, nil
+	}
+	if worker == "" {
+		return nil, invalid("op.worker", "required")
+	}
+	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("worker %s is not on node %s", worker, a.cfg.Name))
+}
+
+func (a *Agent) volumeRoot(actorUID string) string { return filepath.Join(a.dirs.volumes, actorUID) }
+
+// reconcile makes the runtime's sandboxes agree with the slot records: a
+// workload recorded running is adopted, anything else (an operation cut
+// short by a crash, a sandbox no record knows) is removed, with its
+// volumes.
+func (a *Agent) reconcile(ctx context.Context) error {
+	names, err := a.rt.Sandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	present := map[string]bool{}
+	for _, n := range names {
+		present[n] = true
+	}
+	for _, s := range a.slots {
+		rec := s.current()
+		if last := rec.LastOp; last != nil {
+			if j, err := a.journal.get(last.key()); err == nil && j == nil {
+				if err := a.journal.put(last); err != nil {
+					return err
+				}
+			}
+		}
+		log := a.log.With("worker", s.name(), "actor_uid", rec.ActorUID, "phase", string(rec.Phase))
+		switch {
+		case rec.Phase == phaseRunning && present[s.name()]:
+			log.Info("adopted running workload", "operation", rec.Operation)
+		case rec.ActorUID != "":
+			log.Warn("workload did not survive the agent's restart; removing it")
+			if err := a.vacate(ctx, s, rec); err != nil {
+				return err
+			}
+			if err := s.commit(nil); err != nil {
+				return err
+			}
+		case present[s.name()]:
+			log.Warn("removing a sandbox no record knows")
+			if err := a.rt.Terminate(ctx, s.rt); err != nil {
+				return fmt.Errorf("worker %s: remove unknown sandbox: %w", s.name(), err)
+			}
+		}
+		delete(present, s.name())
+	}
+	for name := range present {
+		a.log.Warn("removing the sandbox of a worker this node no longer has", "worker", name)
+		if err := a.rt.Terminate(ctx, runtime.Slot{Name: name}); err != nil {
+			return fmt.Errorf("worker %s: remove sandbox: %w", name, err)
+		}
+	}
+	return a.removeStrayVolumes()
+}
+
+// removeStrayVolumes deletes the volume directories of actors no slot
+// hosts: an operation that crashed before recording left them.
+func (a *Agent) removeStrayVolumes() error {
+	entries, err := os.ReadDir(a.dirs.volumes)
+	if err != nil {
+		return fmt.Errorf("volumes: %w", err)
+	}
+	hosted := map[string]bool{}
+	for _, s := range a.slots {
+		hosted[s.current().ActorUID] = true
+	}
+	var errs []error
+	for _, e := range entries {
+		if hosted[e.Name()] {
+			continue
+		}
+		a.log.Info("removing volumes of an actor no worker hosts", "actor_uid", e.Name())
+		errs = append(errs, os.RemoveAll(filepath.Join(a.dirs.volumes, e.Name())))
+	}
+	return errors.Join(errs...)
+}
+
+// stayRegistered registers the node and its workers, then heartbeats; a
+// control plane that lost the node (or was unreachable) gets it again.
+func (a *Agent) stayRegistered(ctx context.Context, address string) {
+	client := torporv1connect.NewNodeServiceClient(a.cfg.HTTPClient, strings.TrimSuffix(a.cfg.ServerURL, "/"))
+	registered := false
+	backoff := 100 * time.Millisecond
+	for {
+		if !registered {
+			if err := a.register(ctx, client, address); err != nil {
+				a.log.Warn("registration with the control plane failed; retrying", "server", a.cfg.ServerURL, "err", err, "retry_in", backoff)
+			} else {
+				registered, backoff = true, 100*time.Millisecond
+			}
+		} else if _, err := client.Heartbeat(ctx, connect.NewRequest(&torporv1.HeartbeatRequest{Node: a.cfg.Name})); err != nil {
+			a.log.Warn("heartbeat failed", "server", a.cfg.ServerURL, "err", err)
+			registered = connect.CodeOf(err) != connect.CodeNotFound
+		}
+		wait := a.cfg.HeartbeatInterval
+		if !registered {
+			wait, backoff = backoff, min(2*backoff, a.cfg.HeartbeatInterval)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (a *Agent) register(ctx context.Context, client torporv1connect.NodeServiceClient, address string) error {
+	class := a.rt.Class()
+	req := &torporv1.RegisterNodeRequest{Node: &torporv1.Node{
+		Metadata:       &torporv1.ObjectMeta{Name: a.cfg.Name, Labels: a.cfg.Labels},
+		Address:        address,
+		SandboxClasses: []string{class},
+	}}
+	for _, s := range a.slots {
+		req.Workers = append(req.Workers, &torporv1.Worker{
+			Metadata: &torporv1.ObjectMeta{Name: s.name(), Space: WorkerNamespace, Labels: a.cfg.Labels},
+			Spec:     &torporv1.WorkerSpec{Node: a.cfg.Name, Ip: s.rt.IP, Pool: a.cfg.Pool, SandboxClass: class},
+		})
+	}
+	resp, err := client.RegisterNode(ctx, connect.NewRequest(req))
+	if err != nil {
+		return err
+	}
+	for _, w := range resp.Msg.GetWorkers() {
+		a.log.Debug("worker registered", "worker", w.GetMetadata().GetName(), "uid", w.GetMetadata().GetUid())
+	}
+	a.log.Info("registered with the control plane", "server", a.cfg.ServerURL, "workers", len(resp.Msg.GetWorkers()))
+	return nil
+}

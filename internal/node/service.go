@@ -1,0 +1,426 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/snapshot"
+)
+
+// service serves torpor.v1.NodeAgentService for an agent (apart from it:
+// the service's Run is not the agent's).
+type service struct{ *Agent }
+
+var _ torporv1connect.NodeAgentServiceHandler = service{}
+
+// A snapshot's tree on disk: the runtime's memory image (FULL captures
+// only) and the durable volumes as one archive, kept apart so a DATA
+// restore can take the volumes of a FULL capture.
+const (
+	memoryDir   = "memory"
+	dataArchive = "data.tar"
+)
+
+// Run cold-boots the actor's workload with empty durable volumes.
+func (a service) Run(ctx context.Context, req *connect.Request[torporv1.RunRequest]) (*connect.Response[torporv1.RunResponse], error) {
+	op, w := req.Msg.GetOp(), req.Msg.GetWorkload()
+	if err := validateWorkload(op, w); err != nil {
+		return nil, err
+	}
+	return operate(ctx, a.Agent, "Run", op, func(ctx context.Context, s *slot) (*torporv1.RunResponse, error) {
+		if err := a.start(ctx, s, op, w, noSource); err != nil {
+			return nil, err
+		}
+		return &torporv1.RunResponse{WorkerIp: s.rt.IP}, nil
+	})
+}
+
+// Restore brings the actor back from its snapshot (and the template's
+// golden image for DATA_ON_GOLDEN).
+func (a service) Restore(ctx context.Context, req *connect.Request[torporv1.RestoreRequest]) (*connect.Response[torporv1.RestoreResponse], error) {
+	msg := req.Msg
+	op, w := msg.GetOp(), msg.GetWorkload()
+	if err := validateWorkload(op, w); err != nil {
+		return nil, err
+	}
+	if err := validateRestore(msg); err != nil {
+		return nil, err
+	}
+	return operate(ctx, a.Agent, "Restore", op, func(ctx context.Context, s *slot) (*torporv1.RestoreResponse, error) {
+		began := time.Now()
+		if err := a.start(ctx, s, op, w, func(ctx context.Context) (bootSource, func(), error) { return a.restoreSource(ctx, msg) }); err != nil {
+			return nil, err
+		}
+		return &torporv1.RestoreResponse{WorkerIp: s.rt.IP, DurationMs: time.Since(began).Milliseconds()}, nil
+	})
+}
+
+// Checkpoint captures the actor (memory and volumes for FULL, volumes only
+// for DATA) to snapshot storage or this node, and frees the worker unless
+// asked to leave the workload running.
+func (a service) Checkpoint(ctx context.Context, req *connect.Request[torporv1.CheckpointRequest]) (*connect.Response[torporv1.CheckpointResponse], error) {
+	msg := req.Msg
+	if err := validateCheckpoint(msg); err != nil {
+		return nil, err
+	}
+	return operate(ctx, a.Agent, "Checkpoint", msg.GetOp(), func(ctx context.Context, s *slot) (*torporv1.CheckpointResponse, error) {
+		cur := s.current()
+		if err := hosts(s, cur, msg.GetOp().GetActorUid()); err != nil {
+			return nil, err
+		}
+		return a.checkpoint(ctx, s, cur, msg)
+	})
+}
+
+// Terminate stops the actor's workload and removes its volumes. A worker
+// that hosts another actor is left alone.
+func (a service) Terminate(ctx context.Context, req *connect.Request[torporv1.TerminateRequest]) (*connect.Response[torporv1.TerminateResponse], error) {
+	op := req.Msg.GetOp()
+	return operate(ctx, a.Agent, "Terminate", op, func(ctx context.Context, s *slot) (*torporv1.TerminateResponse, error) {
+		cur := s.current()
+		switch cur.ActorUID {
+		case "":
+			// Already stopped; its volumes may still be here.
+			return &torporv1.TerminateResponse{}, a.removeVolumes(op.GetActorUid())
+		case op.GetActorUid():
+			return &torporv1.TerminateResponse{}, a.vacate(ctx, s, cur)
+		}
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s, not %s: not terminating it", s.name(), cur.ActorUID, op.GetActorUid()))
+	})
+}
+
+// Stats reports whether the worker's workload runs and whose it is.
+func (a service) Stats(ctx context.Context, req *connect.Request[torporv1.StatsRequest]) (*connect.Response[torporv1.StatsResponse], error) {
+	s, err := a.slot(req.Msg.GetWorker())
+	if err != nil {
+		return nil, err
+	}
+	cur := s.current()
+	st, err := a.rt.Stats(ctx, s.rt)
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: stats: %w", s.name(), err)
+	}
+	return connect.NewResponse(&torporv1.StatsResponse{Running: st.Running, ActorUid: cur.ActorUID, MemoryBytes: st.MemoryBytes}), nil
+}
+
+// hosts checks that the slot runs actorUID's workload.
+func hosts(s *slot, cur slotRecord, actorUID string) error {
+	switch {
+	case cur.ActorUID == "":
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts no actor, not %s", s.name(), actorUID))
+	case cur.ActorUID != actorUID:
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s, not %s", s.name(), cur.ActorUID, actorUID))
+	case cur.Phase != phaseRunning:
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s: actor %s is %s, not running", s.name(), actorUID, cur.Phase))
+	}
+	return nil
+}
+
+// bootSource is where a starting workload's state comes from: a memory
+// image to restore (else it cold-boots) and a volume archive (else its
+// volumes start empty).
+type bootSource struct {
+	memory string
+	data   string
+}
+
+func noSource(context.Context) (bootSource, func(), error) { return bootSource{}, func() {}, nil }
+
+// start claims the slot for the actor, boots it from source and waits for
+// it to be ready. On failure the slot is left free (or, if its sandbox
+// would not stop, stopping).
+func (a *Agent) start(ctx context.Context, s *slot, op *torporv1.Operation, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) error {
+	claimed, err := a.claim(s, op, w)
+	if err != nil {
+		return err
+	}
+	if err := a.boot(ctx, s, w, source); err != nil {
+		if verr := a.vacate(ctx, s, claimed); verr != nil {
+			a.log.Error("cleaning up after a failed start", "worker", s.name(), "actor_uid", w.GetActorUid(), "err", verr)
+		}
+		return err
+	}
+	running, err := occupied(phaseRunning, op, w)
+	if err != nil {
+		return err
+	}
+	s.stage(running)
+	return nil
+}
+
+// claim reserves the slot for the actor. An actor occupies one slot of
+// the node at most: its volume directories are per actor.
+func (a *Agent) claim(s *slot, op *torporv1.Operation, w *torporv1.Workload) (slotRecord, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	actor := op.GetActorUid()
+	switch cur := s.current(); cur.ActorUID {
+	case "":
+	case actor:
+		return slotRecord{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("actor %s already occupies worker %s (operation %s)", actor, s.name(), cur.Operation))
+	default:
+		return slotRecord{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s is busy with actor %s", s.name(), cur.ActorUID))
+	}
+	for _, other := range a.slots {
+		if other != s && other.current().ActorUID == actor {
+			return slotRecord{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("actor %s already occupies worker %s of this node", actor, other.name()))
+		}
+	}
+	rec, err := occupied(phaseStarting, op, w)
+	if err != nil {
+		return slotRecord{}, err
+	}
+	s.stage(rec)
+	return rec, nil
+}
+
+func (a *Agent) boot(ctx context.Context, s *slot, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) error {
+	rootfs, err := a.unpack(ctx, w)
+	if err != nil {
+		return err
+	}
+	src, release, err := source(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	volumes, err := prepareVolumes(a.volumeRoot(w.GetActorUid()), durableVolumes(w.GetTemplate()), src.data)
+	if err != nil {
+		return fmt.Errorf("actor %s/%s: durable volumes: %w", w.GetSpace(), w.GetActor(), err)
+	}
+	rw := runtime.Workload{
+		ActorUID: w.GetActorUid(), Space: w.GetSpace(), Actor: w.GetActor(),
+		Template: w.GetTemplate(), Rootfs: rootfs, Volumes: volumes,
+	}
+	if src.memory == "" {
+		err = a.rt.Run(ctx, s.rt, rw)
+	} else {
+		err = a.rt.Restore(ctx, s.rt, rw, src.memory)
+	}
+	if err != nil {
+		return fmt.Errorf("actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
+	}
+	return a.waitReady(ctx, s.rt.IP, w)
+}
+
+// vacate stops the slot's workload and removes the actor's volumes. The
+// slot is free afterwards, or stays the actor's (stopping) if its sandbox
+// would not go away, so no other actor lands on a half-removed one.
+func (a *Agent) vacate(ctx context.Context, s *slot, cur slotRecord) error {
+	stopping := cur
+	stopping.Phase = phaseStopping
+	s.stage(stopping)
+	if err := a.rt.Terminate(ctx, s.rt); err != nil {
+		return fmt.Errorf("worker %s: stop the workload of actor %s: %w", s.name(), cur.ActorUID, err)
+	}
+	s.stage(slotRecord{})
+	return a.removeVolumes(cur.ActorUID)
+}
+
+// removeVolumes deletes the actor's volume directories, unless the actor
+// occupies a slot of this node.
+func (a *Agent) removeVolumes(actorUID string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.slots {
+		if s.current().ActorUID == actorUID {
+			return nil
+		}
+	}
+	if err := os.RemoveAll(a.volumeRoot(actorUID)); err != nil {
+		return fmt.Errorf("remove volumes of actor %s: %w", actorUID, err)
+	}
+	return nil
+}
+
+// checkpoint captures the slot's workload into a snapshot tree, stores it,
+// and frees the slot unless the workload is to keep running.
+func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *torporv1.CheckpointRequest) (resp *torporv1.CheckpointResponse, err error) {
+	w, err := cur.workload()
+	if err != nil {
+		return nil, err
+	}
+	stage, err := os.MkdirTemp(a.dirs.work, "checkpoint-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(stage) // a no-op once the cache took it
+	stopping := cur
+	stopping.Phase = phaseStopping
+	s.stage(stopping)
+	defer func() {
+		if err != nil {
+			a.settle(ctx, s, cur)
+		}
+	}()
+
+	leave := req.GetLeaveRunning()
+	if req.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL {
+		if err := a.rt.Checkpoint(ctx, s.rt, filepath.Join(stage, memoryDir), leave); err != nil {
+			return nil, fmt.Errorf("checkpoint actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
+		}
+	} else if !leave {
+		// Volumes are archived from a stopped workload, so they are
+		// consistent.
+		if err := a.rt.Terminate(ctx, s.rt); err != nil {
+			return nil, fmt.Errorf("stop actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
+		}
+	}
+	names := durableVolumes(w.GetTemplate())
+	if len(names) > 0 {
+		if err := archiveVolumes(a.volumeRoot(cur.ActorUID), names, filepath.Join(stage, dataArchive)); err != nil {
+			return nil, fmt.Errorf("archive volumes of actor %s/%s: %w", w.GetSpace(), w.GetActor(), err)
+		}
+	}
+	objects, cache := a.storage, a.cache
+	if req.GetTarget() == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
+		objects, cache = a.local, a.localCache
+	}
+	digest, size, err := upload(ctx, objects, req.GetLocation(), stage)
+	if err != nil {
+		return nil, err
+	}
+	// A restore on this node then needs no download.
+	if err := cache.Add(req.GetLocation(), digest, stage); err != nil {
+		a.log.Warn("snapshot not cached", "location", req.GetLocation(), "err", err)
+	}
+	if leave {
+		s.stage(cur)
+	} else if err := a.vacate(ctx, s, cur); err != nil {
+		return nil, err
+	}
+	return &torporv1.CheckpointResponse{Location: req.GetLocation(), ManifestDigest: digest, SizeBytes: size, HasData: len(names) > 0}, nil
+}
+
+// settle records what a failed checkpoint left: the workload still
+// running, or gone (then the slot is freed; its actor resumes elsewhere
+// from its last snapshot).
+func (a *Agent) settle(ctx context.Context, s *slot, cur slotRecord) {
+	if st, err := a.rt.Stats(ctx, s.rt); err == nil && st.Running {
+		s.stage(cur)
+		return
+	}
+	if err := a.vacate(ctx, s, cur); err != nil {
+		a.log.Error("cleaning up after a failed checkpoint", "worker", s.name(), "actor_uid", cur.ActorUID, "err", err)
+	}
+}
+
+// upload stores the tree at location. A location is named for one
+// checkpoint operation, so a manifest already there is this operation's
+// own earlier attempt, never referenced (the control plane records a
+// snapshot only once this call answers): it is replaced.
+func upload(ctx context.Context, objects snapshot.ObjectStore, location, tree string) (string, int64, error) {
+	_, digest, size, err := snapshot.Upload(ctx, objects, location, tree)
+	if errors.Is(err, snapshot.ErrExists) {
+		if err := snapshot.DeleteSnapshot(ctx, objects, location); err != nil {
+			return "", 0, fmt.Errorf("replace snapshot %s: %w", location, err)
+		}
+		_, digest, size, err = snapshot.Upload(ctx, objects, location, tree)
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	return digest, size, nil
+}
+
+// restoreSource fetches and verifies what a restore starts from.
+func (a *Agent) restoreSource(ctx context.Context, req *torporv1.RestoreRequest) (bootSource, func(), error) {
+	var src bootSource
+	var releases []func()
+	release := func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	fetch := func(field string, s *torporv1.SnapshotSource) (string, error) {
+		dir, rel, err := a.fetch(ctx, field, s)
+		if err != nil {
+			return "", err
+		}
+		releases = append(releases, rel)
+		return dir, nil
+	}
+	fail := func(err error) (bootSource, func(), error) {
+		release()
+		return bootSource{}, nil, err
+	}
+	if req.GetSnapshot() != nil {
+		dir, err := fetch("snapshot", req.GetSnapshot())
+		if err != nil {
+			return fail(err)
+		}
+		if src.data, err = optional(filepath.Join(dir, dataArchive)); err != nil {
+			return fail(err)
+		}
+		if req.GetScope() == torporv1.RestoreScope_RESTORE_SCOPE_FULL {
+			if src.memory, err = memoryImage("snapshot", req.GetSnapshot(), dir); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if req.GetScope() == torporv1.RestoreScope_RESTORE_SCOPE_DATA_ON_GOLDEN {
+		dir, err := fetch("golden", req.GetGolden())
+		if err != nil {
+			return fail(err)
+		}
+		if src.memory, err = memoryImage("golden", req.GetGolden(), dir); err != nil {
+			return fail(err)
+		}
+	}
+	return src, release, nil
+}
+
+// fetch returns a verified copy of a snapshot's tree from this node's
+// cache, downloading it on a miss.
+func (a *Agent) fetch(ctx context.Context, field string, src *torporv1.SnapshotSource) (string, func(), error) {
+	cache := a.cache
+	switch src.GetNode() {
+	case "":
+	case a.cfg.Name:
+		cache = a.localCache
+	default:
+		return "", nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s: %s is a local checkpoint on node %s, not on this node %s", field, src.GetLocation(), src.GetNode(), a.cfg.Name))
+	}
+	dir, release, err := cache.Get(ctx, src.GetLocation(), src.GetManifestDigest())
+	switch {
+	case errors.Is(err, snapshot.ErrDataLoss):
+		return "", nil, connect.NewError(connect.CodeDataLoss, fmt.Errorf("%s: %w", field, err))
+	case err != nil:
+		return "", nil, fmt.Errorf("%s: %w", field, err)
+	}
+	return dir, release, nil
+}
+
+// memoryImage returns the memory image directory of a snapshot tree.
+func memoryImage(field string, src *torporv1.SnapshotSource, tree string) (string, error) {
+	dir := filepath.Join(tree, memoryDir)
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s: snapshot %s holds no memory image (a DATA snapshot cannot be restored FULL)", field, src.GetLocation()))
+		}
+		return "", err
+	}
+	return dir, nil
+}
+
+// optional returns path if it exists, else "".
+func optional(path string) (string, error) {
+	switch _, err := os.Stat(path); {
+	case err == nil:
+		return path, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return "", nil
+	default:
+		return "", err
+	}
+}

@@ -1,0 +1,132 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/runtime"
+)
+
+// phase is where a slot's workload is in its life. Only free and running
+// are ever written to disk: a slot found mid-change after a crash is
+// recorded in the state before the change, and the restart undoes the
+// change (see reconcile).
+type phase string
+
+const (
+	phaseFree     phase = ""
+	phaseStarting phase = "starting" // run or restore in progress
+	phaseRunning  phase = "running"
+	phaseStopping phase = "stopping" // checkpoint or terminate in progress
+)
+
+// slotRecord is what a slot durably remembers: which actor occupies it and
+// the outcome of its last operation.
+type slotRecord struct {
+	ActorUID  string `json:"actorUid,omitempty"`
+	Phase     phase  `json:"phase,omitempty"`
+	Operation string `json:"operation,omitempty"`
+	// Workload is the occupant as the control plane described it
+	// (protojson), kept for checkpoints (its volumes) and adoption.
+	Workload json.RawMessage `json:"workload,omitempty"`
+	LastOp   *opRecord       `json:"lastOp,omitempty"`
+}
+
+func (r slotRecord) workload() (*torporv1.Workload, error) {
+	w := &torporv1.Workload{}
+	if len(r.Workload) == 0 {
+		return w, nil
+	}
+	if err := protojson.Unmarshal(r.Workload, w); err != nil {
+		return nil, fmt.Errorf("workload of actor %s: %w", r.ActorUID, err)
+	}
+	return w, nil
+}
+
+// occupied returns the record of w running (or about to run) for op.
+func occupied(ph phase, op *torporv1.Operation, w *torporv1.Workload) (slotRecord, error) {
+	body, err := protojson.Marshal(w)
+	if err != nil {
+		return slotRecord{}, fmt.Errorf("encode workload of actor %s: %w", op.GetActorUid(), err)
+	}
+	return slotRecord{ActorUID: op.GetActorUid(), Phase: ph, Operation: op.GetOperationId(), Workload: body}, nil
+}
+
+// slot is one worker: its sandbox place, its lock and its record.
+type slot struct {
+	rt   runtime.Slot
+	file string
+	// sem serializes the slot's operations.
+	sem chan struct{}
+
+	mu  sync.Mutex
+	rec slotRecord // the current state; on disk once committed
+	uid string     // the worker's uid, once registered
+}
+
+func newSlot(rt runtime.Slot, file string) *slot {
+	return &slot{rt: rt, file: file, sem: make(chan struct{}, 1)}
+}
+
+func (s *slot) name() string { return s.rt.Name }
+
+func (s *slot) lock()   { s.sem <- struct{}{} }
+func (s *slot) unlock() { <-s.sem }
+
+func (s *slot) current() slotRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rec
+}
+
+// stage sets the slot's state in memory (keeping its last outcome);
+// commit writes it.
+func (s *slot) stage(rec slotRecord) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec.LastOp = s.rec.LastOp
+	s.rec = rec
+}
+
+// commit writes the current state, with last as the slot's last outcome
+// when set.
+func (s *slot) commit(last *opRecord) error {
+	s.mu.Lock()
+	rec := s.rec
+	s.mu.Unlock()
+	if last != nil {
+		rec.LastOp = last
+	}
+	if err := writeJSON(s.file, rec); err != nil {
+		return fmt.Errorf("worker %s: record: %w", s.name(), err)
+	}
+	s.mu.Lock()
+	s.rec = rec
+	s.mu.Unlock()
+	return nil
+}
+
+// load reads the slot's record; a slot never written is free.
+func (s *slot) load() error {
+	var rec slotRecord
+	err := readJSON(s.file, &rec)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("worker %s: %w", s.name(), err)
+	}
+	s.mu.Lock()
+	s.rec = rec
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *slot) setUID(uid string) {
+	s.mu.Lock()
+	s.uid = uid
+	s.mu.Unlock()
+}

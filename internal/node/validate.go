@@ -1,0 +1,142 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/image"
+	"github.com/torpor-dev/torpor/internal/snapshot"
+	"github.com/torpor-dev/torpor/internal/validate"
+)
+
+// idPattern admits the ids that name files on the node (operation ids,
+// actor uids): no path separators, no leading dot.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
+
+func invalid(field, format string, args ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, &validate.FieldError{Path: field, Reason: fmt.Sprintf(format, args...)})
+}
+
+func checkID(field, v string) error {
+	if v == "" {
+		return invalid(field, "required")
+	}
+	if !idPattern.MatchString(v) {
+		return invalid(field, "%q: want letters, digits, '.', '_' or '-' (at most 128, not starting with '.' or '-')", v)
+	}
+	return nil
+}
+
+func validateOperation(op *torporv1.Operation) error {
+	if op == nil {
+		return invalid("op", "required")
+	}
+	if err := checkID("op.actorUid", op.GetActorUid()); err != nil {
+		return err
+	}
+	if err := checkID("op.operationId", op.GetOperationId()); err != nil {
+		return err
+	}
+	if op.GetWorker() == "" {
+		return invalid("op.worker", "required")
+	}
+	return nil
+}
+
+// validateWorkload checks what the node itself relies on; the template
+// was validated in full when it was applied.
+func validateWorkload(op *torporv1.Operation, w *torporv1.Workload) error {
+	if err := validateOperation(op); err != nil {
+		return err
+	}
+	switch {
+	case w == nil:
+		return invalid("workload", "required")
+	case w.GetActorUid() != op.GetActorUid():
+		return invalid("workload.actorUid", "%q differs from op.actorUid %q", w.GetActorUid(), op.GetActorUid())
+	case len(w.GetTemplate().GetContainers()) == 0:
+		return invalid("workload.template.containers", "at least one container is required")
+	}
+	for i, c := range w.GetTemplate().GetContainers() {
+		if !image.IsPinned(c.GetImage()) {
+			return invalid(fmt.Sprintf("workload.template.containers[%d].image", i), "%q is not pinned by digest", c.GetImage())
+		}
+		if port := c.GetReadinessProbe().GetHttpGet().GetPort(); c.GetReadinessProbe().GetHttpGet() != nil && (port < 1 || port > 65535) {
+			return invalid(fmt.Sprintf("workload.template.containers[%d].readinessProbe.httpGet.port", i), "%d is not a TCP port", port)
+		}
+	}
+	for i, v := range w.GetTemplate().GetVolumes() {
+		if err := validate.Name(fmt.Sprintf("workload.template.volumes[%d].name", i), v.GetName()); err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
+	}
+	return nil
+}
+
+func validateSource(field string, src *torporv1.SnapshotSource) error {
+	if src == nil {
+		return invalid(field, "required")
+	}
+	if _, _, _, err := snapshot.ParseLocation(src.GetLocation()); err != nil {
+		return invalid(field+".location", "%v", err)
+	}
+	if src.GetManifestDigest() == "" {
+		return invalid(field+".manifestDigest", "required")
+	}
+	return nil
+}
+
+func validateRestore(req *torporv1.RestoreRequest) error {
+	switch req.GetScope() {
+	case torporv1.RestoreScope_RESTORE_SCOPE_FULL, torporv1.RestoreScope_RESTORE_SCOPE_DATA:
+		return validateSource("snapshot", req.GetSnapshot())
+	case torporv1.RestoreScope_RESTORE_SCOPE_DATA_ON_GOLDEN:
+		if req.GetSnapshot() != nil {
+			if err := validateSource("snapshot", req.GetSnapshot()); err != nil {
+				return err
+			}
+		}
+		return validateSource("golden", req.GetGolden())
+	case torporv1.RestoreScope_RESTORE_SCOPE_BOOT:
+		return invalid("scope", "BOOT is a cold boot: call Run")
+	}
+	return invalid("scope", "%s: want FULL, DATA or DATA_ON_GOLDEN", req.GetScope())
+}
+
+func validateCheckpoint(req *torporv1.CheckpointRequest) error {
+	if err := validateOperation(req.GetOp()); err != nil {
+		return err
+	}
+	switch req.GetScope() {
+	case torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, torporv1.SnapshotScope_SNAPSHOT_SCOPE_DATA:
+	default:
+		return invalid("scope", "%s: want FULL or DATA", req.GetScope())
+	}
+	switch req.GetTarget() {
+	case torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE, torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL:
+	default:
+		return invalid("target", "%s: want STORAGE or LOCAL", req.GetTarget())
+	}
+	if _, _, _, err := snapshot.ParseLocation(req.GetLocation()); err != nil {
+		return invalid("location", "%v", err)
+	}
+	return nil
+}
+
+// unpack returns each container's root filesystem, unpacked once per
+// image digest on this node.
+func (a *Agent) unpack(ctx context.Context, w *torporv1.Workload) (map[string]string, error) {
+	rootfs := make(map[string]string, len(w.GetTemplate().GetContainers()))
+	for _, c := range w.GetTemplate().GetContainers() {
+		dir, err := image.Unpack(ctx, c.GetImage(), a.dirs.images)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("actor %s/%s: container %s: %w", w.GetSpace(), w.GetActor(), c.GetName(), err))
+		}
+		rootfs[c.GetName()] = dir
+	}
+	return rootfs, nil
+}
