@@ -3,8 +3,12 @@ package cli
 import (
 	"context"
 	"errors"
+	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -34,7 +38,16 @@ var actorKind = &kind[*torporv1.Actor]{
 
 func newActorCommand(a *app) *cobra.Command {
 	noun := actorKind.nounCommand(a, "Manage actors")
-	noun.AddCommand(newActorCreateCommand(a), newActorUpdateCommand(a))
+	noun.AddCommand(
+		newActorCreateCommand(a),
+		newActorUpdateCommand(a),
+		newActorResumeCommand(a),
+		newActorCheckpointCommand(a, "suspend", "suspended", "Checkpoint an actor to snapshot storage and free its worker",
+			func(c *clients) actorStep { return c.actors.SuspendActor }),
+		newActorCheckpointCommand(a, "pause", "paused", "Checkpoint an actor on its node and free its worker (resumes there fastest)",
+			func(c *clients) actorStep { return c.actors.PauseActor }),
+		newActorEventsCommand(a),
+	)
 	return noun
 }
 
@@ -104,4 +117,87 @@ func newActorUpdateCommand(a *app) *cobra.Command {
 	cmd.Flags().StringToStringVar(&spec.WorkerSelector, "selector", nil, "labels a worker must carry (k=v,...); an empty value clears them")
 	cmd.Flags().StringVar(&spec.Template, "template", "", "name of a compatible template to move the actor to")
 	return cmd
+}
+
+func newActorResumeCommand(a *app) *cobra.Command {
+	var req torporv1.ResumeActorRequest
+	cmd := &cobra.Command{
+		Use:   "resume NAME",
+		Short: "Bring an actor to RUNNING on a free worker (normally the router does this on demand)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			req.Space, req.Name = a.space, args[0]
+			actor, err := call(cmd.Context(), c.actors.ResumeActor, &req)
+			if err != nil {
+				return err
+			}
+			return actorKind.printChanged(cmd.OutOrStdout(), a.output, actor, "resumed")
+		},
+	}
+	cmd.Flags().BoolVar(&req.Boot, "boot", false, "cold-boot an actor that has no state instead of restoring the golden snapshot")
+	cmd.Flags().StringVar(&req.Snapshot, "snapshot", "", "restore this kept snapshot instead of the latest")
+	return cmd
+}
+
+// actorStep is an RPC that moves one actor, named by a GetRequest.
+type actorStep func(context.Context, *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error)
+
+func newActorCheckpointCommand(a *app, verb, past, short string, rpc func(*clients) actorStep) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " NAME",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			actor, err := call(cmd.Context(), rpc(c), &torporv1.GetRequest{Space: a.space, Name: args[0]})
+			if err != nil {
+				return err
+			}
+			return actorKind.printChanged(cmd.OutOrStdout(), a.output, actor, past)
+		},
+	}
+}
+
+func newActorEventsCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "events NAME",
+		Short: "Show an actor's state history",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := call(cmd.Context(), c.actors.ListActorEvents, &torporv1.GetRequest{Space: a.space, Name: args[0]})
+			if err != nil {
+				return err
+			}
+			if a.output != formatTable {
+				return printMessages(cmd.OutOrStdout(), a.output, []proto.Message{resp}, false)
+			}
+			rows := make([][]string, len(resp.GetEvents()))
+			for i, e := range resp.GetEvents() {
+				var took string
+				if e.GetDurationMs() > 0 {
+					took = (time.Duration(e.GetDurationMs()) * time.Millisecond).String()
+				}
+				rows[i] = []string{
+					e.GetTime().AsTime().Local().Format(time.DateTime),
+					enumName(e.GetFromState()),
+					enumName(e.GetToState()),
+					e.GetWorker(),
+					took,
+					e.GetReason(),
+				}
+			}
+			return printTable(cmd.OutOrStdout(), []string{"TIME", "FROM", "TO", "WORKER", "TOOK", "REASON"}, rows)
+		},
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -54,8 +55,7 @@ func describeMessage(msg protoreflect.Message, now time.Time) []entry {
 			list := v.List()
 			block := entry{label: label}
 			for j := range list.Len() {
-				elem := list.Get(j).Message()
-				block.children = append(block.children, entry{label: elementLabel(elem, j), children: describeMessage(elem, now)})
+				block.children = append(block.children, describeElement(list.Get(j).Message(), j, now))
 			}
 			entries = append(entries, block)
 		case fd.IsList():
@@ -83,15 +83,18 @@ func isBlock(fd protoreflect.FieldDescriptor) bool {
 	return fd.Message() != nil && fd.Message().FullName().Parent() != "google.protobuf"
 }
 
-// elementLabel names a list element by its name field when it has one
-// (containers, volumes, env), else by its index.
-func elementLabel(elem protoreflect.Message, index int) string {
+// describeElement shows a list element under its name field when it has
+// one (containers, volumes, env), else under its index.
+func describeElement(elem protoreflect.Message, index int, now time.Time) entry {
+	children := describeMessage(elem, now)
 	if fd := elem.Descriptor().Fields().ByName("name"); fd != nil && fd.Kind() == protoreflect.StringKind {
 		if name := elem.Get(fd).String(); name != "" {
-			return name
+			// The name is the heading; repeating it inside adds nothing.
+			children = slices.DeleteFunc(children, func(e entry) bool { return e.label == fieldLabel(fd.Name()) })
+			return entry{label: name, children: children}
 		}
 	}
-	return fmt.Sprint(index)
+	return entry{label: fmt.Sprint(index), children: children}
 }
 
 func valueString(v protoreflect.Value, fd protoreflect.FieldDescriptor, now time.Time) string {

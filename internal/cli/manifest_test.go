@@ -119,7 +119,7 @@ func TestLoadTemplates(t *testing.T) {
 		name    string
 		doc     string
 		space   string
-		chosen  bool // --space given explicitly
+		chosen  bool   // --space given explicitly
 		wantErr string // "{line}" stands for the line of the #< marker
 		want    []*torporv1.Template
 	}{

@@ -117,8 +117,11 @@ func formatAge(d time.Duration) string {
 }
 
 // enumName is an enum value without its type prefix: RUNNING, not
-// ACTOR_STATE_RUNNING.
+// ACTOR_STATE_RUNNING. The zero value means unset and shows as "".
 func enumName(e protoreflect.Enum) string {
+	if e.Number() == 0 {
+		return ""
+	}
 	v := e.Descriptor().Values().ByNumber(e.Number())
 	if v == nil {
 		return fmt.Sprint(e.Number())

@@ -49,7 +49,15 @@ func call[Req, Resp any](ctx context.Context, rpc func(context.Context, *connect
 // nounCommand is the `torpor <noun>` group with the shared verbs; callers
 // add the kind's own verbs (create, update, apply).
 func (k *kind[T]) nounCommand(a *app, short string) *cobra.Command {
-	noun := &cobra.Command{Use: k.name, Aliases: []string{k.plural}, Short: short}
+	noun := &cobra.Command{
+		Use:     k.name,
+		Aliases: []string{k.plural},
+		Short:   short,
+		// Runnable with no arguments, so a mistyped verb is an error
+		// rather than a help page and exit status 0.
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
 	noun.AddCommand(k.getCommand(a), k.listCommand(a), k.describeCommand(a), k.deleteCommand(a))
 	return noun
 }
