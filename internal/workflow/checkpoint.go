@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
@@ -120,8 +121,11 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 	st, op := a.GetStatus(), a.GetStatus().GetOperation()
 	kind := kindOf(op.GetKind())
 	space := a.GetMetadata().GetSpace()
-	location := SnapshotLocation(space, a.GetMetadata().GetUid(), op.GetTargetSnapshot())
-	agent, err := e.agents.Agent(ctx, st.GetWorker().GetNode())
+	location, err := snapshot.Location(space, a.GetMetadata().GetUid(), op.GetTargetSnapshot())
+	var agent NodeAgent
+	if err == nil {
+		agent, err = e.agents.Agent(ctx, st.GetWorker().GetNode())
+	}
 	var resp *connect.Response[torporv1.CheckpointResponse]
 	if err == nil {
 		resp, err = agent.Checkpoint(ctx, connect.NewRequest(&torporv1.CheckpointRequest{

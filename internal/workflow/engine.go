@@ -117,11 +117,6 @@ func newSnapshotName(now time.Time) string {
 	return fmt.Sprintf("s-%012x-%s", now.UnixMilli(), hex.EncodeToString(b))
 }
 
-// SnapshotLocation is where a snapshot's files live in snapshot storage.
-func SnapshotLocation(space, ownerUID, snapshot string) string {
-	return space + "/" + ownerUID + "/" + snapshot
-}
-
 func actorKey(a *torporv1.Actor) string {
 	return a.GetMetadata().GetSpace() + "/" + a.GetMetadata().GetName()
 }

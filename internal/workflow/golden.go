@@ -9,6 +9,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/scheduler"
+	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
@@ -112,11 +113,15 @@ func (e *Engine) runGolden(ctx context.Context, t *torporv1.Template, w *torporv
 		return nil, fmt.Errorf("boot template %s/%s: %w", m.GetSpace(), m.GetName(), err)
 	}
 	name := newSnapshotName(e.now())
+	location, err := snapshot.Location(m.GetSpace(), m.GetUid(), name)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := agent.Checkpoint(ctx, connect.NewRequest(&torporv1.CheckpointRequest{
 		Op:       &torporv1.Operation{ActorUid: m.GetUid(), OperationId: opID + "-checkpoint", Worker: w.GetName()},
 		Scope:    torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
 		Target:   torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE,
-		Location: SnapshotLocation(m.GetSpace(), m.GetUid(), name),
+		Location: location,
 	}))
 	if err != nil {
 		e.terminateWorkload(ctx, agent, op)
