@@ -740,10 +740,15 @@ type UpdateActorRequest struct {
 	// metadata.space and metadata.name select the actor; a non-zero
 	// metadata.version makes the update conditional on it.
 	Actor *Actor `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
-	// Paths under "spec." to change, e.g. "spec.worker_selector".
-	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Paths under "spec." to change: "spec.worker_selector",
+	// "spec.template" (only while SUSPENDED or CRASHED; the template must be
+	// compatible with the one the actor's snapshot was built on).
+	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	// A repoint whose snapshot holds no durable data discards all state; it
+	// is refused unless this is set.
+	AllowStateLoss bool `protobuf:"varint,3,opt,name=allow_state_loss,json=allowStateLoss,proto3" json:"allow_state_loss,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UpdateActorRequest) Reset() {
@@ -788,6 +793,13 @@ func (x *UpdateActorRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 		return x.UpdateMask
 	}
 	return nil
+}
+
+func (x *UpdateActorRequest) GetAllowStateLoss() bool {
+	if x != nil {
+		return x.AllowStateLoss
+	}
+	return false
 }
 
 type CreateWorkerRequest struct {
@@ -990,11 +1002,12 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\x05actor\x18\x01 \x01(\v2\x10.torpor.v1.ActorR\x05actor\"f\n" +
 	"\x12ListActorsResponse\x12(\n" +
 	"\x06actors\x18\x01 \x03(\v2\x10.torpor.v1.ActorR\x06actors\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"y\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa3\x01\n" +
 	"\x12UpdateActorRequest\x12&\n" +
 	"\x05actor\x18\x01 \x01(\v2\x10.torpor.v1.ActorR\x05actor\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\"@\n" +
+	"updateMask\x12(\n" +
+	"\x10allow_state_loss\x18\x03 \x01(\bR\x0eallowStateLoss\"@\n" +
 	"\x13CreateWorkerRequest\x12)\n" +
 	"\x06worker\x18\x01 \x01(\v2\x11.torpor.v1.WorkerR\x06worker\"j\n" +
 	"\x13ListWorkersResponse\x12+\n" +
