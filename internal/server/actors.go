@@ -70,16 +70,8 @@ func (s *actorService) ListActors(ctx context.Context, req *connect.Request[torp
 	return connect.NewResponse(&torporv1.ListActorsResponse{Actors: items, NextPageToken: next}), nil
 }
 
-// updatableActorPaths maps the accepted update_mask paths (proto and JSON
-// spellings) to how each is applied.
-var updatableActorPaths = map[string]func(dst, src *torporv1.ActorSpec){
-	"spec.worker_selector": func(dst, src *torporv1.ActorSpec) { dst.WorkerSelector = src.GetWorkerSelector() },
-	"spec.workerSelector":  func(dst, src *torporv1.ActorSpec) { dst.WorkerSelector = src.GetWorkerSelector() },
-}
-
-// UpdateActor changes an actor's spec by field mask. Without an explicit
-// version it retries on concurrent writers; with one, a stale version is
-// Aborted so the caller can re-read.
+// UpdateActor changes an actor's spec by field mask: the worker selector,
+// and the template (a repoint, checked against the actor's snapshot).
 func (s *actorService) UpdateActor(ctx context.Context, req *connect.Request[torporv1.UpdateActorRequest]) (*connect.Response[torporv1.Actor], error) {
 	in := req.Msg.GetActor()
 	meta := in.GetMetadata()
@@ -90,37 +82,29 @@ func (s *actorService) UpdateActor(ctx context.Context, req *connect.Request[tor
 	if len(paths) == 0 {
 		return nil, invalidArgument("updateMask", "names no field to update")
 	}
+	u := workflow.SpecUpdate{Version: meta.GetVersion(), AllowStateLoss: req.Msg.GetAllowStateLoss()}
 	for _, p := range paths {
-		if updatableActorPaths[p] == nil {
-			return nil, invalidArgument("updateMask", "%q cannot be updated (updatable: spec.worker_selector)", p)
+		switch p {
+		case "spec.worker_selector", "spec.workerSelector":
+			sel := in.GetSpec().GetWorkerSelector()
+			if err := validate.Labels("actor.spec.workerSelector", sel); err != nil {
+				return nil, apiError(err)
+			}
+			u.Selector = &sel
+		case "spec.template":
+			if err := validate.Name("actor.spec.template", in.GetSpec().GetTemplate()); err != nil {
+				return nil, apiError(err)
+			}
+			u.Template = in.GetSpec().GetTemplate()
+		default:
+			return nil, invalidArgument("updateMask", "%q cannot be updated (updatable: spec.worker_selector, spec.template)", p)
 		}
 	}
-	for attempt := 0; ; attempt++ {
-		cur, err := s.store.Actors().Get(ctx, meta.GetSpace(), meta.GetName())
-		if err != nil {
-			return nil, apiError(err)
-		}
-		if v := meta.GetVersion(); v != 0 && v != cur.GetMetadata().GetVersion() {
-			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("actor %s/%s is at version %d, not %d: re-read and retry", meta.GetSpace(), meta.GetName(), cur.GetMetadata().GetVersion(), v))
-		}
-		if cur.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_DELETING {
-			return nil, failedPrecondition("actor %s/%s is being deleted", meta.GetSpace(), meta.GetName())
-		}
-		for _, p := range paths {
-			updatableActorPaths[p](cur.Spec, in.GetSpec())
-		}
-		if err := validate.ActorSpec(cur.GetSpec()); err != nil {
-			return nil, apiError(err)
-		}
-		updated, err := s.store.Actors().Update(ctx, cur)
-		if errors.Is(err, store.ErrConflict) && meta.GetVersion() == 0 && attempt < 5 {
-			continue
-		}
-		if err != nil {
-			return nil, apiError(err)
-		}
-		return connect.NewResponse(updated), nil
+	updated, err := s.engine.UpdateSpec(ctx, meta.GetSpace(), meta.GetName(), u)
+	if err != nil {
+		return nil, apiError(err)
 	}
+	return connect.NewResponse(updated), nil
 }
 
 // DeleteActor removes an actor that holds no worker, with its snapshots.

@@ -66,6 +66,9 @@ type Engine struct {
 // Hooks let tests interleave deterministically with a workflow. Each runs,
 // when set, at the named point.
 type Hooks struct {
+	// BeforeResumeClaim runs after a resume read the actor, its template
+	// and its snapshot, and before it commits its claim.
+	BeforeResumeClaim func(actor *torporv1.Actor)
 	// AfterResumeClaim runs once the RESUMING intent is committed and
 	// before the node is called.
 	AfterResumeClaim func(actor *torporv1.Actor)

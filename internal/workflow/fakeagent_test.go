@@ -23,6 +23,18 @@ type fakeAgent struct {
 	// failRestore, when set, is returned by the next Restore.
 	failRestore    error
 	failCheckpoint error
+	// noData makes checkpoints report no durable data.
+	noData   bool
+	restores []*torporv1.RestoreRequest
+}
+
+func (f *fakeAgent) lastRestore() *torporv1.RestoreRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.restores) == 0 {
+		return nil
+	}
+	return f.restores[len(f.restores)-1]
 }
 
 func newFakeAgent(node string) *fakeAgent {
@@ -75,6 +87,9 @@ func (f *fakeAgent) Restore(_ context.Context, req *connect.Request[torporv1.Res
 	if err := f.start("Restore", req.Msg.GetOp(), &f.failRestore); err != nil {
 		return nil, err
 	}
+	f.mu.Lock()
+	f.restores = append(f.restores, req.Msg)
+	f.mu.Unlock()
 	return connect.NewResponse(&torporv1.RestoreResponse{}), nil
 }
 
@@ -92,7 +107,7 @@ func (f *fakeAgent) Checkpoint(_ context.Context, req *connect.Request[torporv1.
 	}
 	delete(f.slots, op.GetWorker())
 	f.done[op.GetActorUid()+"/"+op.GetOperationId()] = true
-	return connect.NewResponse(&torporv1.CheckpointResponse{Location: req.Msg.GetLocation(), ManifestDigest: "sha256:fake", SizeBytes: 1, HasData: true}), nil
+	return connect.NewResponse(&torporv1.CheckpointResponse{Location: req.Msg.GetLocation(), ManifestDigest: "sha256:fake", SizeBytes: 1, HasData: !f.noData}), nil
 }
 
 func (f *fakeAgent) Terminate(_ context.Context, req *connect.Request[torporv1.TerminateRequest]) (*connect.Response[torporv1.TerminateResponse], error) {

@@ -187,6 +187,9 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	e.setState(a, torporv1.ActorState_ACTOR_STATE_RESUMING)
 	w.Status.Actor = &torporv1.ActorRef{Space: space, Name: a.GetMetadata().GetName(), Uid: a.GetMetadata().GetUid()}
 
+	if h := e.hooks.BeforeResumeClaim; h != nil {
+		h(a)
+	}
 	var claimed *torporv1.Actor
 	err = e.store.InTx(ctx, func(tx store.Tx) error {
 		if _, err := tx.Workers().Update(ctx, w); err != nil {
