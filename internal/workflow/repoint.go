@@ -166,4 +166,3 @@ func mountSet(c *torporv1.Container) []string {
 	slices.Sort(s)
 	return s
 }
-
