@@ -1,0 +1,61 @@
+package router
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Results of a resume, the label of torpor_router_resumes_total.
+const (
+	resumeRunning  = "running"   // the actor is RUNNING
+	resumeNoWorker = "no_worker" // no worker was free within the park bound
+	resumeTimeout  = "timeout"   // the resume outlasted ResumeTimeout
+	resumeNotFound = "not_found" // the actor does not exist (any more)
+	resumeFailed   = "error"     // anything else the control plane answered
+)
+
+type metrics struct {
+	activation prometheus.Histogram
+	resumes    *prometheus.CounterVec
+	requests   *prometheus.CounterVec
+	parked     prometheus.Gauge
+	idle       *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		activation: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "torpor_router_activation_seconds",
+			Help: "Time from the arrival of a request for a non-running actor to the first response byte from its workload.",
+			// Activation targets ~100 ms; the tail reaches into cold boots.
+			Buckets: []float64{.01, .025, .05, .075, .1, .15, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "torpor_router_resumes_total",
+			Help: "Resumes this router asked for (one per actor however many requests waited), by result: running, no_worker, timeout, not_found, error.",
+		}, []string{"result"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "torpor_router_requests_total",
+			Help: "Requests for actors by HTTP status code (499: the client went away before an answer).",
+		}, []string{"code"}),
+		parked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "torpor_router_parked_requests",
+			Help: "Requests waiting for their actor to be resumed, including those waiting for a free worker.",
+		}),
+		idle: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "torpor_router_idle_actions_total",
+			Help: "Idle-policy actions this router took, by action (pause, suspend) and result (ok, error).",
+		}, []string{"action", "result"}),
+	}
+	for _, c := range []prometheus.Collector{m.activation, m.resumes, m.requests, m.parked, m.idle} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register router metrics: %w", err)
+		}
+	}
+	// Export every result from the start so rates over them are defined.
+	for _, r := range []string{resumeRunning, resumeNoWorker, resumeTimeout, resumeNotFound, resumeFailed} {
+		m.resumes.WithLabelValues(r)
+	}
+	return m, nil
+}

@@ -1,0 +1,163 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// proxy forwards requests to workloads over one pool of keep-alive
+// connections.
+type proxy struct {
+	rp  *httputil.ReverseProxy
+	log *slog.Logger
+}
+
+// proxyTarget is where one proxy attempt goes and what it reports.
+type proxyTarget struct {
+	actor    ActorKey
+	endpoint string
+	// retryDial: a dial failure is reported to the caller (who re-resolves
+	// the actor) instead of being answered 502.
+	retryDial bool
+	// activationStart, when set, is when the request for a non-running
+	// actor arrived; the first response byte observes activation.
+	activationStart time.Time
+	activation      prometheus.Observer
+}
+
+type proxyOutcome int
+
+const (
+	proxied    proxyOutcome = iota // answered, by the workload or with an error
+	dialFailed                     // nothing sent: the endpoint could not be dialled
+)
+
+// attempt is one proxy attempt's state, carried in the outgoing request's
+// context to the ReverseProxy callbacks.
+type attempt struct {
+	target  proxyTarget
+	outcome proxyOutcome
+}
+
+type attemptKey struct{}
+
+func newProxy(log *slog.Logger) *proxy {
+	transport := &http.Transport{
+		DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		// Workloads are few per worker and a router talks to many workers:
+		// keep a generous idle pool so steady traffic never re-dials.
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		// Workloads speak cleartext HTTP/1.1 (upgrades need it).
+		ForceAttemptHTTP2: false,
+	}
+	p := &proxy{log: log}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			a := pr.Out.Context().Value(attemptKey{}).(*attempt)
+			pr.SetURL(&url.URL{Scheme: "http", Host: a.target.endpoint})
+			// The workload sees the name it was addressed by, as behind
+			// any ingress, and who asked.
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+		},
+		Transport: transport,
+		// Stream: every write of the workload reaches the client at once.
+		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			a := resp.Request.Context().Value(attemptKey{}).(*attempt)
+			if t := a.target.activationStart; !t.IsZero() {
+				a.target.activation.Observe(time.Since(t).Seconds())
+			}
+			return nil
+		},
+		ErrorHandler: p.fail,
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	return p
+}
+
+func (p *proxy) serve(w http.ResponseWriter, req *http.Request, t proxyTarget) proxyOutcome {
+	a := &attempt{target: t, outcome: proxied}
+	p.rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), attemptKey{}, a)))
+	return a.outcome
+}
+
+// fail answers a request the workload did not answer.
+func (p *proxy) fail(w http.ResponseWriter, req *http.Request, err error) {
+	a := req.Context().Value(attemptKey{}).(*attempt)
+	// A failed dial sent nothing (not even the body), so the request can
+	// safely go elsewhere.
+	var op *net.OpError
+	if a.target.retryDial && errors.As(err, &op) && op.Op == "dial" {
+		a.outcome = dialFailed
+		return
+	}
+	if req.Context().Err() != nil {
+		return // the client went away
+	}
+	p.log.Warn("workload did not answer", "actor", a.target.actor.String(), "endpoint", a.target.endpoint, "err", err)
+	http.Error(w, fmt.Sprintf("torpor router: actor %s did not answer at %s: %v", a.target.actor, a.target.endpoint, err), http.StatusBadGateway)
+}
+
+// recorder notes the status and size of a response for the access log. It
+// passes flushes and hijacks through (streams and upgrades).
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  atomic.Int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 && code >= 200 { // 1xx are interim
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes.Add(int64(n))
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// Hijack hands the connection to an upgraded protocol, counting what is
+// sent to the client over it.
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(r.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	r.status = http.StatusSwitchingProtocols
+	return &countingConn{Conn: conn, written: &r.bytes}, rw, nil
+}
+
+type countingConn struct {
+	net.Conn
+	written *atomic.Int64
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.written.Add(int64(n))
+	return n, err
+}

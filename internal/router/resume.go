@@ -1,0 +1,148 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+)
+
+// Backoff between resume attempts while no worker is free: short at first
+// (a worker is often freed within milliseconds by a suspend in flight),
+// capped so a long wait does not hammer the control plane.
+const (
+	parkBackoffMin = 50 * time.Millisecond
+	parkBackoffMax = 500 * time.Millisecond
+)
+
+// abandonResumeAfter bounds a resume call nobody waits for any more. The
+// call is not cancelled when its requests give up at ResumeTimeout:
+// cancelling a resume half way would leave the actor RESUMING until the
+// control plane's recovery sweep, while letting it finish leaves the actor
+// RUNNING for the client's retry.
+const abandonResumeAfter = 10 * time.Minute
+
+var (
+	errNoWorker      = errors.New("no worker is free")
+	errResumeTimeout = errors.New("resume timed out")
+)
+
+// resumeFlight is one resume of one actor that any number of requests wait
+// for.
+type resumeFlight struct {
+	done  chan struct{}
+	actor *torporv1.Actor
+	err   error
+}
+
+type flights struct {
+	mu sync.Mutex
+	m  map[ActorKey]*resumeFlight
+}
+
+// awaitResume waits for the actor to be RUNNING, joining the resume in
+// flight for it or starting one. ctx only bounds this caller's wait: the
+// resume goes on for the others.
+func (r *Router) awaitResume(ctx context.Context, key ActorKey) (*torporv1.Actor, error) {
+	r.flights.mu.Lock()
+	f := r.flights.m[key]
+	if f == nil {
+		f = &resumeFlight{done: make(chan struct{})}
+		r.flights.m[key] = f
+		go r.fly(key, f)
+	}
+	r.flights.mu.Unlock()
+
+	r.metrics.parked.Inc()
+	defer r.metrics.parked.Dec()
+	select {
+	case <-f.done:
+		return f.actor, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (r *Router) fly(key ActorKey, f *resumeFlight) {
+	f.actor, f.err = r.resumeParked(key)
+	r.metrics.resumes.WithLabelValues(resumeResult(f.err)).Inc()
+	if f.err != nil {
+		r.log.Warn("resume failed", "actor", key.String(), "err", f.err)
+	}
+	r.flights.mu.Lock()
+	delete(r.flights.m, key)
+	r.flights.mu.Unlock()
+	close(f.done)
+}
+
+// resumeParked resumes the actor, asking again with backoff while the
+// control plane has no free worker, until ParkTimeout.
+func (r *Router) resumeParked(key ActorKey) (*torporv1.Actor, error) {
+	deadline := time.Now().Add(r.cfg.ParkTimeout)
+	backoff := parkBackoffMin
+	for {
+		a, err := r.resumeOnce(key)
+		if connect.CodeOf(err) != connect.CodeResourceExhausted {
+			return a, err
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return nil, fmt.Errorf("actor %s: %w for %s: %w", key, errNoWorker, r.cfg.ParkTimeout, err)
+		}
+		time.Sleep(min(backoff, wait))
+		backoff = min(2*backoff, parkBackoffMax)
+	}
+}
+
+// resumeOnce makes one ResumeActor call, waiting at most ResumeTimeout for
+// it. A call that outlives the wait still finishes, and what it learns is
+// kept.
+func (r *Router) resumeOnce(key ActorKey) (*torporv1.Actor, error) {
+	type result struct {
+		actor *torporv1.Actor
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), abandonResumeAfter)
+		defer cancel()
+		resp, err := r.api.ResumeActor(ctx, connect.NewRequest(&torporv1.ResumeActorRequest{Space: key.Space, Name: key.Name}))
+		if err != nil {
+			done <- result{err: fmt.Errorf("resume actor %s: %w", key, err)}
+			return
+		}
+		a := resp.Msg
+		if _, err := r.learn(key, a); err != nil {
+			done <- result{err: err}
+			return
+		}
+		done <- result{actor: a}
+	}()
+	timer := time.NewTimer(r.cfg.ResumeTimeout)
+	defer timer.Stop()
+	select {
+	case res := <-done:
+		return res.actor, res.err
+	case <-timer.C:
+		return nil, fmt.Errorf("actor %s: %w after %s", key, errResumeTimeout, r.cfg.ResumeTimeout)
+	}
+}
+
+func resumeResult(err error) string {
+	switch {
+	case err == nil:
+		return resumeRunning
+	case errors.Is(err, errNoWorker):
+		return resumeNoWorker
+	case errors.Is(err, errResumeTimeout):
+		return resumeTimeout
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		return resumeNotFound
+	}
+	return resumeFailed
+}

@@ -1,0 +1,379 @@
+// Package router is Torpor's HTTP ingress. It maps each request to an actor
+// (Host <actor>.<space>.<domain> or the Torpor-Actor header), resumes the
+// actor on demand when it is not running (one resume per actor however many
+// requests wait; parked, bounded, while no worker is free), proxies to the
+// actor's workload on its worker (streams and protocol upgrades included),
+// and applies the templates' idle policies to the actors it serves.
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+)
+
+// Defaults of Config.
+const (
+	DefaultParkTimeout       = 10 * time.Second
+	DefaultResumeTimeout     = 30 * time.Second
+	DefaultIdleCheckInterval = time.Second
+	DefaultEndpointTTL       = 5 * time.Second
+)
+
+// defaultWorkloadPort is where a workload listens when its template names
+// no port and no readiness probe.
+const defaultWorkloadPort = 8080
+
+// Config configures a Router.
+type Config struct {
+	// Server is the control plane's API base URL, e.g. http://127.0.0.1:7070.
+	Server string
+	// HTTPClient carries the API calls. Default http.DefaultClient.
+	HTTPClient connect.HTTPClient
+	// Domain is the parent domain of actor host names. Default
+	// DefaultDomain.
+	Domain string
+	// ParkTimeout bounds how long requests wait for a free worker before
+	// they are answered 503 with Retry-After. Default 10s.
+	ParkTimeout time.Duration
+	// ResumeTimeout bounds how long requests wait for one resume call
+	// before they are answered 504. Default 30s.
+	ResumeTimeout time.Duration
+	// IdleCheckInterval is how often Run looks for idle actors. Default 1s.
+	IdleCheckInterval time.Duration
+	// EndpointTTL bounds how long a running actor's address is reused
+	// without asking the control plane again; it bounds how long traffic can
+	// follow an actor that another party moved to a new worker. Default 5s.
+	EndpointTTL time.Duration
+	// AdminOnIngress serves the admin endpoints (/metrics, /healthz) from
+	// ServeHTTP to requests that name no actor. Requests naming an actor
+	// always go to the actor, whatever their path, so the two never collide.
+	AdminOnIngress bool
+	Logger         *slog.Logger
+	// Registerer receives the router's metrics. Default: a new registry.
+	Registerer prometheus.Registerer
+	// Gatherer is what /metrics serves. Default: Registerer when it is a
+	// Gatherer (a *prometheus.Registry is both).
+	Gatherer prometheus.Gatherer
+}
+
+// actorAPI is the part of the control plane the router uses.
+type actorAPI interface {
+	GetActor(context.Context, *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error)
+	ResumeActor(context.Context, *connect.Request[torporv1.ResumeActorRequest]) (*connect.Response[torporv1.Actor], error)
+	SuspendActor(context.Context, *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error)
+	PauseActor(context.Context, *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error)
+}
+
+// Router is an http.Handler serving actors' traffic; Run applies the idle
+// policies.
+type Router struct {
+	cfg     Config
+	api     actorAPI
+	log     *slog.Logger
+	metrics *metrics
+	actors  *actorTable
+	flights flights
+	proxy   *proxy
+	admin   http.Handler
+}
+
+// New returns a router over the control plane at cfg.Server.
+func New(cfg Config) (*Router, error) {
+	if cfg.Server == "" {
+		return nil, errors.New("router config: Server (the API base URL) is required")
+	}
+	domain, err := normalizeDomain(cfg.Domain)
+	if err != nil {
+		return nil, fmt.Errorf("router config: %w", err)
+	}
+	cfg.Domain = domain
+	for _, d := range []struct {
+		name string
+		val  *time.Duration
+		def  time.Duration
+	}{
+		{"ParkTimeout", &cfg.ParkTimeout, DefaultParkTimeout},
+		{"ResumeTimeout", &cfg.ResumeTimeout, DefaultResumeTimeout},
+		{"IdleCheckInterval", &cfg.IdleCheckInterval, DefaultIdleCheckInterval},
+		{"EndpointTTL", &cfg.EndpointTTL, DefaultEndpointTTL},
+	} {
+		switch {
+		case *d.val < 0:
+			return nil, fmt.Errorf("router config: %s %s must not be negative", d.name, *d.val)
+		case *d.val == 0:
+			*d.val = d.def
+		}
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = http.DefaultClient
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	if cfg.Gatherer == nil {
+		g, ok := cfg.Registerer.(prometheus.Gatherer)
+		if !ok {
+			return nil, errors.New("router config: Gatherer is required when Registerer is not a Gatherer")
+		}
+		cfg.Gatherer = g
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{
+		cfg:     cfg,
+		api:     torporv1connect.NewActorServiceClient(cfg.HTTPClient, cfg.Server),
+		log:     cfg.Logger,
+		metrics: m,
+		actors:  newActorTable(),
+		flights: flights{m: map[ActorKey]*resumeFlight{}},
+	}
+	r.proxy = newProxy(r.log)
+	admin := http.NewServeMux()
+	admin.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{r.log}}))
+	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	r.admin = admin
+	return r, nil
+}
+
+// Admin serves /metrics (Prometheus) and /healthz, for a listener of its
+// own or, with AdminOnIngress, through ServeHTTP.
+func (r *Router) Admin() http.Handler { return r.admin }
+
+// ServeHTTP routes one request to its actor.
+func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	start := time.Now()
+	key, err := actorOf(req, r.cfg.Domain)
+	if errors.Is(err, errNoActor) && r.cfg.AdminOnIngress && (req.URL.Path == "/metrics" || req.URL.Path == "/healthz") {
+		r.admin.ServeHTTP(w, req)
+		return
+	}
+	if err != nil {
+		if errors.Is(err, errNoActor) {
+			err = fmt.Errorf("%w: address it with Host: <actor>.<space>.%s or the header %s: <space>/<actor>", err, r.cfg.Domain, ActorHeader)
+		}
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	rec := &recorder{ResponseWriter: w}
+	var resumed time.Duration
+	// Deferred so the log line is written even when the proxy aborts a
+	// response half way (it panics with http.ErrAbortHandler).
+	defer func() {
+		status := rec.status
+		if status == 0 {
+			status = statusClientGone
+		}
+		r.metrics.requests.WithLabelValues(strconv.Itoa(status)).Inc()
+		attrs := []any{"actor", key.String(), "method", req.Method, "path", req.URL.Path, "status", status,
+			"duration", time.Since(start), "bytes", rec.bytes.Load()}
+		if resumed > 0 {
+			attrs = append(attrs, "resume", resumed)
+		}
+		r.log.Info("request", attrs...)
+	}()
+	resumed = r.serveActor(rec, req, key, start)
+}
+
+// statusClientGone is logged and counted for requests whose client went
+// away before any answer (the nginx convention).
+const statusClientGone = 499
+
+// serveActor proxies req to the actor, resuming it first if needed. It
+// returns how long the request waited for a resume (0 when it did not).
+func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start time.Time) (resumed time.Duration) {
+	ctx := req.Context()
+	stopping := r.actors.enter(key, start)
+	defer func() { r.actors.leave(key, time.Now()) }()
+	if stopping != nil {
+		select {
+		case <-stopping:
+		case <-ctx.Done():
+			return 0
+		}
+	}
+
+	for fresh := false; ; fresh = true {
+		target, err := r.resolve(ctx, key, fresh, &resumed)
+		if err != nil {
+			r.writeError(w, req, key, err)
+			return resumed
+		}
+		// A workload that was just resumed has passed its readiness probe, so
+		// failing to reach it is its fault; an address from the cache or an
+		// earlier read may be stale, so it is re-resolved once.
+		outcome := r.proxy.serve(w, req, proxyTarget{
+			actor: key, endpoint: target, retryDial: !fresh && resumed == 0,
+			activationStart: activationStart(start, resumed), activation: r.metrics.activation,
+		})
+		if outcome != dialFailed {
+			return resumed
+		}
+		r.log.Debug("cached endpoint unreachable, re-resolving", "actor", key.String(), "endpoint", target)
+		r.actors.forget(key)
+	}
+}
+
+func activationStart(start time.Time, resumed time.Duration) time.Time {
+	if resumed == 0 {
+		return time.Time{}
+	}
+	return start
+}
+
+// resolve returns the address of the actor's running workload, resuming the
+// actor if it is not running; *resumed grows by the time spent waiting for
+// a resume. fresh skips the cached address.
+func (r *Router) resolve(ctx context.Context, key ActorKey, fresh bool, resumed *time.Duration) (string, error) {
+	if !fresh {
+		if ep, ok := r.actors.endpoint(key, time.Now(), r.cfg.EndpointTTL); ok {
+			return ep, nil
+		}
+	}
+	resp, err := r.api.GetActor(ctx, connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name}))
+	if err != nil {
+		return "", fmt.Errorf("get actor %s: %w", key, err)
+	}
+	if resp.Msg.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING {
+		return r.learn(key, resp.Msg)
+	}
+	r.actors.forget(key)
+	waitStart := time.Now()
+	a, err := r.awaitResume(ctx, key)
+	*resumed += max(time.Since(waitStart), time.Nanosecond)
+	if err != nil {
+		return "", err
+	}
+	return endpointOf(a), nil
+}
+
+// learn records a RUNNING actor's address and idle policy and returns the
+// address.
+func (r *Router) learn(key ActorKey, a *torporv1.Actor) (string, error) {
+	st := a.GetStatus()
+	if st.GetState() != torporv1.ActorState_ACTOR_STATE_RUNNING || st.GetWorker().GetIp() == "" {
+		return "", fmt.Errorf("actor %s is %s on no worker after resume", key, st.GetState())
+	}
+	ep := endpointOf(a)
+	r.actors.learn(key, ep, st.GetCurrentTemplateSpec().GetIdlePolicy(), time.Now())
+	return ep, nil
+}
+
+// endpointOf is host:port of a running actor's workload: its worker's IP and
+// the first container's port (default: its readiness probe's port, else
+// 8080).
+func endpointOf(a *torporv1.Actor) string {
+	port := int32(defaultWorkloadPort)
+	if cs := a.GetStatus().GetCurrentTemplateSpec().GetContainers(); len(cs) > 0 {
+		if p := cs[0].GetPort(); p > 0 {
+			port = p
+		} else if p := cs[0].GetReadinessProbe().GetHttpGet().GetPort(); p > 0 {
+			port = p
+		}
+	}
+	return net.JoinHostPort(a.GetStatus().GetWorker().GetIp(), strconv.Itoa(int(port)))
+}
+
+// writeError answers a request the router could not get to its actor.
+func (r *Router) writeError(w *recorder, req *http.Request, key ActorKey, err error) {
+	if req.Context().Err() != nil {
+		return // the client went away; nobody reads an answer
+	}
+	status := http.StatusBadGateway
+	switch {
+	case errors.Is(err, errNoWorker):
+		// Parked requests already waited the park bound; a retry parks
+		// again, so the client may come back at once.
+		w.Header().Set("Retry-After", "1")
+		status = http.StatusServiceUnavailable
+	case errors.Is(err, errResumeTimeout):
+		status = http.StatusGatewayTimeout
+	default:
+		switch connect.CodeOf(err) {
+		case connect.CodeNotFound:
+			status = http.StatusNotFound
+		case connect.CodeFailedPrecondition:
+			status = http.StatusConflict // e.g. the actor is being deleted
+		}
+	}
+	if status == http.StatusBadGateway {
+		r.log.Warn("cannot reach actor", "actor", key.String(), "err", err)
+	}
+	http.Error(w, "torpor router: "+err.Error(), status)
+}
+
+// Run applies the idle policies of the actors this router serves until ctx
+// is done: an actor idle (nothing in flight) for its template's
+// idle_policy.idle_seconds is paused or suspended. Actions in progress are
+// finished before Run returns.
+func (r *Router) Run(ctx context.Context) error {
+	tick := time.NewTicker(r.cfg.IdleCheckInterval)
+	defer tick.Stop()
+	var actions sync.WaitGroup
+	defer actions.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		for _, a := range r.actors.sweep(time.Now(), r.cfg.EndpointTTL) {
+			actions.Go(func() {
+				// Not cancelled with ctx: a checkpoint stopped half way would
+				// leave the actor stuck until the control plane recovers it.
+				r.applyIdle(context.WithoutCancel(ctx), a)
+			})
+		}
+	}
+}
+
+// idleActionTimeout bounds one pause or suspend call.
+const idleActionTimeout = 5 * time.Minute
+
+func (r *Router) applyIdle(ctx context.Context, a idleAction) {
+	defer r.actors.stopped(a.key)
+	ctx, cancel := context.WithTimeout(ctx, idleActionTimeout)
+	defer cancel()
+	req := connect.NewRequest(&torporv1.GetRequest{Space: a.key.Space, Name: a.key.Name})
+	var err error
+	name := "suspend"
+	start := time.Now()
+	switch a.action {
+	case torporv1.IdleAction_IDLE_ACTION_PAUSE:
+		name = "pause"
+		_, err = r.api.PauseActor(ctx, req)
+	default: // SUSPEND; validation requires an action when idle_seconds is set
+		_, err = r.api.SuspendActor(ctx, req)
+	}
+	if err != nil {
+		r.metrics.idle.WithLabelValues(name, "error").Inc()
+		r.log.Warn("idle action failed", "actor", a.key.String(), "action", name, "err", err)
+		return
+	}
+	r.metrics.idle.WithLabelValues(name, "ok").Inc()
+	r.log.Info("idle actor stopped", "actor", a.key.String(), "action", name, "duration", time.Since(start))
+}
+
+// slogPrinter adapts slog to promhttp's error log.
+type slogPrinter struct{ log *slog.Logger }
+
+func (p slogPrinter) Println(v ...any) { p.log.Error("serve metrics", "err", fmt.Sprint(v...)) }
