@@ -22,7 +22,8 @@ func newServerCommand() *cobra.Command {
 		Short: "Run the control plane API (any number of replicas may share a PostgreSQL store)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.Store == "" {
+			if opts.Store == "" || opts.Snapshots == "" {
+				// The single-machine defaults live together in the data dir.
 				dir, err := cli.DataDir()
 				if err != nil {
 					return err
@@ -30,14 +31,12 @@ func newServerCommand() *cobra.Command {
 				if err := os.MkdirAll(dir, 0o755); err != nil {
 					return fmt.Errorf("create data directory: %w", err)
 				}
-				opts.Store = "sqlite:" + filepath.Join(dir, "torpor.db")
-			}
-			if opts.Snapshots == "" {
-				dir, err := cli.DataDir()
-				if err != nil {
-					return err
+				if opts.Store == "" {
+					opts.Store = "sqlite:" + filepath.Join(dir, "torpor.db")
 				}
-				opts.Snapshots = filepath.Join(dir, "snapshots")
+				if opts.Snapshots == "" {
+					opts.Snapshots = filepath.Join(dir, "snapshots")
+				}
 			}
 			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			return server.Run(cmd.Context(), opts)

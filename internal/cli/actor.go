@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
@@ -181,6 +182,10 @@ func newActorEventsCommand(a *app) *cobra.Command {
 			}
 			if a.output != formatTable {
 				return printMessages(cmd.OutOrStdout(), a.output, []proto.Message{resp}, false)
+			}
+			if len(resp.GetEvents()) == 0 {
+				_, err := fmt.Fprintln(cmd.ErrOrStderr(), "No events found.")
+				return err
 			}
 			rows := make([][]string, len(resp.GetEvents()))
 			for i, e := range resp.GetEvents() {
