@@ -82,8 +82,14 @@ func postgresDialect(schema string) *dialect {
 // to upgrade a read lock. Reads outside transactions use a pool of
 // read-only connections, which WAL lets run next to the writer. The busy
 // timeout covers other processes sharing the file.
-const sqliteParams = "_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)" +
-	"&_time_integer_format=unix_micro&_inttotime=1"
+//
+// synchronous=NORMAL: with WAL the database stays consistent and every
+// commit survives a crash of the process; only an OS crash or power loss
+// can drop the last commits (and with them the sandboxes of this machine).
+// FULL would fsync every commit and cap the store at a few hundred writes
+// per second.
+const sqliteParams = "_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)" +
+	"&_pragma=foreign_keys(1)&_time_integer_format=unix_micro&_inttotime=1"
 
 func openSQLite(ctx context.Context, path string) (Store, error) {
 	path = strings.TrimPrefix(path, "//") // sqlite:///abs/path
