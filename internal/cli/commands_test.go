@@ -115,11 +115,13 @@ func TestSpaceCommands(t *testing.T) {
 			if !proto.Equal(&got, stored) {
 				t.Errorf("got %v, want %v", &got, stored)
 			}
-			var list struct {
-				Items []map[string]any `json:"items"`
-			}
-			if err := yaml.Unmarshal([]byte(ok(t, url, "space", "list", "-o", format)), &list); err != nil || len(list.Items) != 2 {
-				t.Errorf("list -o %s: %d items, err %v", format, len(list.Items), err)
+			for _, args := range [][]string{{"space", "list"}, {"space", "get", "team-a", "team-b"}} {
+				var list struct {
+					Items []map[string]any `json:"items"`
+				}
+				if err := yaml.Unmarshal([]byte(ok(t, url, append(args, "-o", format)...)), &list); err != nil || len(list.Items) != 2 {
+					t.Errorf("%s -o %s: %d items, err %v", strings.Join(args, " "), format, len(list.Items), err)
+				}
 			}
 		})
 	}
@@ -162,6 +164,13 @@ func TestTemplateApply(t *testing.T) {
 	if r.code != 1 || fake.templates.len() != 1 {
 		t.Errorf("bad file: exit %d, %d templates stored; want 1 and only counter", r.code, fake.templates.len())
 	}
+
+	twice := filepath.Join(dir, "twice.yaml")
+	if err := os.WriteFile(twice, []byte(minimal+"---\n"+minimal), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	equalText(t, "same name twice", fails(t, url, "template", "apply", "-f", twice),
+		"Error: "+twice+":11: template default/small is also defined at "+twice+":3\n")
 
 	if _, err := fake.templates.update("default", "counter", func(t *torporv1.Template) error {
 		t.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY}
@@ -206,6 +215,11 @@ func TestActorCommands(t *testing.T) {
 		t.Errorf("after update: %v", &updated)
 	}
 	equalText(t, "empty update", fails(t, url, "actor", "update", "a1"), "Error: nothing to update: give --selector or --template\n")
+	ok(t, url, "actor", "update", "a1", "--template", "counter-v2")
+	if last := fake.updates[len(fake.updates)-1]; !slicesEqual(last.GetUpdateMask().GetPaths(), []string{"spec.template"}) || last.GetActor().GetSpec().GetTemplate() != "counter-v2" {
+		t.Errorf("template update sent %v", last)
+	}
+	ok(t, url, "actor", "update", "a1", "--template", "counter")
 
 	fake.actors.put(&torporv1.Actor{
 		Metadata: &torporv1.ObjectMeta{Space: "default", Name: "a2"},
