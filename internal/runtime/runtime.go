@@ -19,6 +19,12 @@ type Slot struct {
 	// workload is reachable at from the host.
 	NetNS string
 	IP    string
+	// PrefixLen of IP's subnet and the Gateway (the node bridge's address).
+	// A sandbox runtime may consume the namespace's address when it starts
+	// (runsc moves it into its own network stack), so it needs the whole
+	// configuration to put it back before the next start.
+	PrefixLen int
+	Gateway   string
 }
 
 // Workload is what runs in a slot.

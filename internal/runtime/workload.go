@@ -1,0 +1,127 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+)
+
+// Errors every runtime wraps, so a node can tell a wrong request from a
+// failing sandbox.
+var (
+	// ErrBusy: the slot already has a sandbox; terminate it first.
+	ErrBusy = errors.New("slot already has a sandbox")
+	// ErrNotRunning: the slot has no running sandbox.
+	ErrNotRunning = errors.New("slot has no running sandbox")
+	// ErrNoImage: the image directory holds no checkpoint image.
+	ErrNoImage = errors.New("no checkpoint image")
+)
+
+// BindMount is a host directory made visible at a guest path.
+type BindMount struct {
+	Host, Guest string
+	ReadOnly    bool
+}
+
+// Checked is a workload reduced to what a single-container sandbox needs,
+// with every reference resolved and every host path verified to exist.
+type Checked struct {
+	Container *torporv1.Container
+	Rootfs    string
+	// Mounts: the container's volume mounts, then the extra mounts sorted
+	// by guest path, so the same workload always yields the same order (a
+	// restore is validated against the checkpointed mount list).
+	Mounts []BindMount
+}
+
+// Check validates w for a runtime that runs one container per sandbox.
+// Runtimes call it before doing anything, so bad input fails the same way
+// on every runtime, naming the field at fault.
+func (w Workload) Check() (Checked, error) {
+	tmpl := w.Template
+	if tmpl == nil {
+		return Checked{}, fmt.Errorf("actor %s: workload has no template", w.ActorUID)
+	}
+	if n := len(tmpl.GetContainers()); n != 1 {
+		return Checked{}, fmt.Errorf("actor %s: template has %d containers; a sandbox runs exactly one", w.ActorUID, n)
+	}
+	c := tmpl.GetContainers()[0]
+	field := fmt.Sprintf("containers[%q]", c.GetName())
+	if len(c.GetCommand())+len(c.GetArgs()) == 0 {
+		return Checked{}, fmt.Errorf("actor %s: %s: command and args are both empty", w.ActorUID, field)
+	}
+	if wd := c.GetWorkingDir(); wd != "" && !filepath.IsAbs(wd) {
+		return Checked{}, fmt.Errorf("actor %s: %s.working_dir %q is not absolute", w.ActorUID, field, wd)
+	}
+	rootfs := w.Rootfs[c.GetName()]
+	if err := hostDir(rootfs); err != nil {
+		return Checked{}, fmt.Errorf("actor %s: rootfs of %s: %w", w.ActorUID, field, err)
+	}
+	declared := map[string]bool{}
+	for _, v := range tmpl.GetVolumes() {
+		declared[v.GetName()] = true
+	}
+	out := Checked{Container: c, Rootfs: rootfs}
+	guests := map[string]string{}
+	addMount := func(what string, m BindMount) error {
+		if !filepath.IsAbs(m.Guest) {
+			return fmt.Errorf("actor %s: %s: guest path %q is not absolute", w.ActorUID, what, m.Guest)
+		}
+		m.Guest = filepath.Clean(m.Guest)
+		if prev, ok := guests[m.Guest]; ok {
+			return fmt.Errorf("actor %s: %s: guest path %s is already used by %s", w.ActorUID, what, m.Guest, prev)
+		}
+		if err := hostDir(m.Host); err != nil {
+			return fmt.Errorf("actor %s: %s: %w", w.ActorUID, what, err)
+		}
+		guests[m.Guest] = what
+		out.Mounts = append(out.Mounts, m)
+		return nil
+	}
+	for i, m := range c.GetMounts() {
+		what := fmt.Sprintf("%s.mounts[%d] (volume %q)", field, i, m.GetVolume())
+		if !declared[m.GetVolume()] {
+			return Checked{}, fmt.Errorf("actor %s: %s: the template declares no such volume", w.ActorUID, what)
+		}
+		host, ok := w.Volumes[m.GetVolume()]
+		if !ok {
+			return Checked{}, fmt.Errorf("actor %s: %s: the workload has no host directory for it", w.ActorUID, what)
+		}
+		if err := addMount(what, BindMount{Host: host, Guest: m.GetPath(), ReadOnly: m.GetReadOnly()}); err != nil {
+			return Checked{}, err
+		}
+	}
+	extra := make([]string, 0, len(w.ExtraMounts))
+	for guest := range w.ExtraMounts {
+		extra = append(extra, guest)
+	}
+	slices.Sort(extra)
+	for _, guest := range extra {
+		what := fmt.Sprintf("extra mount %s", guest)
+		if err := addMount(what, BindMount{Host: w.ExtraMounts[guest], Guest: guest, ReadOnly: true}); err != nil {
+			return Checked{}, err
+		}
+	}
+	return out, nil
+}
+
+func hostDir(path string) error {
+	if path == "" {
+		return errors.New("no host directory given")
+	}
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("host directory %q is not absolute", path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", path)
+	}
+	return nil
+}
