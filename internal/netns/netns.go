@@ -131,8 +131,8 @@ func (n *Network) IP(index int) (netip.Addr, error) {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), nil
 }
 
-func (n *Network) nsName(index int) string  { return fmt.Sprintf("torpor-%s-%d", n.node, index) }
-func (n *Network) nsPath(index int) string  { return filepath.Join(Dir, n.nsName(index)) }
+func (n *Network) nsName(index int) string   { return fmt.Sprintf("torpor-%s-%d", n.node, index) }
+func (n *Network) nsPath(index int) string   { return filepath.Join(Dir, n.nsName(index)) }
 func (n *Network) hostLink(index int) string { return n.linkTag + strconv.Itoa(index) }
 
 // EnsureBridge creates the bridge with the gateway address, or checks the
