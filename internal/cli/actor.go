@@ -81,12 +81,15 @@ func newActorCreateCommand(a *app) *cobra.Command {
 
 func newActorUpdateCommand(a *app) *cobra.Command {
 	var spec torporv1.ActorSpec
+	var allowStateLoss bool
 	cmd := &cobra.Command{
-		Use:   "update NAME [--selector k=v,...] [--template TEMPLATE]",
+		Use:   "update NAME [--selector k=v,...] [--template TEMPLATE [--allow-state-loss]]",
 		Short: "Change an actor's worker selector or template",
 		Long: "Change an actor's worker selector or template. Only the fields given are sent.\n" +
 			"A template can be changed only while the actor is suspended or crashed, and only\n" +
-			"to one compatible with its latest snapshot.",
+			"to one compatible with its latest snapshot. The next resume discards the actor's\n" +
+			"process memory and keeps its durable volumes; when the snapshot holds no durable\n" +
+			"data that loses all state, which --allow-state-loss must accept.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var mask fieldmaskpb.FieldMask
@@ -107,7 +110,8 @@ func newActorUpdateCommand(a *app) *cobra.Command {
 					Metadata: &torporv1.ObjectMeta{Space: a.space, Name: args[0]},
 					Spec:     &spec,
 				},
-				UpdateMask: &mask,
+				UpdateMask:     &mask,
+				AllowStateLoss: allowStateLoss,
 			})
 			if err != nil {
 				return err
@@ -117,6 +121,7 @@ func newActorUpdateCommand(a *app) *cobra.Command {
 	}
 	cmd.Flags().StringToStringVar(&spec.WorkerSelector, "selector", nil, "labels a worker must carry (k=v,...); an empty value clears them")
 	cmd.Flags().StringVar(&spec.Template, "template", "", "name of a compatible template to move the actor to")
+	cmd.Flags().BoolVar(&allowStateLoss, "allow-state-loss", false, "accept a repoint that discards all state (the snapshot holds no durable data)")
 	return cmd
 }
 
