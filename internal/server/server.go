@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/snapshot"
@@ -49,6 +52,7 @@ type Server struct {
 	log     *slog.Logger
 	// goldens wakes the golden builder when a template is created.
 	goldens chan struct{}
+	metrics *prometheus.Registry
 }
 
 // New returns a server over st and the snapshot object store.
@@ -62,12 +66,15 @@ func New(st store.Store, objects snapshot.ObjectStore, opts Options) *Server {
 	if opts.RecoverAfter == 0 {
 		opts.RecoverAfter = 2 * time.Minute
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newWorkersCollector(st))
 	agents := newNodeAgents(st, &http.Client{})
 	engine := workflow.New(st, agents, snapshotObjects{objects}, workflow.Options{
 		HeartbeatTimeout: opts.HeartbeatTimeout,
 		RecoverAfter:     opts.RecoverAfter,
+		Registerer:       reg,
 	}, opts.Logger)
-	return &Server{store: st, objects: objects, engine: engine, opts: opts, log: opts.Logger, goldens: make(chan struct{}, 1)}
+	return &Server{store: st, objects: objects, engine: engine, opts: opts, log: opts.Logger, goldens: make(chan struct{}, 1), metrics: reg}
 }
 
 // Engine exposes the workflow engine (tests install hooks on it).
@@ -86,6 +93,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store}, opts...))
 	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store}, opts...))
 	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine}, opts...))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	return mux
 }

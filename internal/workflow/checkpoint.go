@@ -48,7 +48,9 @@ func (e *Engine) Pause(ctx context.Context, space, name string) (*torporv1.Actor
 	return e.checkpoint(ctx, space, name, pauseKind)
 }
 
-func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkpointKind) (*torporv1.Actor, error) {
+func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkpointKind) (a *torporv1.Actor, err error) {
+	start := e.now()
+	defer func() { e.metrics.observe(kind.metric(), start, err) }()
 	for range maxAttempts {
 		a, err := e.store.Actors().Get(ctx, space, name)
 		if err != nil {
@@ -106,6 +108,13 @@ func (e *Engine) claimCheckpoint(ctx context.Context, a *torporv1.Actor, kind ch
 		return nil, errRetry
 	}
 	return claimed, err
+}
+
+func (k checkpointKind) metric() string {
+	if k.op == torporv1.OperationKind_OPERATION_KIND_PAUSE {
+		return "pause"
+	}
+	return "suspend"
 }
 
 func kindOf(op torporv1.OperationKind) checkpointKind {
@@ -197,6 +206,7 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 	if lost != nil {
 		return nil, codeError(connect.CodeAborted, "actor %s became %s while checkpointing: %s", actorKey(a), stateName(lost.GetStatus().GetState()), lost.GetStatus().GetCrashReason())
 	}
+	e.metrics.snapshotBytes.WithLabelValues(kind.metric()).Add(float64(snap.GetSizeBytes()))
 	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE {
 		e.retain(ctx, out)
 	}

@@ -15,7 +15,9 @@ import (
 // Delete removes an actor that holds no worker, with all its snapshots.
 // The DELETING intent is committed first, so a crash mid-way is finished by
 // Recover.
-func (e *Engine) Delete(ctx context.Context, space, name string) error {
+func (e *Engine) Delete(ctx context.Context, space, name string) (err error) {
+	start := e.now()
+	defer func() { e.metrics.observe("delete", start, err) }()
 	a, err := e.store.Actors().Get(ctx, space, name)
 	if err != nil {
 		return err

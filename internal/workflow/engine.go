@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -50,6 +51,8 @@ type Options struct {
 	RecoverAfter time.Duration
 	// WorkerNamespace is where workers are registered.
 	WorkerNamespace string
+	// Registerer receives the engine's metrics; nil registers none.
+	Registerer prometheus.Registerer
 }
 
 // Engine runs the actor workflows over a store and the node agents.
@@ -61,6 +64,7 @@ type Engine struct {
 	log     *slog.Logger
 	now     func() time.Time
 	hooks   Hooks
+	metrics *metrics
 }
 
 // Hooks let tests interleave deterministically with a workflow. Each runs,
@@ -91,7 +95,7 @@ func New(st store.Store, agents Agents, objects Objects, opts Options, logger *s
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Engine{store: st, agents: agents, objects: objects, opts: opts, log: logger, now: time.Now}
+	return &Engine{store: st, agents: agents, objects: objects, opts: opts, log: logger, now: time.Now, metrics: newMetrics(opts.Registerer)}
 }
 
 // DefaultWorkerNamespace holds the workers of local nodes.

@@ -71,7 +71,12 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 		return err
 	}
 	ref := &torporv1.WorkerRef{Namespace: w.GetMetadata().GetSpace(), Name: w.GetMetadata().GetName(), Uid: w.GetMetadata().GetUid(), Node: w.GetSpec().GetNode()}
+	start := e.now()
 	snap, buildErr := e.runGolden(ctx, t, ref)
+	e.metrics.observe("golden", start, buildErr)
+	if buildErr == nil {
+		e.metrics.snapshotBytes.WithLabelValues("golden").Add(float64(snap.GetSizeBytes()))
+	}
 	err = e.store.InTx(ctx, func(tx store.Tx) error {
 		if err := releaseWorker(ctx, tx, ref, t.GetMetadata().GetUid()); err != nil {
 			return err

@@ -25,7 +25,9 @@ type ResumeOptions struct {
 
 // Resume brings the actor to RUNNING on a free worker. A RUNNING actor is
 // returned at once without a write; a step in flight is waited for.
-func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOptions) (*torporv1.Actor, error) {
+func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOptions) (a *torporv1.Actor, err error) {
+	start := e.now()
+	defer func() { e.metrics.observe("resume", start, err) }()
 	for range maxAttempts {
 		a, err := e.store.Actors().Get(ctx, space, name)
 		if err != nil {

@@ -1,0 +1,48 @@
+package workflow
+
+import (
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics count the engine's steps by kind and result.
+type metrics struct {
+	steps         *prometheus.CounterVec
+	stepSeconds   *prometheus.HistogramVec
+	snapshotBytes *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		steps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "torpor_workflow_steps_total",
+			Help: "Workflow steps (resume, suspend, pause, delete, golden) by result (ok or a status code).",
+		}, []string{"kind", "result"}),
+		stepSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "torpor_workflow_step_seconds",
+			Help:    "Duration of successful workflow steps, intent to finalize.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .2, .3, .5, 1, 2, 5, 10, 30},
+		}, []string{"kind"}),
+		snapshotBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "torpor_snapshot_bytes_total",
+			Help: "Bytes of snapshots committed, by kind (suspend, pause, golden).",
+		}, []string{"kind"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.steps, m.stepSeconds, m.snapshotBytes)
+	}
+	return m
+}
+
+// observe records one step's outcome.
+func (m *metrics) observe(kind string, start time.Time, err error) {
+	result := "ok"
+	if err != nil {
+		result = connect.CodeOf(err).String()
+	} else {
+		m.stepSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	}
+	m.steps.WithLabelValues(kind, result).Inc()
+}
