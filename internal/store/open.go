@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"modernc.org/sqlite"
 )
 
 // Open connects to the store named by url and applies pending migrations.
@@ -101,19 +101,12 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 	case strings.ContainsAny(path, "?#"):
 		return nil, fmt.Errorf("store url: sqlite path %q must not contain '?' or '#'", path)
 	}
-	writer, err := sql.Open("sqlite", path+"?"+sqliteParams+"&_txlock=immediate")
-	if err != nil {
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
-	}
+	writer := sql.OpenDB(stmtCachingConnector{dsn: path + "?" + sqliteParams + "&_txlock=immediate", driver: &sqlite.Driver{}})
 	writer.SetMaxOpenConns(1)
 	writer.SetMaxIdleConns(1)
 	writer.SetConnMaxIdleTime(0)
 	readers := 2 * runtime.GOMAXPROCS(0)
-	reader, err := sql.Open("sqlite", path+"?"+sqliteParams+"&_pragma=query_only(1)")
-	if err != nil {
-		writer.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
-	}
+	reader := sql.OpenDB(stmtCachingConnector{dsn: path + "?" + sqliteParams + "&_pragma=query_only(1)", driver: &sqlite.Driver{}})
 	reader.SetMaxOpenConns(readers)
 	reader.SetMaxIdleConns(readers)
 	s := newSQLStore(sqliteDialect, writer, reader, func() error {
