@@ -15,6 +15,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -98,9 +100,7 @@ func TestNamesStayWithinLimits(t *testing.T) {
 // both ends of the test.
 func testNetwork(t *testing.T) *Network {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces); CI runs as root")
-	}
+	runtimetest.RequireRoot(t)
 	n, err := New(Config{Node: "netnstest", Bridge: "tpnetnstest", CIDR: "10.252.0.0/24"})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,325 @@
+// Package fake is an in-process runtime.Runtime for unit tests: no
+// sandboxes, but the same rules as the real runtime (shared workload
+// checks, busy slots, images that must exist and match the workload), real
+// image files, a workload "memory" that only a checkpoint carries to a
+// restore, and faults on request.
+package fake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/torpor-dev/torpor/internal/runtime"
+)
+
+// Class is the sandbox class the fake claims; templates of class "gvisor"
+// (the default) run on it unchanged.
+const Class = "gvisor"
+
+// imageFile is the fake's memory image inside an image directory.
+const imageFile = "fake-image.json"
+
+// TouchLog is the file Touch appends to in every writable volume.
+const TouchLog = "touch.log"
+
+// Call is one method call, recorded before faults apply.
+type Call struct {
+	Method       string
+	Slot         string
+	ActorUID     string
+	ImageDir     string
+	LeaveRunning bool
+}
+
+// Runtime is the fake. The zero value is not usable; call New.
+type Runtime struct {
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox // by slot name
+	calls     []Call
+	faults    map[string][]fault // by method, oldest first
+	gen       int
+}
+
+type sandbox struct {
+	id      string
+	w       runtime.Workload
+	spec    spec
+	memory  int64
+	started time.Time
+	crashed bool
+}
+
+// spec is what a restore must match, as runsc checks the OCI spec.
+type spec struct {
+	Args   []string `json:"args"`
+	Mounts []string `json:"mounts"`
+}
+
+type image struct {
+	Spec   spec  `json:"spec"`
+	Memory int64 `json:"memory"`
+}
+
+type fault struct {
+	err     error
+	release chan struct{} // non-nil: block until closed
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New returns an empty fake runtime.
+func New() *Runtime {
+	return &Runtime{sandboxes: map[string]*sandbox{}, faults: map[string][]fault{}}
+}
+
+// FailNext makes the next call of method (e.g. "Restore") return err
+// without doing anything. Calls queue up.
+func (f *Runtime) FailNext(method string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults[method] = append(f.faults[method], fault{err: err})
+}
+
+// Hang makes the next call of method block until release is called (then
+// it proceeds normally) or its context ends (then it returns the context's
+// error having done nothing).
+func (f *Runtime) Hang(method string) (release func()) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.faults[method] = append(f.faults[method], fault{release: ch})
+	f.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+// Calls returns the calls so far, oldest first.
+func (f *Runtime) Calls() []Call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// Touch stands for a request to the slot's workload: it bumps the
+// workload's memory counter and appends a line to TouchLog in each of its
+// writable volumes. It returns the new counter.
+func (f *Runtime) Touch(slot string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.sandboxes[slot]
+	if !ok || sb.crashed {
+		return 0, fmt.Errorf("slot %s: touch: %w", slot, runtime.ErrNotRunning)
+	}
+	sb.memory++
+	c, err := sb.w.Check()
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range c.Mounts {
+		if m.ReadOnly {
+			continue
+		}
+		file, err := os.OpenFile(filepath.Join(m.Host, TouchLog), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return 0, fmt.Errorf("slot %s: touch: %w", slot, err)
+		}
+		_, err = fmt.Fprintf(file, "touch %d\n", sb.memory)
+		if cerr := file.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return 0, fmt.Errorf("slot %s: touch: %w", slot, err)
+		}
+	}
+	return sb.memory, nil
+}
+
+// Crash makes the slot's workload die: it stops running, but its sandbox
+// stays (the slot is busy) until Terminate, as with runsc.
+func (f *Runtime) Crash(slot string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if sb, ok := f.sandboxes[slot]; ok {
+		sb.crashed = true
+	}
+}
+
+// Workload returns the actor UID running in slot, if any.
+func (f *Runtime) Workload(slot string) (actorUID string, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.sandboxes[slot]
+	if !ok {
+		return "", false
+	}
+	return sb.w.ActorUID, true
+}
+
+// enter records the call and applies the oldest pending fault of its method.
+func (f *Runtime) enter(ctx context.Context, c Call) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, c)
+	var ft fault
+	if q := f.faults[c.Method]; len(q) > 0 {
+		ft, f.faults[c.Method] = q[0], q[1:]
+	}
+	f.mu.Unlock()
+	if ft.release != nil {
+		select {
+		case <-ft.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return ft.err
+}
+
+// Class implements runtime.Runtime.
+func (f *Runtime) Class() string { return Class }
+
+// Run implements runtime.Runtime.
+func (f *Runtime) Run(ctx context.Context, slot runtime.Slot, w runtime.Workload) error {
+	if err := f.enter(ctx, Call{Method: "Run", Slot: slot.Name, ActorUID: w.ActorUID}); err != nil {
+		return err
+	}
+	return f.start(slot, w, nil)
+}
+
+// Restore implements runtime.Runtime.
+func (f *Runtime) Restore(ctx context.Context, slot runtime.Slot, w runtime.Workload, imageDir string) error {
+	if err := f.enter(ctx, Call{Method: "Restore", Slot: slot.Name, ActorUID: w.ActorUID, ImageDir: imageDir}); err != nil {
+		return err
+	}
+	if imageDir == "" {
+		return fmt.Errorf("slot %s: restore actor %s: image dir: %w", slot.Name, w.ActorUID, runtime.ErrNoImage)
+	}
+	data, err := os.ReadFile(filepath.Join(imageDir, imageFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("slot %s: restore actor %s from %s: %w", slot.Name, w.ActorUID, imageDir, runtime.ErrNoImage)
+	}
+	if err != nil {
+		return fmt.Errorf("slot %s: restore actor %s: %w", slot.Name, w.ActorUID, err)
+	}
+	var img image
+	if err := json.Unmarshal(data, &img); err != nil {
+		return fmt.Errorf("slot %s: restore actor %s: image %s: %w", slot.Name, w.ActorUID, imageDir, err)
+	}
+	return f.start(slot, w, &img)
+}
+
+func (f *Runtime) start(slot runtime.Slot, w runtime.Workload, img *image) error {
+	if slot.Name == "" {
+		return errors.New("slot has no name")
+	}
+	c, err := w.Check()
+	if err != nil {
+		return fmt.Errorf("slot %s: %w", slot.Name, err)
+	}
+	sp := specOf(c)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if sb, ok := f.sandboxes[slot.Name]; ok {
+		return fmt.Errorf("slot %s: start actor %s: %w (sandbox %s)", slot.Name, w.ActorUID, runtime.ErrBusy, sb.id)
+	}
+	var memory int64
+	if img != nil {
+		if !slices.Equal(img.Spec.Args, sp.Args) || !slices.Equal(img.Spec.Mounts, sp.Mounts) {
+			return fmt.Errorf("slot %s: restore actor %s: image was taken from another workload (args %q, mounts %q; now %q, %q)",
+				slot.Name, w.ActorUID, img.Spec.Args, img.Spec.Mounts, sp.Args, sp.Mounts)
+		}
+		memory = img.Memory
+	}
+	f.gen++
+	f.sandboxes[slot.Name] = &sandbox{
+		id: fmt.Sprintf("%s_%d", slot.Name, f.gen), w: w, spec: sp, memory: memory, started: time.Now(),
+	}
+	return nil
+}
+
+func specOf(c runtime.Checked) spec {
+	sp := spec{Args: slices.Concat(c.Container.GetCommand(), c.Container.GetArgs())}
+	for _, m := range c.Mounts {
+		sp.Mounts = append(sp.Mounts, m.Guest)
+	}
+	return sp
+}
+
+// Checkpoint implements runtime.Runtime.
+func (f *Runtime) Checkpoint(ctx context.Context, slot runtime.Slot, imageDir string, leaveRunning bool) error {
+	if err := f.enter(ctx, Call{Method: "Checkpoint", Slot: slot.Name, ImageDir: imageDir, LeaveRunning: leaveRunning}); err != nil {
+		return err
+	}
+	if imageDir == "" {
+		return fmt.Errorf("slot %s: checkpoint: no image dir given", slot.Name)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.sandboxes[slot.Name]
+	if !ok || sb.crashed {
+		return fmt.Errorf("slot %s: checkpoint: %w", slot.Name, runtime.ErrNotRunning)
+	}
+	data, err := json.Marshal(image{Spec: sb.spec, Memory: sb.memory})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(imageDir, 0o755); err != nil {
+		return fmt.Errorf("slot %s: checkpoint: %w", slot.Name, err)
+	}
+	tmp := filepath.Join(imageDir, imageFile+".tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("slot %s: checkpoint: %w", slot.Name, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(imageDir, imageFile)); err != nil {
+		return fmt.Errorf("slot %s: checkpoint: %w", slot.Name, err)
+	}
+	if !leaveRunning {
+		delete(f.sandboxes, slot.Name)
+	}
+	return nil
+}
+
+// Terminate implements runtime.Runtime.
+func (f *Runtime) Terminate(ctx context.Context, slot runtime.Slot) error {
+	if err := f.enter(ctx, Call{Method: "Terminate", Slot: slot.Name}); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.sandboxes, slot.Name)
+	return nil
+}
+
+// Stats implements runtime.Runtime. MemoryBytes is the memory counter.
+func (f *Runtime) Stats(ctx context.Context, slot runtime.Slot) (runtime.Stats, error) {
+	if err := f.enter(ctx, Call{Method: "Stats", Slot: slot.Name}); err != nil {
+		return runtime.Stats{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.sandboxes[slot.Name]
+	if !ok {
+		return runtime.Stats{}, nil
+	}
+	return runtime.Stats{Running: !sb.crashed, MemoryBytes: sb.memory, Started: sb.started}, nil
+}
+
+// Sandboxes implements runtime.Runtime.
+func (f *Runtime) Sandboxes(ctx context.Context) ([]string, error) {
+	if err := f.enter(ctx, Call{Method: "Sandboxes"}); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	slots := make([]string, 0, len(f.sandboxes))
+	for name := range f.sandboxes {
+		slots = append(slots, name)
+	}
+	slices.Sort(slots)
+	return slots, nil
+}

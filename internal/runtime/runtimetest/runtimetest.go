@@ -1,0 +1,235 @@
+// Package runtimetest holds the behaviour every runtime.Runtime must share,
+// as a test suite run against each implementation (so the in-process fake
+// cannot drift from runsc), and helpers for tests on the real runtime.
+package runtimetest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/runtime"
+)
+
+// Env is a runtime under test with two slots it may use freely.
+type Env struct {
+	Runtime runtime.Runtime
+	Slots   [2]runtime.Slot
+	// Workload returns a startable workload with one durable volume
+	// mounted at /data, its host directory fresh and empty.
+	Workload func(t *testing.T) runtime.Workload
+}
+
+// Conformance runs the shared behaviour tests against env.
+func Conformance(t *testing.T, env Env) {
+	rt, a, b := env.Runtime, env.Slots[0], env.Slots[1]
+	ctx := context.Background()
+	terminate := func(t *testing.T) {
+		t.Helper()
+		for _, s := range env.Slots {
+			if err := rt.Terminate(ctx, s); err != nil {
+				t.Fatalf("Terminate(%s): %v", s.Name, err)
+			}
+		}
+	}
+	assertSandboxes := func(t *testing.T, want ...string) {
+		t.Helper()
+		got, err := rt.Sandboxes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("Sandboxes() = %v, want %v", got, want)
+		}
+	}
+	assertRunning := func(t *testing.T, s runtime.Slot, want bool) {
+		t.Helper()
+		st, err := rt.Stats(ctx, s)
+		if err != nil {
+			t.Fatalf("Stats(%s): %v", s.Name, err)
+		}
+		if st.Running != want {
+			t.Fatalf("Stats(%s).Running = %v, want %v", s.Name, st.Running, want)
+		}
+	}
+
+	t.Run("EmptySlot", func(t *testing.T) {
+		terminate(t)
+		assertSandboxes(t)
+		assertRunning(t, a, false)
+		for range 2 {
+			if err := rt.Terminate(ctx, a); err != nil {
+				t.Fatalf("Terminate on an empty slot: %v", err)
+			}
+		}
+		err := rt.Checkpoint(ctx, a, t.TempDir(), false)
+		if !errors.Is(err, runtime.ErrNotRunning) {
+			t.Fatalf("Checkpoint on an empty slot = %v, want ErrNotRunning", err)
+		}
+	})
+
+	t.Run("BusySlot", func(t *testing.T) {
+		defer terminate(t)
+		w := env.Workload(t)
+		if err := rt.Run(ctx, a, w); err != nil {
+			t.Fatal(err)
+		}
+		assertRunning(t, a, true)
+		assertSandboxes(t, a.Name)
+		if err := rt.Run(ctx, a, w); !errors.Is(err, runtime.ErrBusy) {
+			t.Fatalf("Run on a busy slot = %v, want ErrBusy", err)
+		}
+		img := t.TempDir()
+		if err := rt.Checkpoint(ctx, a, img, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Restore(ctx, a, w, img); !errors.Is(err, runtime.ErrBusy) {
+			t.Fatalf("Restore on a busy slot = %v, want ErrBusy", err)
+		}
+		assertRunning(t, a, true)
+		if err := rt.Terminate(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		assertRunning(t, a, false)
+		assertSandboxes(t)
+		if err := rt.Run(ctx, a, w); err != nil {
+			t.Fatalf("Run after Terminate: %v", err)
+		}
+	})
+
+	t.Run("MissingImage", func(t *testing.T) {
+		defer terminate(t)
+		w := env.Workload(t)
+		for _, dir := range []string{t.TempDir(), filepath.Join(t.TempDir(), "absent"), ""} {
+			if err := rt.Restore(ctx, a, w, dir); !errors.Is(err, runtime.ErrNoImage) {
+				t.Errorf("Restore from %q = %v, want ErrNoImage", dir, err)
+			}
+		}
+		assertSandboxes(t)
+	})
+
+	t.Run("CheckpointMovesTheWorkload", func(t *testing.T) {
+		defer terminate(t)
+		w := env.Workload(t)
+		if err := rt.Run(ctx, a, w); err != nil {
+			t.Fatal(err)
+		}
+		img := filepath.Join(t.TempDir(), "image") // made by Checkpoint
+		if err := rt.Checkpoint(ctx, a, img, false); err != nil {
+			t.Fatal(err)
+		}
+		assertRunning(t, a, false)
+		assertSandboxes(t)
+		if err := rt.Restore(ctx, b, w, img); err != nil {
+			t.Fatal(err)
+		}
+		assertRunning(t, b, true)
+		assertSandboxes(t, b.Name)
+		// The image stays usable: a second restore elsewhere works too.
+		if err := rt.Restore(ctx, a, w, img); err != nil {
+			t.Fatalf("second restore of one image: %v", err)
+		}
+		assertSandboxes(t, a.Name, b.Name)
+	})
+
+	t.Run("RejectsBadWorkloads", func(t *testing.T) {
+		defer terminate(t)
+		good := env.Workload(t)
+		twoContainers := withTemplate(good, func(tmpl *torporv1.TemplateSpec) {
+			tmpl.Containers = append(tmpl.Containers, proto.Clone(tmpl.Containers[0]).(*torporv1.Container))
+		})
+		noVolumeDir := good
+		noVolumeDir.Volumes = map[string]string{}
+		for name, vol := range good.Volumes {
+			noVolumeDir.Volumes[name] = filepath.Join(vol, "absent")
+		}
+		noRootfs := good
+		noRootfs.Rootfs = map[string]string{}
+		undeclared := withTemplate(good, func(tmpl *torporv1.TemplateSpec) { tmpl.Volumes = nil })
+		for name, w := range map[string]runtime.Workload{
+			"two containers": twoContainers, "missing volume dir": noVolumeDir,
+			"no rootfs": noRootfs, "undeclared volume": undeclared,
+		} {
+			if err := rt.Run(ctx, a, w); err == nil {
+				t.Errorf("Run with %s succeeded", name)
+				terminate(t)
+			}
+		}
+		assertSandboxes(t)
+	})
+
+	t.Run("FailedRestoreLeavesTheSlotFree", func(t *testing.T) {
+		defer terminate(t)
+		w := env.Workload(t)
+		if err := rt.Run(ctx, a, w); err != nil {
+			t.Fatal(err)
+		}
+		img := t.TempDir()
+		if err := rt.Checkpoint(ctx, a, img, false); err != nil {
+			t.Fatal(err)
+		}
+		// An image only restores the workload it was taken from.
+		other := withTemplate(w, func(tmpl *torporv1.TemplateSpec) {
+			tmpl.Containers[0].Args = append(tmpl.Containers[0].Args, "--other")
+		})
+		if err := rt.Restore(ctx, b, other, img); err == nil {
+			t.Fatal("restoring another workload's image succeeded")
+		}
+		assertSandboxes(t)
+		if err := rt.Restore(ctx, b, w, img); err != nil {
+			t.Fatalf("Restore after a failed one: %v", err)
+		}
+		assertRunning(t, b, true)
+	})
+}
+
+// withTemplate returns w with a changed copy of its template.
+func withTemplate(w runtime.Workload, change func(*torporv1.TemplateSpec)) runtime.Workload {
+	tmpl := proto.Clone(w.Template).(*torporv1.TemplateSpec)
+	change(tmpl)
+	w.Template = tmpl
+	return w
+}
+
+// Runsc finds the runsc binary for tests: $TORPOR_RUNSC, else bin/runsc at
+// the module root. A missing binary fails the test: CI has it.
+func Runsc(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("TORPOR_RUNSC"); p != "" {
+		return p
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("module root not found above the working directory")
+		}
+		dir = parent
+	}
+	p := filepath.Join(dir, "bin", "runsc")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("runsc not found at %s (%v): run `make runsc`, or set TORPOR_RUNSC", p, err)
+	}
+	return p
+}
+
+// RequireRoot fails the test unless it runs as root, which sandboxes and
+// network namespaces need (CI runs tests as root).
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (sandboxes, network namespaces); run the tests as root as CI does")
+	}
+}
