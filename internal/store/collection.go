@@ -61,21 +61,24 @@ func (c *collection[T]) Create(ctx context.Context, obj T) (T, error) {
 	if err != nil {
 		return zero, fmt.Errorf("create %s: %w", c.describe(meta.Space, meta.Name), err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return zero, c.createConflict(ctx, meta.Space, meta.Name, meta.Uid, err)
+	n, err := res.RowsAffected()
+	if err != nil {
+		return zero, fmt.Errorf("create %s: %w", c.describe(meta.Space, meta.Name), err)
+	}
+	if n == 0 {
+		return zero, c.createConflict(ctx, meta.Space, meta.Name, meta.Uid)
 	}
 	return rec, nil
 }
 
 // createConflict tells which unique key an insert that stored nothing hit.
-func (c *collection[T]) createConflict(ctx context.Context, space, name, uid string, err error) error {
+func (c *collection[T]) createConflict(ctx context.Context, space, name, uid string) error {
 	what := c.describe(space, name)
-	if err != nil {
+	_, _, found, err := c.current(ctx, space, name)
+	switch {
+	case err != nil:
 		return fmt.Errorf("create %s: %w", what, err)
-	}
-	if _, _, found, err := c.current(ctx, space, name); err != nil {
-		return fmt.Errorf("create %s: %w", what, err)
-	} else if found {
+	case found:
 		return fmt.Errorf("%s: %w", what, ErrAlreadyExists)
 	}
 	return fmt.Errorf("create %s: uid %s is taken by another %s: %w", what, uid, c.kind.name, ErrAlreadyExists)
@@ -228,8 +231,8 @@ func (c *collection[T]) mismatch(ctx context.Context, op, space, name, uid strin
 		return fmt.Errorf("%s %s: %w", op, what, err)
 	case !found:
 		return fmt.Errorf("%s %s: %w", op, what, ErrNotFound)
-	case uid != "" && uid != storedUID:
-		return fmt.Errorf("%s %s: uid %s does not match stored uid %s: %w", op, what, uid, storedUID, ErrConflict)
+	case uid != storedUID && (uid != "" || op == "update"): // delete checks only a given uid
+		return fmt.Errorf("%s %s: uid %q does not match stored uid %s: %w", op, what, uid, storedUID, ErrConflict)
 	}
 	return fmt.Errorf("%s %s: version %d does not match stored version %d: %w", op, what, version, storedVersion, ErrConflict)
 }

@@ -305,7 +305,7 @@ func testUpdateCAS(t *testing.T, b backend) {
 		{"stale version", func(a *torporv1.Actor) { a.Metadata.Version = 1 }, "version 1"},
 		{"future version", func(a *torporv1.Actor) { a.Metadata.Version = 3 }, "version 3"},
 		{"wrong uid", func(a *torporv1.Actor) { a.Metadata.Uid = uuid.NewString() }, "uid"},
-		{"no uid", func(a *torporv1.Actor) { a.Metadata.Uid = "" }, "version"},
+		{"no uid", func(a *torporv1.Actor) { a.Metadata.Uid = "" }, `uid ""`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

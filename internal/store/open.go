@@ -15,20 +15,20 @@ import (
 	"modernc.org/sqlite"
 )
 
-// Open connects to the store named by url and applies pending migrations.
+// Open connects to the store named by storeURL and applies pending migrations.
 //
 //	sqlite:/var/lib/torpor/torpor.db      a file (created if absent)
 //	postgres://user@host:5432/db?sslmode=disable&search_path=torpor
 //
 // For PostgreSQL, the first schema of search_path is created if missing, so
 // several installations (or tests) can share one database.
-func Open(ctx context.Context, url string) (Store, error) {
-	scheme, rest, _ := strings.Cut(url, ":")
+func Open(ctx context.Context, storeURL string) (Store, error) {
+	scheme, rest, _ := strings.Cut(storeURL, ":")
 	switch scheme {
 	case "sqlite":
 		return openSQLite(ctx, rest)
 	case "postgres", "postgresql":
-		return openPostgres(ctx, url)
+		return openPostgres(ctx, storeURL)
 	}
 	return nil, fmt.Errorf("store url: unknown scheme %q (want sqlite:PATH or postgres://...)", scheme)
 }
@@ -36,7 +36,6 @@ func Open(ctx context.Context, url string) (Store, error) {
 // dialect is everything the two backends do differently; all queries are
 // shared ($N placeholders work on both).
 type dialect struct {
-	name string
 	// ddl fills the type placeholders of the shared migration SQL.
 	ddl *strings.Replacer
 	// migrationPrelude runs first inside the migration transaction.
@@ -44,7 +43,6 @@ type dialect struct {
 }
 
 var sqliteDialect = &dialect{
-	name: "sqlite",
 	ddl: strings.NewReplacer(
 		"{{text}}", "TEXT",
 		"{{bytes}}", "BLOB",
@@ -59,7 +57,6 @@ const postgresMigrationLock = 0x746f72706f72
 
 func postgresDialect(schema string) *dialect {
 	d := &dialect{
-		name: "postgres",
 		ddl: strings.NewReplacer(
 			// Byte order, not the database locale, so both backends list
 			// in the same order.
@@ -104,7 +101,6 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 	writer := sql.OpenDB(stmtCachingConnector{dsn: path + "?" + sqliteParams + "&_txlock=immediate", driver: &sqlite.Driver{}})
 	writer.SetMaxOpenConns(1)
 	writer.SetMaxIdleConns(1)
-	writer.SetConnMaxIdleTime(0)
 	readers := 2 * runtime.GOMAXPROCS(0)
 	reader := sql.OpenDB(stmtCachingConnector{dsn: path + "?" + sqliteParams + "&_pragma=query_only(1)", driver: &sqlite.Driver{}})
 	reader.SetMaxOpenConns(readers)
