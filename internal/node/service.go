@@ -392,11 +392,15 @@ func (a *Agent) fetch(ctx context.Context, field string, src *torporv1.SnapshotS
 		return "", nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s: %s is a local checkpoint on node %s, not on this node %s", field, src.GetLocation(), src.GetNode(), a.cfg.Name))
 	}
 	dir, release, err := cache.Get(ctx, src.GetLocation(), src.GetManifestDigest())
-	switch {
-	case errors.Is(err, snapshot.ErrDataLoss):
-		return "", nil, connect.NewError(connect.CodeDataLoss, fmt.Errorf("%s: %w", field, err))
-	case err != nil:
-		return "", nil, fmt.Errorf("%s: %w", field, err)
+	if err != nil {
+		// The snapshot package's errors name the snapshot and the file.
+		if field == "golden" {
+			err = fmt.Errorf("golden %w", err)
+		}
+		if errors.Is(err, snapshot.ErrDataLoss) {
+			return "", nil, connect.NewError(connect.CodeDataLoss, err)
+		}
+		return "", nil, err
 	}
 	return dir, release, nil
 }
