@@ -1,0 +1,577 @@
+// Package gvisor runs workloads in gVisor sandboxes through the runsc
+// command: one sandbox per worker slot, in the slot's network namespace,
+// with the workload's root filesystem shared read-only between slots and
+// every write kept in runsc's in-memory overlay (and so in checkpoints).
+//
+// Layout under Config.RootDir:
+//
+//	runsc/                          runsc --root: its container state
+//	slots/<slot>/<sandbox>/         one sandbox's bundle
+//	    config.json                 OCI spec
+//	    rootfs/                     overlay of the shared rootfs (see below)
+//	    upper/ work/                that overlay's private layers
+//	    console.log                 workload stdout/stderr and runsc errors
+//
+// A sandbox's directory exists from before runsc is invoked until after
+// runsc deleted it, so the directories alone tell whether a slot is busy.
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/torpor-dev/torpor/internal/netns"
+	"github.com/torpor-dev/torpor/internal/runtime"
+)
+
+// Class is the sandbox class this runtime serves.
+const Class = "gvisor"
+
+// Config configures the runtime.
+type Config struct {
+	// Runsc is the path of a statically linked runsc binary.
+	Runsc string
+	// RootDir holds runsc's state and the sandboxes' bundles. One runtime
+	// per RootDir.
+	RootDir string
+	// Platform is runsc's platform; default systrap.
+	Platform string
+	Logger   *slog.Logger
+}
+
+// Runtime implements runtime.Runtime with runsc.
+type Runtime struct {
+	runsc    string
+	flags    []string
+	runscDir string
+	slotsDir string
+	log      *slog.Logger
+
+	mu    sync.Mutex
+	slots map[string]*sync.Mutex
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// commandTimeout bounds runsc commands that must not hang a caller whose
+// context has no deadline (cleanup after a failure or a cancellation).
+const commandTimeout = 30 * time.Second
+
+// New checks cfg and creates the root directory.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Runsc == "" {
+		return nil, errors.New("gvisor config: runsc: no path given")
+	}
+	fi, err := os.Stat(cfg.Runsc)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor config: runsc: %w", err)
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("gvisor config: runsc: %s is not an executable file", cfg.Runsc)
+	}
+	if cfg.RootDir == "" {
+		return nil, errors.New("gvisor config: root dir: no path given")
+	}
+	root, err := filepath.Abs(cfg.RootDir)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor config: root dir: %w", err)
+	}
+	if cfg.Platform == "" {
+		cfg.Platform = "systrap"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Runtime{
+		runsc:    cfg.Runsc,
+		runscDir: filepath.Join(root, "runsc"),
+		slotsDir: filepath.Join(root, "slots"),
+		log:      cfg.Logger.With("runtime", Class),
+		slots:    map[string]*sync.Mutex{},
+	}
+	r.flags = []string{
+		"--root=" + r.runscDir,
+		"--platform=" + cfg.Platform,
+		"--network=sandbox",
+		// The rootfs is shared: writes go to sandbox memory, which the
+		// checkpoint captures. (The default, root:self, would put a
+		// filestore file into the shared rootfs.)
+		"--overlay2=root:memory",
+	}
+	for _, d := range []string{r.runscDir, r.slotsDir} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("gvisor config: root dir: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// Class implements runtime.Runtime.
+func (r *Runtime) Class() string { return Class }
+
+// Run implements runtime.Runtime.
+func (r *Runtime) Run(ctx context.Context, slot runtime.Slot, w runtime.Workload) error {
+	return r.start(ctx, slot, w, "")
+}
+
+// Restore implements runtime.Runtime. The image must come from a sandbox of
+// the same template (runsc checks the spec); slot and volume paths may
+// differ.
+func (r *Runtime) Restore(ctx context.Context, slot runtime.Slot, w runtime.Workload, imageDir string) error {
+	if imageDir == "" {
+		return fmt.Errorf("slot %s: restore actor %s: image dir: %w", slot.Name, w.ActorUID, runtime.ErrNoImage)
+	}
+	if _, err := os.Stat(filepath.Join(imageDir, "checkpoint.img")); err != nil {
+		return fmt.Errorf("slot %s: restore actor %s from %s: %w (%v)", slot.Name, w.ActorUID, imageDir, runtime.ErrNoImage, err)
+	}
+	return r.start(ctx, slot, w, imageDir)
+}
+
+// start cold-boots w (imageDir empty) or restores it from imageDir.
+func (r *Runtime) start(ctx context.Context, slot runtime.Slot, w runtime.Workload, imageDir string) error {
+	verb := "run"
+	if imageDir != "" {
+		verb = "restore"
+	}
+	if err := checkSlot(slot); err != nil {
+		return fmt.Errorf("%s actor %s: %w", verb, w.ActorUID, err)
+	}
+	checked, err := w.Check()
+	if err != nil {
+		return fmt.Errorf("slot %s: %s: %w", slot.Name, verb, err)
+	}
+	defer r.lock(slot.Name)()
+	ids, err := r.bundles(slot.Name)
+	if err != nil {
+		return err
+	}
+	if len(ids) > 0 {
+		return fmt.Errorf("slot %s: %s actor %s: %w (sandbox %s)", slot.Name, verb, w.ActorUID, runtime.ErrBusy, ids[0])
+	}
+	// The previous sandbox took the address with it (see netns.Configure).
+	if err := netns.Configure(ctx, slot); err != nil {
+		return fmt.Errorf("%s actor %s: %w", verb, w.ActorUID, err)
+	}
+	id, err := r.newID(slot.Name)
+	if err != nil {
+		return err
+	}
+	log := r.log.With("slot", slot.Name, "sandbox", id, "actor_uid", w.ActorUID)
+	began := time.Now()
+	err = r.launch(ctx, slot, w, checked, id, imageDir)
+	if err != nil {
+		// Leave the slot empty, so the caller can simply try again.
+		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandTimeout)
+		defer cancel()
+		if rmErr := r.remove(cleanupCtx, slot.Name, id); rmErr != nil {
+			log.Error("removing a sandbox that failed to start", "err", rmErr)
+		}
+		return fmt.Errorf("slot %s: %s actor %s (%s/%s) as sandbox %s: %w", slot.Name, verb, w.ActorUID, w.Space, w.Actor, id, err)
+	}
+	log.Debug("sandbox started", "verb", verb, "image", imageDir, "took", time.Since(began))
+	return nil
+}
+
+func (r *Runtime) launch(ctx context.Context, slot runtime.Slot, w runtime.Workload, c runtime.Checked, id, imageDir string) error {
+	dir := r.bundleDir(slot.Name, id)
+	rootfs := filepath.Join(dir, "rootfs")
+	for _, d := range []string{rootfs, filepath.Join(dir, "upper"), filepath.Join(dir, "work")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	// runsc's gofer creates missing mount points in the root filesystem
+	// on the host; a private kernel overlay keeps them out of the shared
+	// rootfs.
+	if strings.ContainsAny(c.Rootfs, ",:\\") {
+		return fmt.Errorf("rootfs path %q contains one of ',', ':', '\\', which overlayfs options cannot carry", c.Rootfs)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", c.Rootfs, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
+	if err := unix.Mount("overlay", rootfs, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount rootfs overlay at %s: %w", rootfs, err)
+	}
+	spec, err := json.MarshalIndent(buildSpec(w, c, rootfs, slot.NetNS), "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o644); err != nil {
+		return err
+	}
+	args := []string{"run", "--detach", "--bundle=" + dir, id}
+	if imageDir != "" {
+		abs, err := filepath.Abs(imageDir)
+		if err != nil {
+			return err
+		}
+		args = []string{"restore", "--detach", "--image-path=" + abs, "--bundle=" + dir, id}
+	}
+	return r.detached(ctx, filepath.Join(dir, "console.log"), args...)
+}
+
+// Checkpoint implements runtime.Runtime. The image is uncompressed: flate
+// costs more time on both ends than the smaller image saves here.
+func (r *Runtime) Checkpoint(ctx context.Context, slot runtime.Slot, imageDir string, leaveRunning bool) error {
+	if err := checkSlotName(slot.Name); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if imageDir == "" {
+		return fmt.Errorf("slot %s: checkpoint: no image dir given", slot.Name)
+	}
+	abs, err := filepath.Abs(imageDir)
+	if err != nil {
+		return fmt.Errorf("slot %s: checkpoint: image dir: %w", slot.Name, err)
+	}
+	defer r.lock(slot.Name)()
+	ids, err := r.bundles(slot.Name)
+	if err != nil {
+		return err
+	}
+	if len(ids) != 1 {
+		return fmt.Errorf("slot %s: checkpoint: %w (%d sandboxes)", slot.Name, runtime.ErrNotRunning, len(ids))
+	}
+	id := ids[0]
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return fmt.Errorf("slot %s: checkpoint: image dir: %w", slot.Name, err)
+	}
+	args := []string{"checkpoint", "--compression=none", "--image-path=" + abs}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
+	began := time.Now()
+	if _, err := r.output(ctx, append(args, id)...); err != nil {
+		if st, stErr := r.state(ctx, id); stErr == nil && st.Status != "running" {
+			err = fmt.Errorf("%w (%s): %w", runtime.ErrNotRunning, st.Status, err)
+		}
+		return fmt.Errorf("slot %s: checkpoint sandbox %s into %s: %w", slot.Name, id, abs, err)
+	}
+	r.log.Debug("sandbox checkpointed", "slot", slot.Name, "sandbox", id, "image", abs, "leave_running", leaveRunning, "took", time.Since(began))
+	if leaveRunning {
+		return nil
+	}
+	// The sandbox stopped; its remains would keep the slot busy.
+	if err := r.remove(ctx, slot.Name, id); err != nil {
+		return fmt.Errorf("slot %s: checkpoint: %w", slot.Name, err)
+	}
+	return nil
+}
+
+// Terminate implements runtime.Runtime. Only slot.Name is needed.
+func (r *Runtime) Terminate(ctx context.Context, slot runtime.Slot) error {
+	if err := checkSlotName(slot.Name); err != nil {
+		return fmt.Errorf("terminate: %w", err)
+	}
+	defer r.lock(slot.Name)()
+	ids, err := r.bundles(slot.Name)
+	if err != nil {
+		return err
+	}
+	// runsc may know sandboxes whose bundle is gone (removed by hand, or
+	// a crash of an older version); they go too.
+	known, err := r.containers(ctx)
+	if err != nil {
+		return fmt.Errorf("slot %s: terminate: %w", slot.Name, err)
+	}
+	for _, id := range known {
+		if slotOf(id) == slot.Name && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	var errs []error
+	for _, id := range ids {
+		errs = append(errs, r.remove(ctx, slot.Name, id))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("slot %s: terminate: %w", slot.Name, err)
+	}
+	if err := os.Remove(filepath.Join(r.slotsDir, slot.Name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("slot %s: terminate: %w", slot.Name, err)
+	}
+	return nil
+}
+
+// remove deletes sandbox id of slot with everything it made. Idempotent.
+func (r *Runtime) remove(ctx context.Context, slot, id string) error {
+	if _, err := r.output(ctx, "delete", "--force", id); err != nil {
+		// delete succeeds on unknown ids; failing, it may still have
+		// removed the container.
+		known, listErr := r.containers(ctx)
+		if listErr != nil || slices.Contains(known, id) {
+			return fmt.Errorf("delete sandbox %s: %w", id, err)
+		}
+	}
+	dir := r.bundleDir(slot, id)
+	rootfs := filepath.Join(dir, "rootfs")
+	for unix.Unmount(rootfs, unix.MNT_DETACH) == nil {
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove bundle of sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// state is the part of `runsc state` output used here.
+type state struct {
+	Status string `json:"status"`
+}
+
+func (r *Runtime) state(ctx context.Context, id string) (state, error) {
+	var st state
+	out, err := r.output(ctx, "state", id)
+	if err != nil {
+		return st, fmt.Errorf("state of sandbox %s: %w", id, err)
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, fmt.Errorf("state of sandbox %s: %w", id, err)
+	}
+	return st, nil
+}
+
+// events is the part of `runsc events --stats` output used here.
+type events struct {
+	Data struct {
+		Memory struct {
+			Usage struct {
+				Usage int64 `json:"usage"`
+			} `json:"usage"`
+		} `json:"memory"`
+	} `json:"data"`
+}
+
+// Stats implements runtime.Runtime. Memory is best effort (0 if runsc
+// cannot tell).
+func (r *Runtime) Stats(ctx context.Context, slot runtime.Slot) (runtime.Stats, error) {
+	if err := checkSlotName(slot.Name); err != nil {
+		return runtime.Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	defer r.lock(slot.Name)()
+	ids, err := r.bundles(slot.Name)
+	if err != nil || len(ids) == 0 {
+		return runtime.Stats{}, err
+	}
+	id := ids[0]
+	st, err := r.state(ctx, id)
+	if err != nil {
+		return runtime.Stats{}, fmt.Errorf("slot %s: %w", slot.Name, err)
+	}
+	stats := runtime.Stats{Running: st.Status == "running"}
+	// runsc state has no start time; the spec is written right before
+	// runsc starts the sandbox.
+	if fi, err := os.Stat(filepath.Join(r.bundleDir(slot.Name, id), "config.json")); err == nil {
+		stats.Started = fi.ModTime()
+	}
+	if !stats.Running {
+		return stats, nil
+	}
+	if out, err := r.output(ctx, "events", "--stats", id); err == nil {
+		var ev events
+		if json.Unmarshal(out, &ev) == nil {
+			stats.MemoryBytes = ev.Data.Memory.Usage.Usage
+		}
+	}
+	return stats, nil
+}
+
+// Sandboxes implements runtime.Runtime: the slots with a bundle or a
+// container runsc knows.
+func (r *Runtime) Sandboxes(ctx context.Context) ([]string, error) {
+	entries, err := os.ReadDir(r.slotsDir)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes: %w", err)
+	}
+	var slots []string
+	for _, e := range entries {
+		if ids, err := r.bundles(e.Name()); err == nil && len(ids) > 0 {
+			slots = append(slots, e.Name())
+		}
+	}
+	known, err := r.containers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes: %w", err)
+	}
+	for _, id := range known {
+		if s := slotOf(id); s != "" && !slices.Contains(slots, s) {
+			slots = append(slots, s)
+		}
+	}
+	slices.Sort(slots)
+	return slots, nil
+}
+
+// Close releases runsc's state shared by all sandboxes (a namespace mount
+// under its root) once none is left. Running sandboxes are left alone: a
+// restarted node adopts them.
+func (r *Runtime) Close(ctx context.Context) error {
+	slots, err := r.Sandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	if len(slots) > 0 {
+		return nil
+	}
+	// runsc bind-mounts an empty network namespace for its gofers there.
+	nullNS := filepath.Join(r.runscDir, "null-netns")
+	for unix.Unmount(nullNS, unix.MNT_DETACH) == nil {
+	}
+	if err := os.Remove(nullNS); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("gvisor: close: %w", err)
+	}
+	return nil
+}
+
+func (r *Runtime) lock(slot string) (unlock func()) {
+	r.mu.Lock()
+	m, ok := r.slots[slot]
+	if !ok {
+		m = &sync.Mutex{}
+		r.slots[slot] = m
+	}
+	r.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+func (r *Runtime) bundleDir(slot, id string) string { return filepath.Join(r.slotsDir, slot, id) }
+
+// bundles lists the sandboxes of slot that have a bundle directory.
+func (r *Runtime) bundles(slot string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(r.slotsDir, slot))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("slot %s: %w", slot, err)
+	}
+	ids := make([]string, 0, len(entries))
+	for _, e := range entries {
+		ids = append(ids, e.Name())
+	}
+	return ids, nil
+}
+
+// containers lists the container ids runsc knows.
+func (r *Runtime) containers(ctx context.Context) ([]string, error) {
+	out, err := r.output(ctx, "list", "--quiet")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// idSep separates the slot from the generation in a sandbox id; slot names
+// cannot contain it.
+const idSep = "_"
+
+// newID names a new sandbox of slot: unique per start, so a restore never
+// collides with what runsc remembers of an earlier sandbox.
+func (r *Runtime) newID(slot string) (string, error) {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	id := slot + idSep + hex.EncodeToString(b)
+	// runsc puts a control socket named after the id under its root; a
+	// unix socket path holds at most 107 bytes.
+	if sock := filepath.Join(r.runscDir, "runsc-"+id+".sock"); len(sock) > 107 {
+		return "", fmt.Errorf("slot %s: runsc socket path %s is longer than 107 bytes: use a shorter root dir or slot name", slot, sock)
+	}
+	return id, nil
+}
+
+func slotOf(id string) string {
+	slot, _, ok := strings.Cut(id, idSep)
+	if !ok {
+		return ""
+	}
+	return slot
+}
+
+func checkSlotName(name string) error {
+	if name == "" {
+		return errors.New("slot has no name")
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("slot name %q is not a file name", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return fmt.Errorf("slot name %q: only letters, digits, '-' and '.' are allowed", name)
+		}
+	}
+	return nil
+}
+
+func checkSlot(slot runtime.Slot) error {
+	if err := checkSlotName(slot.Name); err != nil {
+		return err
+	}
+	if slot.NetNS == "" || !filepath.IsAbs(slot.NetNS) {
+		return fmt.Errorf("slot %s: network namespace path %q is not absolute", slot.Name, slot.NetNS)
+	}
+	return nil
+}
+
+// output runs a runsc command that exits when done, returning its stdout;
+// its stderr goes into the error.
+func (r *Runtime) output(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.runsc, append(slices.Clone(r.flags), args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// A sandbox forked by mistake would hold the pipes open forever.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("runsc %s: %w: %s", args[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// detached runs a runsc command that leaves a sandbox behind. The sandbox
+// inherits runsc's stdout and stderr for the workload's, so they go to a
+// file (a pipe would never close); runsc's own errors land there too.
+func (r *Runtime) detached(ctx context.Context, logPath string, args ...string) error {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	start, _ := f.Seek(0, io.SeekEnd)
+	cmd := exec.CommandContext(ctx, r.runsc, append(slices.Clone(r.flags), args...)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	err = cmd.Run()
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("runsc %s: %w: %s", args[0], err, tail(logPath, start, 2048))
+	}
+	return nil
+}
+
+// tail returns up to limit bytes written to path after offset from.
+func tail(path string, from, limit int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return ""
+	}
+	from = max(from, end-limit)
+	b := make([]byte, end-from)
+	n, _ := f.ReadAt(b, from)
+	return strings.TrimSpace(string(b[:n]))
+}

@@ -1,0 +1,514 @@
+package gvisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/netns"
+	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+)
+
+// The test network: own node name, bridge and subnet, so other packages'
+// tests on this host never collide with these.
+const (
+	testNode   = "gvtest"
+	testBridge = "tpgvtest"
+	testCIDR   = "10.253.0.0/24"
+	port       = 8080
+)
+
+// counterBinary is the static test workload, built once by TestMain.
+var counterBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gvisor-counter-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	counterBinary = filepath.Join(dir, "counter")
+	code := func() int {
+		defer os.RemoveAll(dir)
+		gobin := filepath.Join(goruntime.GOROOT(), "bin", "go")
+		if p, err := exec.LookPath("go"); err == nil {
+			gobin = p
+		}
+		build := exec.Command(gobin, "build", "-ldflags=-s -w", "-o", counterBinary, "./testdata/counter")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building the test workload: %v\n%s", err, out)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+type harness struct {
+	rt     *Runtime
+	net    *netns.Network
+	slots  [2]runtime.Slot
+	rootfs string
+	root   string
+}
+
+func newHarness(t testing.TB) *harness {
+	t.Helper()
+	runtimetest.RequireRoot(t)
+	runsc := runtimetest.Runsc(t)
+	ctx := context.Background()
+	h := &harness{root: t.TempDir(), rootfs: filepath.Join(t.TempDir(), "rootfs")}
+	if err := os.MkdirAll(filepath.Join(h.rootfs, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(counterBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.rootfs, "bin", "counter"), bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.net, err = netns.New(netns.Config{Node: testNode, Bridge: testBridge, CIDR: testCIDR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Leftovers of a crashed earlier run would collide.
+	if err := h.net.TeardownAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range h.slots {
+		if h.slots[i], err = h.net.Slot(ctx, fmt.Sprintf("w%d", i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.rt, err = New(Config{Runsc: runsc, RootDir: h.root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range h.slots {
+			if err := h.rt.Terminate(ctx, s); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := h.rt.Close(ctx); err != nil {
+			t.Error(err)
+		}
+		if err := h.net.TeardownAll(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return h
+}
+
+// workload returns the counter with a fresh durable volume at /data.
+func (h *harness) workload(t testing.TB) runtime.Workload {
+	return runtime.Workload{
+		ActorUID: "actor-uid-1", Space: "default", Actor: "counter",
+		Template: &torporv1.TemplateSpec{
+			Containers: []*torporv1.Container{{
+				Name:    "main",
+				Command: []string{"/bin/counter"},
+				Env:     []*torporv1.EnvVar{{Name: "GREETING", Value: "hello"}},
+				Mounts:  []*torporv1.Mount{{Volume: "data", Path: "/data"}},
+			}},
+			Volumes: []*torporv1.Volume{{Name: "data", Kind: torporv1.VolumeKind_VOLUME_KIND_DURABLE}},
+		},
+		Rootfs:  map[string]string{"main": h.rootfs},
+		Volumes: map[string]string{"data": t.TempDir()},
+	}
+}
+
+var client = &http.Client{Timeout: 2 * time.Second}
+
+func get(ip, path string) (string, error) {
+	resp, err := client.Get(fmt.Sprintf("http://%s:%d%s", ip, port, path))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return strings.TrimSpace(string(body)), err
+}
+
+// waitReady polls the workload's health endpoint, as a node does.
+func waitReady(t testing.TB, ip string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := get(ip, "/healthz")
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workload at %s not ready: %v", ip, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func request(t testing.TB, ip string) string {
+	t.Helper()
+	body, err := get(ip, "/")
+	if err != nil {
+		t.Fatalf("request to %s: %v", ip, err)
+	}
+	return body
+}
+
+func TestNewValidatesConfig(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		cfg     Config
+		wantErr string
+	}{
+		{"no runsc", Config{RootDir: t.TempDir()}, "runsc: no path"},
+		{"missing runsc", Config{Runsc: "/nonexistent/runsc", RootDir: t.TempDir()}, "runsc:"},
+		{"runsc is a dir", Config{Runsc: t.TempDir(), RootDir: t.TempDir()}, "not an executable"},
+		{"no root", Config{Runsc: exe}, "root dir: no path"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("New = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestConformance(t *testing.T) {
+	h := newHarness(t)
+	runtimetest.Conformance(t, runtimetest.Env{
+		Runtime:  h.rt,
+		Slots:    h.slots,
+		Workload: func(t *testing.T) runtime.Workload { return h.workload(t) },
+	})
+}
+
+func TestCheckpointRestoreInAnotherSlot(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	a, b := h.slots[0], h.slots[1]
+	w := h.workload(t)
+	before := listTree(t, h.rootfs)
+
+	if err := h.rt.Run(ctx, a, w); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a.IP)
+	for i := 1; i <= 3; i++ {
+		if got, want := request(t, a.IP), fmt.Sprintf("count=%d volume=%d rootfs=%d greeting=hello", i, i, i); got != want {
+			t.Fatalf("request %d: %q, want %q", i, got, want)
+		}
+	}
+	st, err := h.rt.Stats(ctx, a)
+	if err != nil || !st.Running || st.MemoryBytes <= 0 || time.Since(st.Started) > time.Minute {
+		t.Fatalf("Stats(running) = %+v, %v", st, err)
+	}
+	img := filepath.Join(t.TempDir(), "image")
+	if err := h.rt.Checkpoint(ctx, a, img, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := get(a.IP, "/healthz"); err == nil {
+		t.Fatal("slot A still answers after a checkpoint that stops the sandbox")
+	}
+	if err := h.rt.Terminate(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := h.rt.Restore(ctx, b, w, img); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, b.IP)
+	// Memory (count), root filesystem overlay and volume all came back.
+	if got, want := request(t, b.IP), "count=4 volume=4 rootfs=4 greeting=hello"; got != want {
+		t.Fatalf("after restore: %q, want %q", got, want)
+	}
+	data, err := os.ReadFile(filepath.Join(w.Volumes["data"], "state.log"))
+	if err != nil || strings.Count(string(data), "\n") != 4 {
+		t.Fatalf("volume file on the host: %q, %v; want 4 lines", data, err)
+	}
+	if after := listTree(t, h.rootfs); !slices.Equal(before, after) {
+		t.Fatalf("the shared rootfs changed on the host: %v -> %v", before, after)
+	}
+}
+
+func TestCheckpointLeavingTheWorkloadRunning(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	a, b := h.slots[0], h.slots[1]
+	w := h.workload(t)
+	if err := h.rt.Run(ctx, a, w); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a.IP)
+	request(t, a.IP)
+	request(t, a.IP)
+	img := t.TempDir()
+	if err := h.rt.Checkpoint(ctx, a, img, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := request(t, a.IP); !strings.HasPrefix(got, "count=3 ") {
+		t.Fatalf("after a leave-running checkpoint: %q, want count=3", got)
+	}
+	// The image holds the state at checkpoint time; the restored copy
+	// gets a volume of its own, as a fork would.
+	fork := w
+	fork.Volumes = map[string]string{"data": t.TempDir()}
+	if err := h.rt.Restore(ctx, b, fork, img); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, b.IP)
+	if got := request(t, b.IP); !strings.HasPrefix(got, "count=3 volume=1 rootfs=3 ") {
+		t.Fatalf("restored fork: %q, want count=3 volume=1 rootfs=3", got)
+	}
+}
+
+func TestCrashedWorkload(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	a := h.slots[0]
+	w := h.workload(t)
+	if err := h.rt.Run(ctx, a, w); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a.IP)
+	ids, err := h.rt.bundles(a.Name)
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("bundles = %v, %v", ids, err)
+	}
+	out, err := h.rt.output(ctx, "state", ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct{ Pid int }
+	if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 0 {
+		t.Fatalf("no pid in %s (%v)", out, err)
+	}
+	p, err := os.FindProcess(st.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := h.rt.Stats(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a killed sandbox still reported running")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := h.rt.Checkpoint(ctx, a, t.TempDir(), false); !errors.Is(err, runtime.ErrNotRunning) {
+		t.Fatalf("Checkpoint of a dead sandbox = %v, want ErrNotRunning", err)
+	}
+	if err := h.rt.Run(ctx, a, w); !errors.Is(err, runtime.ErrBusy) {
+		t.Fatalf("Run over a dead sandbox = %v, want ErrBusy", err)
+	}
+	if err := h.rt.Terminate(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Run(ctx, a, w); err != nil {
+		t.Fatalf("Run after Terminate: %v", err)
+	}
+	waitReady(t, a.IP)
+}
+
+func TestRestartedRuntimeFindsItsSandboxes(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	b := h.slots[1]
+	if err := h.rt.Run(ctx, b, h.workload(t)); err != nil {
+		t.Fatal(err)
+	}
+	again, err := New(Config{Runsc: h.rt.runsc, RootDir: h.root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := again.Sandboxes(ctx)
+	if err != nil || !slices.Equal(got, []string{b.Name}) {
+		t.Fatalf("Sandboxes after restart = %v, %v; want [%s]", got, err, b.Name)
+	}
+	// Only the name is known for a slot the node no longer has.
+	if err := again.Terminate(ctx, runtime.Slot{Name: b.Name}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := again.Sandboxes(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("Sandboxes after Terminate = %v, %v", got, err)
+	}
+}
+
+// TestNoLeaks moves one workload back and forth between two slots many
+// times, then checks that nothing it made outlives Terminate and teardown.
+func TestNoLeaks(t *testing.T) {
+	const cycles = 100
+	h := newHarness(t)
+	ctx := context.Background()
+	w := h.workload(t)
+	if err := h.rt.Run(ctx, h.slots[0], w); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, h.slots[0].IP)
+	images := t.TempDir()
+	for i := range cycles {
+		from, to := h.slots[i%2], h.slots[(i+1)%2]
+		if got := request(t, from.IP); !strings.HasPrefix(got, fmt.Sprintf("count=%d ", i+1)) {
+			t.Fatalf("cycle %d: %q, want count=%d", i, got, i+1)
+		}
+		img := filepath.Join(images, strconv.Itoa(i))
+		if err := h.rt.Checkpoint(ctx, from, img, false); err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		if err := h.rt.Restore(ctx, to, w, img); err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		if err := os.RemoveAll(img); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, to.IP)
+	}
+	if got := request(t, h.slots[cycles%2].IP); !strings.HasPrefix(got, fmt.Sprintf("count=%d volume=%d ", cycles+1, cycles+1)) {
+		t.Fatalf("after %d cycles: %q", cycles, got)
+	}
+	if got := h.processes(t); len(got) != 2 {
+		// One sandbox and its gofer.
+		t.Errorf("runsc processes of this runtime mid-test: %v, want 2", got)
+	}
+	for _, s := range h.slots {
+		if err := h.rt.Terminate(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.processes(t); len(got) != 0 {
+		t.Errorf("runsc processes left after Terminate: %v", got)
+	}
+	if got := mountsUnder(t, h.root); len(got) > 1 {
+		// runsc's shared gofer namespace stays until Close.
+		t.Errorf("mounts left after Terminate: %v", got)
+	}
+	if err := h.rt.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := mountsUnder(t, h.root); len(got) != 0 {
+		t.Errorf("mounts left after Close: %v", got)
+	}
+	if files := listTree(t, h.root); !slices.Equal(files, []string{"runsc/", "slots/"}) {
+		t.Errorf("files left under the runtime root: %v", files)
+	}
+	if err := h.net.TeardownAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := networkLeftovers(t); len(left) != 0 {
+		t.Errorf("network left after TeardownAll: %v", left)
+	}
+}
+
+// processes lists the pids and command lines of runsc processes of this
+// runtime (others may run on the host).
+func (h *harness) processes(t testing.TB) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmd), "--root="+h.rt.runscDir+"\x00") {
+			out = append(out, e.Name()+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
+		}
+	}
+	return out
+}
+
+func mountsUnder(t testing.TB, dir string) []string {
+	t.Helper()
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(info), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+func networkLeftovers(t testing.TB) []string {
+	t.Helper()
+	var out []string
+	entries, _ := os.ReadDir(netns.Dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "torpor-"+testNode+"-") {
+			out = append(out, "namespace "+e.Name())
+		}
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Alias, "torpor-"+testNode+"-") || l.Attrs().Name == testBridge {
+			out = append(out, "link "+l.Attrs().Name)
+		}
+	}
+	return out
+}
+
+// listTree lists the paths under dir, directories with a trailing slash.
+func listTree(t testing.TB, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || path == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if d.IsDir() {
+			rel += "/"
+		}
+		out = append(out, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
