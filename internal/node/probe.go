@@ -66,8 +66,14 @@ func (a *Agent) probe(ctx context.Context, url string, timeout time.Duration) er
 	defer tick.Stop()
 	var last error
 	for {
-		if last = a.probeOnce(ctx, url); last == nil {
+		err := a.probeOnce(ctx, url)
+		if err == nil {
 			return nil
+		}
+		// An attempt cut short by the deadline says less than the one
+		// before it.
+		if last == nil || ctx.Err() == nil {
+			last = err
 		}
 		select {
 		case <-ctx.Done():
