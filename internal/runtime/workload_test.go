@@ -1,0 +1,89 @@
+package runtime
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+)
+
+func TestWorkloadCheck(t *testing.T) {
+	rootfs, data, cache, certs := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	good := func() Workload {
+		return Workload{
+			ActorUID: "uid-1",
+			Template: &torporv1.TemplateSpec{
+				Containers: []*torporv1.Container{{
+					Name: "main", Command: []string{"/app"},
+					Mounts: []*torporv1.Mount{
+						{Volume: "data", Path: "/data/"},
+						{Volume: "cache", Path: "/cache", ReadOnly: true},
+					},
+				}},
+				Volumes: []*torporv1.Volume{{Name: "data"}, {Name: "cache"}},
+			},
+			Rootfs:      map[string]string{"main": rootfs},
+			Volumes:     map[string]string{"data": data, "cache": cache},
+			ExtraMounts: map[string]string{"/var/run/identity": certs, "/etc/extra": certs},
+		}
+	}
+	cases := []struct {
+		name    string
+		change  func(w *Workload)
+		wantErr string
+	}{
+		{"good", func(*Workload) {}, ""},
+		{"no template", func(w *Workload) { w.Template = nil }, "no template"},
+		{"no containers", func(w *Workload) { w.Template.Containers = nil }, "has 0 containers"},
+		{"two containers", func(w *Workload) {
+			w.Template.Containers = append(w.Template.Containers, &torporv1.Container{Name: "side"})
+		}, "has 2 containers"},
+		{"no command", func(w *Workload) { w.Template.Containers[0].Command = nil }, `containers["main"]: command and args are both empty`},
+		{"args only", func(w *Workload) {
+			w.Template.Containers[0].Command, w.Template.Containers[0].Args = nil, []string{"/app"}
+		}, ""},
+		{"relative working dir", func(w *Workload) { w.Template.Containers[0].WorkingDir = "srv" }, "working_dir"},
+		{"no rootfs", func(w *Workload) { w.Rootfs = nil }, `rootfs of containers["main"]: no host directory`},
+		{"missing rootfs", func(w *Workload) { w.Rootfs["main"] = filepath.Join(rootfs, "x") }, "no such file"},
+		{"undeclared volume", func(w *Workload) { w.Template.Volumes = w.Template.Volumes[:1] }, `mounts[1] (volume "cache"): the template declares no such volume`},
+		{"volume without dir", func(w *Workload) { delete(w.Volumes, "data") }, `mounts[0] (volume "data"): the workload has no host directory`},
+		{"relative volume dir", func(w *Workload) { w.Volumes["data"] = "data" }, "not absolute"},
+		{"relative guest path", func(w *Workload) { w.Template.Containers[0].Mounts[0].Path = "data" }, `guest path "data" is not absolute`},
+		{"guest path used twice", func(w *Workload) { w.ExtraMounts["/data"] = certs }, "already used by"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := good()
+			tc.change(&w)
+			c, err := w.Check()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Check() = %v, want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Rootfs != rootfs || c.Container.GetName() != "main" {
+				t.Fatalf("Check() = %+v", c)
+			}
+		})
+	}
+
+	c, err := good().Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []BindMount{
+		{Host: data, Guest: "/data"},
+		{Host: cache, Guest: "/cache", ReadOnly: true},
+		{Host: certs, Guest: "/etc/extra", ReadOnly: true},
+		{Host: certs, Guest: "/var/run/identity", ReadOnly: true},
+	}
+	if !slices.Equal(c.Mounts, want) {
+		t.Fatalf("mounts = %+v, want volume mounts in template order, then extra mounts by guest path, read-only: %+v", c.Mounts, want)
+	}
+}
