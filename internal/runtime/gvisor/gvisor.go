@@ -417,8 +417,9 @@ func (r *Runtime) Sandboxes(ctx context.Context) ([]string, error) {
 }
 
 // Close releases runsc's state shared by all sandboxes (a namespace mount
-// under its root) once none is left. Running sandboxes are left alone: a
-// restarted node adopts them.
+// under its root) if no sandbox is left. Running sandboxes are left alone:
+// a restarted node adopts them. Call it at shutdown, after the last Run or
+// Restore: a sandbox starting meanwhile could miss that namespace.
 func (r *Runtime) Close(ctx context.Context) error {
 	slots, err := r.Sandboxes(ctx)
 	if err != nil {
