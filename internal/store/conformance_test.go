@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -947,6 +948,30 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 			if strings.Contains(err.Error(), "secret") {
 				t.Errorf("error %q leaks the password", err)
 			}
+		})
+	}
+}
+
+// TestOpenPostgresSchemaNames checks that the schema Open creates is the
+// one PostgreSQL then searches, however search_path spells it.
+func TestOpenPostgresSchemaNames(t *testing.T) {
+	for _, spell := range []func(schema string) string{
+		func(s string) string { return strings.ToUpper(s) },
+		func(s string) string { return `"` + s + `", public` },
+	} {
+		base := postgresSchemaURL(t)
+		u, err := url.Parse(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		schema := q.Get("search_path")
+		q.Set("search_path", spell(schema))
+		u.RawQuery = q.Encode()
+		t.Run(q.Get("search_path"), func(t *testing.T) {
+			ctx := testContext(t)
+			s := openStore(t, ctx, u.String())
+			mustGet(t, ctx, s.Spaces(), "", store.DefaultSpace)
 		})
 	}
 }

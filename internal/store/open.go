@@ -168,11 +168,15 @@ func openPostgres(ctx context.Context, rawURL string) (Store, error) {
 // leaves that to the server's default.
 func firstSchema(searchPath string) string {
 	first, _, _ := strings.Cut(searchPath, ",")
-	first = strings.Trim(strings.TrimSpace(first), `"`)
+	first = strings.TrimSpace(first)
+	if quoted, ok := strings.CutPrefix(first, `"`); ok {
+		return strings.TrimSuffix(quoted, `"`)
+	}
 	if first == "$user" {
 		return ""
 	}
-	return first
+	// PostgreSQL folds unquoted identifiers to lower case.
+	return strings.ToLower(first)
 }
 
 // redact keeps passwords out of error messages.
