@@ -22,7 +22,7 @@ func apiError(err error) error {
 	switch {
 	case errors.As(err, &ce):
 		return err
-	case errors.As(err, &fe):
+	case errors.As(err, &fe), errors.Is(err, store.ErrInvalidArgument):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, store.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, err)

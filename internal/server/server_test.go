@@ -300,3 +300,11 @@ func TestOversizedRequestRefused(t *testing.T) {
 		t.Fatalf("code = %v, want ResourceExhausted (%v)", code, err)
 	}
 }
+
+func TestBadPageTokenIsInvalidArgument(t *testing.T) {
+	c := startServer(t, filepath.Join(t.TempDir(), "t.db"))
+	_, err := c.actors.ListActors(context.Background(), connect.NewRequest(&torporv1.ListRequest{Space: "default", PageToken: "not-a-token"}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("bad page token: %v, want InvalidArgument", err)
+	}
+}
