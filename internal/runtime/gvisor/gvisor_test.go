@@ -418,6 +418,9 @@ func TestNoLeaks(t *testing.T) {
 		// runsc's shared gofer namespace stays until Close.
 		t.Errorf("mounts left after Terminate: %v", got)
 	}
+	if got := cgroupsOf(t, h.slots[:]); len(got) != 0 {
+		t.Errorf("cgroups left after Terminate: %v", got)
+	}
 	if err := h.rt.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -452,6 +455,23 @@ func (h *harness) processes(t testing.TB) []string {
 		if err == nil && strings.Contains(string(cmd), "--root="+h.rt.runscDir+"\x00") {
 			out = append(out, e.Name()+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
 		}
+	}
+	return out
+}
+
+// cgroupsOf lists cgroups named after sandboxes of slots (runsc names a
+// sandbox's cgroup after its id) in every hierarchy.
+func cgroupsOf(t testing.TB, slots []runtime.Slot) []string {
+	t.Helper()
+	var out []string
+	for _, s := range slots {
+		found, err := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", s.Name+idSep+"*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, found...)
+		found, _ = filepath.Glob(filepath.Join("/sys/fs/cgroup", s.Name+idSep+"*"))
+		out = append(out, found...)
 	}
 	return out
 }
