@@ -174,6 +174,13 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	if req.ContentLength != 0 {
+		// Let the workload answer while the body is still arriving, as it
+		// would without the router in between; HTTP/1 servers otherwise
+		// swallow the rest of the body once the answer starts. (HTTP/2 is
+		// always full duplex and says so with an error, ignored.)
+		_ = http.NewResponseController(w).EnableFullDuplex()
+	}
 	rec := &recorder{ResponseWriter: w}
 	var resumed time.Duration
 	// Deferred so the log line is written even when the proxy aborts a

@@ -1,0 +1,487 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/server"
+	"github.com/torpor-dev/torpor/internal/snapshot"
+	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/workflow"
+)
+
+const (
+	testSpace   = "default"
+	pinnedImage = "oci:/images/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+)
+
+// workload is what a fake worker serves for an actor: a real HTTP handler
+// on the worker's loopback IP, so the router proxies real traffic. A nil
+// workload runs nothing (nothing listens: connection refused).
+type workload func(actor string) http.Handler
+
+// env is a real control plane (API over SQLite, workflow engine) whose one
+// node is a fake agent running workloads as loopback HTTP servers.
+type env struct {
+	t         *testing.T
+	apiURL    string
+	actors    torporv1connect.ActorServiceClient
+	templates torporv1connect.TemplateServiceClient
+	agent     *fakeAgent
+	port      int
+	// calls counts API calls by procedure, as the server received them.
+	calls sync.Map // procedure -> *atomic.Int64
+}
+
+// nextWorkerIP hands out distinct loopback addresses (all of 127/8 is
+// loopback on Linux) so tests never share a worker address.
+var nextWorkerIP atomic.Int32
+
+func workerIP() string {
+	n := nextWorkerIP.Add(1)
+	return fmt.Sprintf("127.0.%d.%d", 1+n/250, 2+n%250)
+}
+
+// newEnv starts the control plane with `workers` fake workers, all serving
+// wl.
+func newEnv(t *testing.T, workers int, wl workload) *env {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "torpor.db"))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	objects, err := snapshot.NewDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, port: freePort(t)}
+	srv := server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler), HeartbeatTimeout: time.Hour})
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := e.calls.LoadOrStore(r.URL.Path, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		srv.Handler().ServeHTTP(w, r)
+	}))
+	e.agent = newFakeAgent(t, e.port, wl)
+	agentPath, agentHandler := torporv1connect.NewNodeAgentServiceHandler(e.agent)
+	agentMux := http.NewServeMux()
+	agentMux.Handle(agentPath, agentHandler)
+	agentSrv := httptest.NewServer(agentMux)
+	t.Cleanup(func() {
+		api.Close()
+		agentSrv.Close()
+		e.agent.stopAll()
+		st.Close()
+	})
+	e.apiURL = api.URL
+	e.actors = torporv1connect.NewActorServiceClient(http.DefaultClient, api.URL)
+	e.templates = torporv1connect.NewTemplateServiceClient(http.DefaultClient, api.URL)
+
+	// A new store comes with the default space.
+	if _, err := torporv1connect.NewSpaceServiceClient(http.DefaultClient, api.URL).GetSpace(ctx, connect.NewRequest(&torporv1.GetRequest{Name: testSpace})); err != nil {
+		t.Fatalf("get space %s: %v", testSpace, err)
+	}
+	reg := &torporv1.RegisterNodeRequest{Node: &torporv1.Node{
+		Metadata: &torporv1.ObjectMeta{Name: "node-1"}, Address: agentSrv.URL, SandboxClasses: []string{"gvisor"},
+	}}
+	for i := range workers {
+		name, ip := fmt.Sprintf("w%d", i), workerIP()
+		e.agent.workerIP[name] = ip
+		reg.Workers = append(reg.Workers, &torporv1.Worker{
+			Metadata: &torporv1.ObjectMeta{Space: workflow.DefaultWorkerNamespace, Name: name},
+			Spec:     &torporv1.WorkerSpec{Node: "node-1", Ip: ip, SandboxClass: "gvisor"},
+		})
+	}
+	if _, err := torporv1connect.NewNodeServiceClient(http.DefaultClient, api.URL).RegisterNode(ctx, connect.NewRequest(reg)); err != nil {
+		t.Fatalf("register node: %v", err)
+	}
+	return e
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// callCount is how many calls of procedure the control plane received.
+func (e *env) callCount(procedure string) int64 {
+	n, ok := e.calls.Load(procedure)
+	if !ok {
+		return 0
+	}
+	return n.(*atomic.Int64).Load()
+}
+
+// createActor creates a template with idle policy idle and a SUSPENDED
+// actor on it.
+func (e *env) createActor(name string, idle *torporv1.IdlePolicy) ActorKey {
+	e.t.Helper()
+	ctx := context.Background()
+	if _, err := e.templates.CreateTemplate(ctx, connect.NewRequest(&torporv1.CreateTemplateRequest{Template: &torporv1.Template{
+		Metadata: &torporv1.ObjectMeta{Space: testSpace, Name: "t-" + name},
+		Spec: &torporv1.TemplateSpec{
+			Containers: []*torporv1.Container{{Name: "app", Image: pinnedImage, Port: int32(e.port)}},
+			IdlePolicy: idle,
+		},
+	}})); err != nil {
+		e.t.Fatalf("create template: %v", err)
+	}
+	if _, err := e.actors.CreateActor(ctx, connect.NewRequest(&torporv1.CreateActorRequest{Actor: &torporv1.Actor{
+		Metadata: &torporv1.ObjectMeta{Space: testSpace, Name: name},
+		Spec:     &torporv1.ActorSpec{Template: "t-" + name},
+	}})); err != nil {
+		e.t.Fatalf("create actor: %v", err)
+	}
+	return ActorKey{Space: testSpace, Name: name}
+}
+
+func (e *env) state(key ActorKey) torporv1.ActorState {
+	e.t.Helper()
+	a, err := e.actors.GetActor(context.Background(), connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name}))
+	if err != nil {
+		e.t.Fatalf("get actor %s: %v", key, err)
+	}
+	return a.Msg.GetStatus().GetState()
+}
+
+// waitState waits (bounded) for the actor to reach want.
+func (e *env) waitState(key ActorKey, want torporv1.ActorState) {
+	e.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got := e.state(key)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("actor %s is %s, want %s", key, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// testRouter is a router over e with its own registry, served on a real
+// listener, its idle loop running.
+type testRouter struct {
+	*Router
+	url string
+	reg *prometheus.Registry
+}
+
+func (e *env) newRouter(cfg Config) *testRouter {
+	e.t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg.Server = e.apiURL
+	cfg.Registerer = reg
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	r, err := New(cfg)
+	if err != nil {
+		e.t.Fatalf("new router: %v", err)
+	}
+	srv := httptest.NewServer(r)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.Run(ctx); err != nil {
+			e.t.Errorf("router run: %v", err)
+		}
+	}()
+	e.t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		<-done
+	})
+	return &testRouter{Router: r, url: srv.URL, reg: reg}
+}
+
+// request builds a request to the router for actor key at path.
+func (tr *testRouter) request(t *testing.T, method string, key ActorKey, path string, body io.Reader) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, tr.url+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = key.Name + "." + key.Space + "." + DefaultDomain
+	return req
+}
+
+// get sends GET path to the actor and returns status and body.
+func (tr *testRouter) get(t *testing.T, key ActorKey, path string) (int, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(tr.request(t, http.MethodGet, key, path, nil))
+	if err != nil {
+		t.Fatalf("GET %s for %s: %v", path, key, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// metric returns the value of a counter or gauge (labels match exactly a
+// subset), or the sample count of a histogram; 0 when absent.
+func (tr *testRouter) metric(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := tr.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if !labelsMatch(m.GetLabel(), labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+func labelsMatch(have []*dto.LabelPair, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range have {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// waitFor polls cond (bounded) and fails with what when it never holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// fakeAgent is a node agent double: Run and Restore start the workload as
+// an HTTP server on the worker's IP, Checkpoint and Terminate stop it.
+// Calls are idempotent on (actor uid, operation id) like a real agent's.
+type fakeAgent struct {
+	t    *testing.T
+	port int
+	wl   workload
+
+	mu       sync.Mutex
+	running  map[string]*runningWorkload // worker name -> workload
+	done     map[string]bool             // actor uid/operation id
+	counts   map[string]int
+	gates    map[string]chan struct{} // method -> closed to let calls proceed
+	entered  map[string]chan struct{} // method -> closed when a call is waiting at its gate
+	workerIP map[string]string
+}
+
+type runningWorkload struct {
+	actorUID string
+	srv      *http.Server
+}
+
+func newFakeAgent(t *testing.T, port int, wl workload) *fakeAgent {
+	return &fakeAgent{
+		t: t, port: port, wl: wl,
+		running: map[string]*runningWorkload{}, done: map[string]bool{}, counts: map[string]int{},
+		gates: map[string]chan struct{}{}, entered: map[string]chan struct{}{}, workerIP: map[string]string{},
+	}
+}
+
+// gate makes calls of method wait until the returned release is called;
+// entered is closed once a call waits.
+func (f *fakeAgent) gate(method string) (entered <-chan struct{}, release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, in := make(chan struct{}), make(chan struct{})
+	f.gates[method], f.entered[method] = g, in
+	var once sync.Once
+	return in, func() { once.Do(func() { close(g) }) }
+}
+
+func (f *fakeAgent) count(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counts[method]
+}
+
+// enter counts a call and waits at method's gate, if one is set.
+func (f *fakeAgent) enter(ctx context.Context, method string) error {
+	f.mu.Lock()
+	f.counts[method]++
+	g, in := f.gates[method], f.entered[method]
+	if g != nil {
+		select {
+		case <-in:
+		default:
+			close(in)
+		}
+	}
+	f.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *fakeAgent) start(ctx context.Context, method string, op *torporv1.Operation, w *torporv1.Workload) error {
+	if err := f.enter(ctx, method); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := op.GetActorUid() + "/" + op.GetOperationId()
+	if f.done[key] {
+		return nil
+	}
+	if cur := f.running[op.GetWorker()]; cur != nil {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s runs actor %s", op.GetWorker(), cur.actorUID))
+	}
+	rw := &runningWorkload{actorUID: op.GetActorUid()}
+	if f.wl != nil {
+		ip, err := f.ipOf(op.GetWorker())
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(f.port)))
+		if err != nil {
+			return connect.NewError(connect.CodeInternal, fmt.Errorf("start workload: %w", err))
+		}
+		rw.srv = &http.Server{Handler: f.wl(w.GetActor())}
+		go func() {
+			if err := rw.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				f.t.Errorf("workload of %s: %v", w.GetActor(), err)
+			}
+		}()
+	}
+	f.running[op.GetWorker()] = rw
+	f.done[key] = true
+	return nil
+}
+
+// ipOf is the address of one of the agent's workers, as registered.
+func (f *fakeAgent) ipOf(worker string) (string, error) {
+	ip, ok := f.workerIP[worker]
+	if !ok {
+		return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("worker %s unknown to the agent", worker))
+	}
+	return ip, nil
+}
+
+func (f *fakeAgent) stop(worker, actorUID string) {
+	rw := f.running[worker]
+	if rw == nil || rw.actorUID != actorUID {
+		return
+	}
+	if rw.srv != nil {
+		rw.srv.Close()
+	}
+	delete(f.running, worker)
+}
+
+func (f *fakeAgent) stopAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for w, rw := range f.running {
+		f.stop(w, rw.actorUID)
+	}
+}
+
+func (f *fakeAgent) Run(ctx context.Context, req *connect.Request[torporv1.RunRequest]) (*connect.Response[torporv1.RunResponse], error) {
+	if err := f.start(ctx, "Run", req.Msg.GetOp(), req.Msg.GetWorkload()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&torporv1.RunResponse{}), nil
+}
+
+func (f *fakeAgent) Restore(ctx context.Context, req *connect.Request[torporv1.RestoreRequest]) (*connect.Response[torporv1.RestoreResponse], error) {
+	if err := f.start(ctx, "Restore", req.Msg.GetOp(), req.Msg.GetWorkload()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&torporv1.RestoreResponse{}), nil
+}
+
+func (f *fakeAgent) Checkpoint(ctx context.Context, req *connect.Request[torporv1.CheckpointRequest]) (*connect.Response[torporv1.CheckpointResponse], error) {
+	if err := f.enter(ctx, "Checkpoint"); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	op := req.Msg.GetOp()
+	key := op.GetActorUid() + "/" + op.GetOperationId()
+	if !f.done[key] {
+		if rw := f.running[op.GetWorker()]; rw == nil || rw.actorUID != op.GetActorUid() {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s does not run actor %s", op.GetWorker(), op.GetActorUid()))
+		}
+		f.stop(op.GetWorker(), op.GetActorUid())
+		f.done[key] = true
+	}
+	return connect.NewResponse(&torporv1.CheckpointResponse{Location: req.Msg.GetLocation(), ManifestDigest: "sha256:fake", SizeBytes: 1, HasData: true}), nil
+}
+
+func (f *fakeAgent) Terminate(_ context.Context, req *connect.Request[torporv1.TerminateRequest]) (*connect.Response[torporv1.TerminateResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.counts["Terminate"]++
+	f.stop(req.Msg.GetOp().GetWorker(), req.Msg.GetOp().GetActorUid())
+	return connect.NewResponse(&torporv1.TerminateResponse{}), nil
+}
+
+func (f *fakeAgent) Stats(_ context.Context, req *connect.Request[torporv1.StatsRequest]) (*connect.Response[torporv1.StatsResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &torporv1.StatsResponse{}
+	if rw := f.running[req.Msg.GetWorker()]; rw != nil {
+		resp.Running, resp.ActorUid = true, rw.actorUID
+	}
+	return connect.NewResponse(resp), nil
+}
