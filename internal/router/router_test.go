@@ -340,7 +340,9 @@ func TestRequestBodiesPassThrough(t *testing.T) {
 	}{
 		{name: "sized", body: func() io.Reader { return bytes.NewReader(payload) }},
 		// A reader of unknown length is sent chunked.
-		{name: "chunked", body: func() io.Reader { return io.MultiReader(bytes.NewReader(payload[:1000]), bytes.NewReader(payload[1000:])) }},
+		{name: "chunked", body: func() io.Reader {
+			return io.MultiReader(bytes.NewReader(payload[:1000]), bytes.NewReader(payload[1000:]))
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
