@@ -41,7 +41,7 @@ type workload func(actor string) http.Handler
 // env is a real control plane (API over SQLite, workflow engine) whose one
 // node is a fake agent running workloads as loopback HTTP servers.
 type env struct {
-	t         *testing.T
+	t         testing.TB
 	apiURL    string
 	actors    torporv1connect.ActorServiceClient
 	templates torporv1connect.TemplateServiceClient
@@ -62,7 +62,7 @@ func workerIP() string {
 
 // newEnv starts the control plane with `workers` fake workers, all serving
 // wl.
-func newEnv(t *testing.T, workers int, wl workload) *env {
+func newEnv(t testing.TB, workers int, wl workload) *env {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "torpor.db"))
@@ -116,7 +116,7 @@ func newEnv(t *testing.T, workers int, wl workload) *env {
 	return e
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -221,7 +221,7 @@ func (e *env) newRouter(cfg Config) *testRouter {
 }
 
 // request builds a request to the router for actor key at path.
-func (tr *testRouter) request(t *testing.T, method string, key ActorKey, path string, body io.Reader) *http.Request {
+func (tr *testRouter) request(t testing.TB, method string, key ActorKey, path string, body io.Reader) *http.Request {
 	t.Helper()
 	req, err := http.NewRequest(method, tr.url+path, body)
 	if err != nil {
@@ -232,7 +232,7 @@ func (tr *testRouter) request(t *testing.T, method string, key ActorKey, path st
 }
 
 // get sends GET path to the actor and returns status and body.
-func (tr *testRouter) get(t *testing.T, key ActorKey, path string) (int, string) {
+func (tr *testRouter) get(t testing.TB, key ActorKey, path string) (int, string) {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(tr.request(t, http.MethodGet, key, path, nil))
 	if err != nil {
@@ -248,7 +248,7 @@ func (tr *testRouter) get(t *testing.T, key ActorKey, path string) (int, string)
 
 // metric returns the value of a counter or gauge (labels match exactly a
 // subset), or the sample count of a histogram; 0 when absent.
-func (tr *testRouter) metric(t *testing.T, name string, labels map[string]string) float64 {
+func (tr *testRouter) metric(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
 	families, err := tr.reg.Gather()
 	if err != nil {
@@ -291,7 +291,7 @@ func labelsMatch(have []*dto.LabelPair, want map[string]string) bool {
 }
 
 // waitFor polls cond (bounded) and fails with what when it never holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
@@ -306,7 +306,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // an HTTP server on the worker's IP, Checkpoint and Terminate stop it.
 // Calls are idempotent on (actor uid, operation id) like a real agent's.
 type fakeAgent struct {
-	t    *testing.T
+	t    testing.TB
 	port int
 	wl   workload
 
@@ -324,7 +324,7 @@ type runningWorkload struct {
 	srv      *http.Server
 }
 
-func newFakeAgent(t *testing.T, port int, wl workload) *fakeAgent {
+func newFakeAgent(t testing.TB, port int, wl workload) *fakeAgent {
 	return &fakeAgent{
 		t: t, port: port, wl: wl,
 		running: map[string]*runningWorkload{}, done: map[string]bool{}, counts: map[string]int{},
