@@ -46,8 +46,10 @@ type Config struct {
 	// Domain is the parent domain of actor host names. Default
 	// DefaultDomain.
 	Domain string
-	// ParkTimeout bounds how long requests wait for a free worker before
-	// they are answered 503 with Retry-After. Default 10s.
+	// ParkTimeout bounds how long a resume keeps asking for a free worker
+	// before the requests waiting for it are answered 503 with Retry-After.
+	// It runs from the start of the resume (requests that joined it later
+	// wait less). Default 10s.
 	ParkTimeout time.Duration
 	// ResumeTimeout bounds how long requests wait for one resume call
 	// before they are answered 504. Default 30s.
@@ -155,6 +157,9 @@ func New(cfg Config) (*Router, error) {
 	return r, nil
 }
 
+// Domain is the parent domain of actor host names, normalized.
+func (r *Router) Domain() string { return r.cfg.Domain }
+
 // Admin serves /metrics (Prometheus) and /healthz, for a listener of its
 // own or, with AdminOnIngress, through ServeHTTP.
 func (r *Router) Admin() http.Handler { return r.admin }
@@ -256,14 +261,18 @@ func (r *Router) resolve(ctx context.Context, key ActorKey, fresh bool, resumed 
 			return ep, nil
 		}
 	}
-	resp, err := r.api.GetActor(ctx, connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name}))
-	if err != nil {
-		return "", fmt.Errorf("get actor %s: %w", key, err)
+	// While a resume is in flight the answer is known: wait for it rather
+	// than ask the control plane once per waiting request.
+	if !r.resuming(key) {
+		resp, err := r.api.GetActor(ctx, connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name}))
+		if err != nil {
+			return "", fmt.Errorf("get actor %s: %w", key, err)
+		}
+		if resp.Msg.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING {
+			return r.learn(key, resp.Msg)
+		}
+		r.actors.forget(key)
 	}
-	if resp.Msg.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING {
-		return r.learn(key, resp.Msg)
-	}
-	r.actors.forget(key)
 	waitStart := time.Now()
 	a, err := r.awaitResume(ctx, key)
 	*resumed += max(time.Since(waitStart), time.Nanosecond)
