@@ -446,9 +446,10 @@ func TestIdlePolicy(t *testing.T) {
 			}
 			e.waitState(key, tt.wantState)
 			name := strings.ToLower(strings.TrimPrefix(tt.action.String(), "IDLE_ACTION_"))
-			if n := tr.metric(t, "torpor_router_idle_actions_total", map[string]string{"action": name, "result": "ok"}); n != 1 {
-				t.Errorf("idle_actions_total{action=%s,result=ok} = %v, want 1", name, n)
-			}
+			// The state is committed just before the call returns to the router.
+			waitFor(t, "the idle action to be counted", func() bool {
+				return tr.metric(t, "torpor_router_idle_actions_total", map[string]string{"action": name, "result": "ok"}) == 1
+			})
 			if status, body := tr.get(t, key, "/again"); status != http.StatusOK || body != "hello from app at /again" {
 				t.Fatalf("request after idling: %d %q", status, body)
 			}
@@ -722,4 +723,45 @@ func TestBodyAndResponseStreamBothWays(t *testing.T) {
 			t.Fatalf("answer %q, %v; want %q", got, err, "got "+msg)
 		}
 	}
+}
+
+func TestClientLeavingDoesNotCancelTheSharedResume(t *testing.T) {
+	e := newEnv(t, 1, helloWorkload)
+	key := e.createActor("app", nil)
+	tr := e.newRouter(Config{})
+	entered, release := e.agent.gate("Run")
+	defer release()
+
+	ctx, leave := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := http.DefaultClient.Do(tr.request(t, http.MethodGet, key, "/leaving", nil).WithContext(ctx))
+		left <- err
+	}()
+	type answer struct {
+		status int
+		body   string
+	}
+	stayed := make(chan answer, 1)
+	go func() {
+		status, body := tr.get(t, key, "/staying")
+		stayed <- answer{status, body}
+	}()
+	<-entered
+	waitFor(t, "both requests parked", func() bool { return tr.metric(t, "torpor_router_parked_requests", nil) == 2 })
+	leave()
+	if err := <-left; err == nil {
+		t.Fatal("the cancelled request got an answer")
+	}
+	waitFor(t, "the leaving request to stop waiting", func() bool { return tr.metric(t, "torpor_router_parked_requests", nil) == 1 })
+	release()
+	if a := <-stayed; a.status != http.StatusOK || a.body != "hello from app at /staying" {
+		t.Fatalf("the staying request: %d %q", a.status, a.body)
+	}
+	if n := e.callCount(torporv1connect.ActorServiceResumeActorProcedure); n != 1 {
+		t.Errorf("ResumeActor called %d times, want 1", n)
+	}
+	waitFor(t, "the leaving request to be counted", func() bool {
+		return tr.metric(t, "torpor_router_requests_total", map[string]string{"code": "499"}) == 1
+	})
 }
