@@ -37,7 +37,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "torpor_router_requests_total",
-			Help: "Requests for actors by HTTP status code (499: the client went away before an answer).",
+			Help: "Requests by HTTP status code (499: the client went away before an answer); the admin endpoints are not counted.",
 		}, []string{"code"}),
 		parked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "torpor_router_parked_requests",

@@ -172,20 +172,6 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.admin.ServeHTTP(w, req)
 		return
 	}
-	if err != nil {
-		if errors.Is(err, errNoActor) {
-			err = fmt.Errorf("%w: address it with Host: <actor>.<space>.%s or the header %s: <space>/<actor>", err, r.cfg.Domain, ActorHeader)
-		}
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if req.ContentLength != 0 {
-		// Let the workload answer while the body is still arriving, as it
-		// would without the router in between; HTTP/1 servers otherwise
-		// swallow the rest of the body once the answer starts. (HTTP/2 is
-		// always full duplex and says so with an error, ignored.)
-		_ = http.NewResponseController(w).EnableFullDuplex()
-	}
 	rec := &recorder{ResponseWriter: w}
 	var resumed time.Duration
 	// Deferred so the log line is written even when the proxy aborts a
@@ -196,23 +182,41 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			status = statusClientGone
 		}
 		r.metrics.requests.WithLabelValues(strconv.Itoa(status)).Inc()
-		attrs := []any{"actor", key.String(), "method", req.Method, "path", req.URL.Path, "status", status,
+		actor := ""
+		if err == nil {
+			actor = key.String()
+		}
+		attrs := []any{"actor", actor, "method", req.Method, "path", req.URL.Path, "status", status,
 			"duration", time.Since(start), "bytes", rec.bytes.Load()}
 		if resumed > 0 {
 			attrs = append(attrs, "resume", resumed)
 		}
 		r.log.Info("request", attrs...)
 	}()
-	resumed = r.serveActor(rec, req, key, start)
+	if err != nil {
+		if errors.Is(err, errNoActor) {
+			err = fmt.Errorf("%w: address it with Host: <actor>.<space>.%s or the header %s: <space>/<actor>", err, r.cfg.Domain, ActorHeader)
+		}
+		http.Error(rec, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if req.ContentLength != 0 {
+		// Let the workload answer while the body is still arriving, as it
+		// would without the router in between; HTTP/1 servers otherwise
+		// swallow the rest of the body once the answer starts. (HTTP/2 is
+		// always full duplex and says so with an error, ignored.)
+		_ = http.NewResponseController(w).EnableFullDuplex()
+	}
+	r.serveActor(rec, req, key, start, &resumed)
 }
 
 // statusClientGone is logged and counted for requests whose client went
 // away before any answer (the nginx convention).
 const statusClientGone = 499
 
-// serveActor proxies req to the actor, resuming it first if needed. It
-// returns how long the request waited for a resume (0 when it did not).
-func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start time.Time) (resumed time.Duration) {
+// serveActor proxies req to the actor, resuming it first if needed;
+// *resumed is how long the request waited for a resume (0 when it did not).
+func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start time.Time, resumed *time.Duration) {
 	ctx := req.Context()
 	stopping := r.actors.enter(key, start)
 	defer func() { r.actors.leave(key, time.Now()) }()
@@ -220,25 +224,25 @@ func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start 
 		select {
 		case <-stopping:
 		case <-ctx.Done():
-			return 0
+			return
 		}
 	}
 
 	for fresh := false; ; fresh = true {
-		target, err := r.resolve(ctx, key, fresh, &resumed)
+		target, err := r.resolve(ctx, key, fresh, resumed)
 		if err != nil {
 			r.writeError(w, req, key, err)
-			return resumed
+			return
 		}
 		// A workload that was just resumed has passed its readiness probe, so
 		// failing to reach it is its fault; an address from the cache or an
 		// earlier read may be stale, so it is re-resolved once.
 		outcome := r.proxy.serve(w, req, proxyTarget{
-			actor: key, endpoint: target, retryDial: !fresh && resumed == 0,
-			activationStart: activationStart(start, resumed), activation: r.metrics.activation,
+			actor: key, endpoint: target, retryDial: !fresh && *resumed == 0,
+			activationStart: activationStart(start, *resumed), activation: r.metrics.activation,
 		})
 		if outcome != dialFailed {
-			return resumed
+			return
 		}
 		r.log.Debug("cached endpoint unreachable, re-resolving", "actor", key.String(), "endpoint", target)
 		r.actors.forget(key)

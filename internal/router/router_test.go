@@ -85,6 +85,11 @@ func TestRouterRejects(t *testing.T) {
 	if n := e.callCount(torporv1connect.ActorServiceResumeActorProcedure); n != 0 {
 		t.Fatalf("rejected requests made %d ResumeActor calls", n)
 	}
+	for code, want := range map[string]float64{"400": 3, "404": 3} {
+		if n := tr.metric(t, "torpor_router_requests_total", map[string]string{"code": code}); n != want {
+			t.Errorf("requests_total{code=%s} = %v, want %v", code, n, want)
+		}
+	}
 }
 
 func TestConcurrentRequestsResumeOnce(t *testing.T) {
