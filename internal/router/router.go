@@ -4,6 +4,15 @@
 // requests wait; parked, bounded, while no worker is free), proxies to the
 // actor's workload on its worker (streams and protocol upgrades included),
 // and applies the templates' idle policies to the actors it serves.
+//
+// Metrics (Prometheus, served by Admin at /metrics):
+// torpor_router_activation_seconds (arrival of a request for a non-running
+// actor to the first response byte from its workload),
+// torpor_router_resumes_total{result}, torpor_router_requests_total{code},
+// torpor_router_parked_requests and torpor_router_idle_actions_total{action,
+// result}. Admin is meant for a listener of its own; with
+// Config.AdminOnIngress the ingress serves it too, but only to requests that
+// name no actor, so an actor's own /metrics stays reachable.
 package router
 
 import (
