@@ -53,10 +53,9 @@ running actors alone: the next start adopts them. Needs root.`,
 			return a.Run(cmd.Context())
 		},
 	}
-	hostname, _ := os.Hostname()
 	flags := cmd.Flags()
 	flags.StringVar(&cfg.ServerURL, "server", "http://127.0.0.1:7070", "control plane URL")
-	flags.StringVar(&cfg.Name, "name", strings.ToLower(strings.Split(hostname, ".")[0]), "node name (a DNS-1123 label); workers are <name>-w<i>")
+	flags.StringVar(&cfg.Name, "name", defaultNodeName(), "node name (a DNS-1123 label); workers are <name>-w<i>")
 	flags.IntVar(&cfg.Workers, "workers", 2, "number of worker slots")
 	flags.StringVar(&cfg.Pool, "pool", "default", "worker pool of this node's workers")
 	flags.StringVar(&f.labels, "labels", "", "labels of the node and its workers: k=v,k2=v2")
@@ -140,4 +139,20 @@ func findRunsc(flag string) (string, error) {
 		return "", errors.New("--runsc: no runsc next to this binary or in PATH (build it with `make runsc`)")
 	}
 	return path, nil
+}
+
+// defaultNodeName is the host name's first label made a DNS-1123 label.
+func defaultNodeName() string {
+	hostname, _ := os.Hostname()
+	first, _, _ := strings.Cut(strings.ToLower(hostname), ".")
+	name := strings.Trim(strings.Map(func(r rune) rune {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			return r
+		}
+		return '-'
+	}, first), "-")
+	if name == "" {
+		return "local"
+	}
+	return name
 }

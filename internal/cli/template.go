@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -50,6 +51,7 @@ func newTemplateCommand(a *app) *cobra.Command {
 
 func newTemplateApplyCommand(a *app) *cobra.Command {
 	var files []string
+	var wait time.Duration
 	cmd := &cobra.Command{
 		Use:     "apply -f FILE",
 		Aliases: []string{"create"},
@@ -82,11 +84,18 @@ func newTemplateApplyCommand(a *app) *cobra.Command {
 				if err := templateKind.printChanged(cmd.OutOrStdout(), a.output, t, verb); err != nil {
 					return err
 				}
+				if wait > 0 {
+					if err := waitForGolden(cmd.Context(), cmd.ErrOrStderr(), c, t, wait); err != nil {
+						return err
+					}
+				}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "template YAML file, - for stdin (repeatable)")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for each template's golden snapshot, printing its progress (e.g. --wait 2m)")
+	cmd.Flags().Lookup("wait").NoOptDefVal = "5m"
 	_ = cmd.MarkFlagRequired("filename") // the flag exists: cannot fail
 	return cmd
 }
@@ -174,4 +183,40 @@ func applyTemplate(ctx context.Context, c *clients, t *torporv1.Template) (*torp
 		return stored, "unchanged", nil
 	}
 	return stored, "created", nil
+}
+
+// waitForGolden polls the template until its golden snapshot is READY or
+// the build FAILED, printing a line whenever its phase or message changes.
+func waitForGolden(ctx context.Context, out io.Writer, c *clients, t *torporv1.Template, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	start := time.Now()
+	key := &torporv1.GetRequest{Space: t.GetMetadata().GetSpace(), Name: t.GetMetadata().GetName()}
+	last := ""
+	for {
+		st := t.GetStatus()
+		line := enumName(st.GetPhase())
+		if st.GetMessage() != "" {
+			line += ": " + st.GetMessage()
+		}
+		if line != last {
+			fmt.Fprintf(out, "template/%s golden snapshot: %s (%s)\n", key.GetName(), line, time.Since(start).Round(100*time.Millisecond))
+			last = line
+		}
+		switch st.GetPhase() {
+		case torporv1.TemplatePhase_TEMPLATE_PHASE_READY:
+			return nil
+		case torporv1.TemplatePhase_TEMPLATE_PHASE_FAILED:
+			return fmt.Errorf("template %s: golden snapshot failed: %s", key.GetName(), st.GetMessage())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("template %s: golden snapshot not ready after %s (phase %s)", key.GetName(), limit, enumName(st.GetPhase()))
+		case <-time.After(200 * time.Millisecond):
+		}
+		var err error
+		if t, err = call(ctx, c.templates.GetTemplate, key); err != nil {
+			return err
+		}
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
@@ -247,4 +248,33 @@ func logErrors(logger *slog.Logger) connect.UnaryInterceptorFunc {
 			return resp, err
 		}
 	}
+}
+
+// SuspendAll suspends every RUNNING actor (a single-machine shutdown leaves
+// nothing running that would need its node to come back). It returns the
+// actors suspended and the errors of those that could not be.
+func (s *Server) SuspendAll(ctx context.Context) (int, error) {
+	opts := store.ListOptions{PageSize: 1000, Filter: store.Filter{"state": "RUNNING"}}
+	var running []*torporv1.Actor
+	for {
+		page, next, err := s.store.Actors().List(ctx, opts)
+		if err != nil {
+			return 0, err
+		}
+		running = append(running, page...)
+		if next == "" {
+			break
+		}
+		opts.PageToken = next
+	}
+	var errs []error
+	n := 0
+	for _, a := range running {
+		if _, err := s.engine.Suspend(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName()); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }

@@ -275,6 +275,20 @@ func (r *Runtime) Checkpoint(ctx context.Context, slot runtime.Slot, imageDir st
 	if err := r.remove(ctx, slot.Name, id); err != nil {
 		return fmt.Errorf("slot %s: checkpoint: %w", slot.Name, err)
 	}
+	return vacate(ctx, slot)
+}
+
+// vacate gives an emptied slot its address back in the host kernel, so a
+// client still holding the address (a router's cached endpoint) is refused
+// at once instead of waiting on a dial to nobody. A slot given by name only
+// is left as it is.
+func vacate(ctx context.Context, slot runtime.Slot) error {
+	if slot.IP == "" || slot.NetNS == "" {
+		return nil
+	}
+	if err := netns.Configure(ctx, slot); err != nil {
+		return fmt.Errorf("slot %s: restore its address after the sandbox left: %w", slot.Name, err)
+	}
 	return nil
 }
 
@@ -309,7 +323,7 @@ func (r *Runtime) Terminate(ctx context.Context, slot runtime.Slot) error {
 	if err := os.Remove(filepath.Join(r.slotsDir, slot.Name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("slot %s: terminate: %w", slot.Name, err)
 	}
-	return nil
+	return vacate(ctx, slot)
 }
 
 // remove deletes sandbox id of slot with everything it made. Idempotent.

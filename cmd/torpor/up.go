@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/netns"
+	"github.com/torpor-dev/torpor/internal/node"
+	"github.com/torpor-dev/torpor/internal/router"
+	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
+	"github.com/torpor-dev/torpor/internal/server"
+	"github.com/torpor-dev/torpor/internal/snapshot"
+	"github.com/torpor-dev/torpor/internal/store"
+)
+
+func init() { register(newUpCommand) }
+
+type upFlags struct {
+	dataDir      string
+	listen       string
+	routerListen string
+	nodeListen   string
+	domain       string
+	workers      int
+	node         nodeFlags
+}
+
+func newUpCommand() *cobra.Command {
+	var f upFlags
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run Torpor on this machine: server, one node agent and the router in one process",
+		Long: `Run Torpor on this machine: the control plane on SQLite, one node agent with
+--workers worker slots and the router, in one process, all state under
+--data-dir. The client settings are written where the CLI finds them, so
+plain 'torpor actor list' works afterwards. Ctrl-C suspends every running
+actor, then stops. Needs root (sandboxes and network namespaces).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return up(cmd.Context(), cmd.ErrOrStderr(), f) },
+	}
+	flags := cmd.Flags()
+	flags.StringVar(&f.dataDir, "data-dir", "", "where the database, snapshots and node state live (default $XDG_DATA_HOME/torpor or ~/.local/share/torpor)")
+	flags.StringVar(&f.listen, "listen", "127.0.0.1:7070", "API address")
+	flags.StringVar(&f.routerListen, "router-listen", "127.0.0.1:7080", "router address (actors' HTTP traffic)")
+	flags.StringVar(&f.nodeListen, "node-listen", "127.0.0.1:7071", "node agent address")
+	flags.StringVar(&f.domain, "domain", router.DefaultDomain, "actors are reached at <actor>.<space>.<domain>")
+	flags.IntVar(&f.workers, "workers", 4, "worker slots")
+	flags.StringVar(&f.node.runsc, "runsc", "", "runsc binary (default: runsc next to this binary, else in PATH)")
+	flags.StringVar(&f.node.bridge, "bridge", netns.DefaultBridge, "bridge of the workers' network namespaces")
+	flags.StringVar(&f.node.cidr, "cidr", netns.DefaultCIDR, "workers' subnet")
+	return cmd
+}
+
+func up(ctx context.Context, stderr io.Writer, f upFlags) error {
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if f.dataDir == "" {
+		dir, err := cli.DataDir()
+		if err != nil {
+			return err
+		}
+		f.dataDir = dir
+	}
+	if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	apiLn, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	routerLn, err := net.Listen("tcp", f.routerListen)
+	if err != nil {
+		return fmt.Errorf("--router-listen: %w", err)
+	}
+	apiURL := "http://" + apiLn.Addr().String()
+
+	dbPath := filepath.Join(f.dataDir, "torpor.db")
+	st, err := store.Open(ctx, "sqlite:"+dbPath)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	f.node.snapshots = filepath.Join(f.dataDir, "snapshots")
+	objects, err := snapshot.NewDirStore(f.node.snapshots)
+	if err != nil {
+		return err
+	}
+	srv := server.New(st, objects, server.Options{Logger: logger})
+
+	nodeCfg := node.Config{
+		Name:      defaultNodeName(),
+		ServerURL: apiURL,
+		Listen:    f.nodeListen,
+		Workers:   f.workers,
+		Pool:      "default",
+		StateDir:  filepath.Join(f.dataDir, "node"),
+	}
+	f.node.runtime = gvisor.Class
+	if err := completeNodeConfig(&nodeCfg, &f.node, logger); err != nil {
+		return err
+	}
+	agent, err := node.New(nodeCfg)
+	if err != nil {
+		return err
+	}
+	rt, err := router.New(router.Config{Server: apiURL, Domain: f.domain, Logger: logger, AdminOnIngress: true})
+	if err != nil {
+		return err
+	}
+
+	// Each part stops on its own context, so shutdown can suspend actors
+	// while the API and the node agent still run.
+	apiCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
+	nodeCtx, stopNode := context.WithCancel(context.WithoutCancel(ctx))
+	routerCtx, stopRouter := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	run := func(what string, fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- fmt.Errorf("%s: %w", what, err)
+			}
+		}()
+	}
+	run("API", func() error { return server.Serve(apiCtx, apiLn, srv.Handler()) })
+	go srv.RunBackground(apiCtx)
+	run("node agent", func() error { return agent.Run(nodeCtx) })
+	run("router", func() error { return server.Serve(routerCtx, routerLn, rt) })
+	run("router idle policy", func() error { return rt.Run(routerCtx) })
+
+	configPath, err := cli.ConfigPath()
+	if err == nil {
+		err = cli.WriteClientConfig(configPath, cli.ClientConfig{Server: apiURL})
+	}
+	if err != nil {
+		logger.Warn("write client config", "err", err)
+	}
+	printWelcome(stderr, apiURL, configPath, "http://"+routerLn.Addr().String(), f)
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		logger.Error("stopping", "err", err)
+	}
+	fmt.Fprintln(stderr, "\nShutting down: suspending running actors...")
+	stopRouter()
+	shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, err := srv.SuspendAll(shutdown)
+	fmt.Fprintf(stderr, "Suspended %d actor(s).\n", n)
+	if err != nil {
+		fmt.Fprintf(stderr, "Some actors could not be suspended (they resume from their last snapshot): %v\n", err)
+	}
+	stopNode()
+	stopAPI()
+	wg.Wait()
+	return nil
+}
+
+func printWelcome(w io.Writer, apiURL, configPath, routerURL string, f upFlags) {
+	self := os.Args[0]
+	fmt.Fprintf(w, `
+Torpor is up.
+  API      %s   (the CLI finds it: %s)
+  router   %s   (actors answer at <actor>.<space>.%s)
+  workers  %d gVisor slots
+  data     %s
+
+Next, in another terminal:
+  %s template apply -f examples/counter/template.yaml --wait
+  %s actor create c1 --template counter
+  curl -H 'Host: c1.default.%s' %s/
+  %s actor suspend c1
+  curl -H 'Host: c1.default.%s' %s/
+
+Ctrl-C suspends running actors and stops.
+`, apiURL, configPath, routerURL, f.domain, f.workers, f.dataDir,
+		self, self, f.domain, routerURL, self, f.domain, routerURL)
+}
+
