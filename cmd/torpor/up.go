@@ -189,4 +189,3 @@ Ctrl-C suspends running actors and stops.
 `, apiURL, configPath, routerURL, f.domain, f.workers, f.dataDir,
 		self, self, f.domain, routerURL, self, f.domain, routerURL)
 }
-
