@@ -28,13 +28,15 @@ type column[T object] struct {
 // kind tells the shared verbs (get, list, describe, delete) how to reach
 // and show one resource type.
 type kind[T object] struct {
-	name    string // singular, as printed in "actor/NAME created"
-	plural  string
-	spaced  bool // lives in a space (every kind but spaces themselves)
-	columns []column[T]
-	get     func(context.Context, *clients, *torporv1.GetRequest) (T, error)
-	list    func(context.Context, *clients, *torporv1.ListRequest) (items []T, nextPage string, err error)
-	delete  func(context.Context, *clients, *torporv1.DeleteRequest) error
+	name   string // singular, as printed in "actor/NAME created"
+	plural string
+	spaced bool // lives in a space (every kind but spaces themselves)
+	// defaultSpace, when set, replaces the --space default for this kind.
+	defaultSpace string
+	columns      []column[T]
+	get          func(context.Context, *clients, *torporv1.GetRequest) (T, error)
+	list         func(context.Context, *clients, *torporv1.ListRequest) (items []T, nextPage string, err error)
+	delete       func(context.Context, *clients, *torporv1.DeleteRequest) error
 }
 
 // call runs one unary RPC and unwraps its response.
@@ -63,10 +65,13 @@ func (k *kind[T]) nounCommand(a *app, short string) *cobra.Command {
 }
 
 func (k *kind[T]) space(a *app) string {
-	if k.spaced {
-		return a.space
+	switch {
+	case !k.spaced:
+		return ""
+	case k.defaultSpace != "" && !a.spaceSet:
+		return k.defaultSpace
 	}
-	return ""
+	return a.space
 }
 
 func (k *kind[T]) getCommand(a *app) *cobra.Command {

@@ -28,7 +28,10 @@ const (
 type app struct {
 	serverFlag string
 	space      string
-	output     string
+	// spaceSet: --space was given (kinds with a default space of their
+	// own, like workers, use it only then).
+	spaceSet bool
+	output   string
 }
 
 // clients are the API services, bound to one server address.
@@ -68,7 +71,10 @@ func NewRoot() *cobra.Command {
 		Short:         "Run many stateful, sandboxed actors on a few warm workers",
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if f := cmd.Flag("space"); f != nil {
+				a.spaceSet = f.Changed
+			}
 			switch a.output {
 			case formatTable, formatJSON, formatYAML:
 				return nil

@@ -6,12 +6,15 @@ import (
 	"github.com/spf13/cobra"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
 var workerKind = &kind[*torporv1.Worker]{
 	name:   "worker",
 	plural: "workers",
 	spaced: true,
+	// Node agents register their workers in one namespace.
+	defaultSpace: workflow.DefaultWorkerNamespace,
 	columns: []column[*torporv1.Worker]{
 		{"NODE", func(w *torporv1.Worker) string { return w.GetSpec().GetNode() }},
 		{"IP", func(w *torporv1.Worker) string { return w.GetSpec().GetIp() }},
@@ -59,7 +62,7 @@ func newWorkerCreateCommand(a *app) *cobra.Command {
 				return err
 			}
 			worker, err := call(cmd.Context(), c.workers.CreateWorker, &torporv1.CreateWorkerRequest{Worker: &torporv1.Worker{
-				Metadata: &torporv1.ObjectMeta{Space: a.space, Name: args[0], Labels: labels},
+				Metadata: &torporv1.ObjectMeta{Space: workerKind.space(a), Name: args[0], Labels: labels},
 				Spec:     &spec,
 			}})
 			if err != nil {
