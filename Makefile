@@ -4,7 +4,7 @@ GVISOR_VERSION := v0.0.0-20260905035102-160fafc42237
 TOOLS := go tool -modfile=tools/go.mod
 BIN := $(CURDIR)/bin
 
-.PHONY: all build generate runsc images test bench clean
+.PHONY: all build generate runsc images up test bench clean
 
 all: build
 
@@ -25,6 +25,10 @@ $(BIN)/runsc:
 images: examples/counter/image/index.json
 examples/counter/image/index.json: $(filter-out %_test.go,$(wildcard examples/counter/*.go examples/counter/mkimage/*.go internal/image/*.go))
 	go run ./examples/counter/mkimage -out examples/counter/image -tag latest
+
+# One command to run Torpor on this machine (as root).
+up: build runsc images
+	$(BIN)/torpor up
 
 test: build runsc images
 	go test -count=1 -timeout 60m ./...
