@@ -78,11 +78,17 @@ type Config struct {
 	// CacheBytes bounds each snapshot cache (storage and local); default
 	// 4 GiB.
 	CacheBytes int64
+	// OperationTimeout bounds one operation, so a hung sandbox command
+	// fails the operation instead of holding its worker forever; default
+	// 5 minutes (readiness probes wait at most their template's timeout
+	// within it).
+	OperationTimeout time.Duration
 }
 
 const (
 	defaultHeartbeat  = 3 * time.Second
 	defaultCacheBytes = 4 << 30
+	defaultOpTimeout  = 5 * time.Minute
 	// opRetention is how long a finished operation's outcome is kept for
 	// retries.
 	opRetention = 24 * time.Hour
@@ -163,6 +169,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.CacheBytes <= 0 {
 		cfg.CacheBytes = defaultCacheBytes
+	}
+	if cfg.OperationTimeout <= 0 {
+		cfg.OperationTimeout = defaultOpTimeout
 	}
 	stateDir, err := filepath.Abs(cfg.StateDir)
 	if err != nil {

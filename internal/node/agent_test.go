@@ -93,7 +93,7 @@ type fakeNode struct {
 	tmpl     *torporv1.TemplateSpec
 }
 
-func newFakeNode(t *testing.T) *fakeNode {
+func newFakeNode(t *testing.T, options ...func(*Config)) *fakeNode {
 	t.Helper()
 	reg, serverURL := newRegistry(t)
 	objects, err := snapshot.NewDirStore(t.TempDir())
@@ -106,6 +106,9 @@ func newFakeNode(t *testing.T) *fakeNode {
 	n.cfg = Config{
 		Name: n.name, ServerURL: serverURL, Workers: 2, Pool: "p", Labels: map[string]string{"zone": "a"},
 		StateDir: t.TempDir(), Runtime: n.rt, Snapshots: objects, Network: n.net, HeartbeatInterval: 20 * time.Millisecond,
+	}
+	for _, o := range options {
+		o(&n.cfg)
 	}
 	n.start(t)
 	return n
@@ -300,12 +303,28 @@ func TestCallerGivingUpDoesNotCancelTheOperation(t *testing.T) {
 	}
 }
 
+func TestHungRuntimeFailsTheOperation(t *testing.T) {
+	n := newFakeNode(t, func(c *Config) { c.OperationTimeout = 200 * time.Millisecond })
+	defer n.rt.Hang("Run")()
+	_, err := n.run(context.Background(), "a1", "op-1", 0)
+	wantCode(t, err, connect.CodeDeadlineExceeded)
+	if st := n.stats(t, 0); st.GetRunning() || st.GetActorUid() != "" {
+		t.Fatalf("stats %v after a hung Run, want free", st)
+	}
+	if n.calls("Terminate", 0) != 1 {
+		t.Fatalf("the hung start was not cleaned up: %v", n.rt.Calls())
+	}
+	if _, err := n.run(context.Background(), "a1", "op-2", 0); err != nil {
+		t.Fatalf("Run after a hung one: %v", err)
+	}
+}
+
 func TestFailuresAreRecorded(t *testing.T) {
 	n := newFakeNode(t)
 	ctx := context.Background()
 	n.rt.FailNext("Run", errors.New("sandbox exploded"))
 	_, err := n.run(ctx, "a1", "op-1", 0)
-	wantCode(t, err, connect.CodeUnknown)
+	wantCode(t, err, connect.CodeInternal)
 	if !strings.Contains(err.Error(), "sandbox exploded") {
 		t.Fatalf("error %v does not carry the runtime's", err)
 	}

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/snapshot"
 )
 
 // opKey names one operation: node calls are idempotent on it.
@@ -76,6 +78,28 @@ func recordable(err error) bool {
 		return false
 	}
 	return !errors.Is(err, context.Canceled)
+}
+
+// withCode gives err the status code a caller can act on; errors that
+// already carry one keep it.
+func withCode(err error) error {
+	var ce *connect.Error
+	code := connect.CodeInternal
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ce):
+		return err
+	case errors.Is(err, snapshot.ErrDataLoss):
+		code = connect.CodeDataLoss
+	case errors.Is(err, runtime.ErrBusy), errors.Is(err, runtime.ErrNotRunning), errors.Is(err, runtime.ErrNoImage):
+		code = connect.CodeFailedPrecondition
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	}
+	return connect.NewError(code, err)
 }
 
 func errorMessage(err error) string {
@@ -170,7 +194,8 @@ type call struct {
 // locked and without the caller's cancellation, so a caller that gives up
 // does not leave the slot half-changed; its retry finds the outcome. fn
 // reports the slot's new state through s.stage; operate persists it
-// together with the outcome in one write.
+// together with the outcome in one write. The operation's own deadline is
+// Config.OperationTimeout.
 func operate[T any, P interface {
 	*T
 	proto.Message
@@ -189,9 +214,10 @@ func operate[T any, P interface {
 		c = &call{done: make(chan struct{})}
 		a.inflight[key] = c
 		a.ops.Add(1)
-		opCtx := context.WithoutCancel(ctx)
 		go func() {
 			defer a.ops.Done()
+			opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.OperationTimeout)
+			defer cancel()
 			a.execute(opCtx, key, method, s, func(ctx context.Context) (proto.Message, error) { return fn(ctx, s) }, func(rec *opRecord, err error) {
 				c.rec, c.err = rec, err
 				a.mu.Lock()
@@ -238,6 +264,7 @@ func (a *Agent) execute(ctx context.Context, key opKey, method string, s *slot, 
 	log := a.log.With("method", method, "operation", key.operationID, "actor_uid", key.actorUID, "worker", s.name())
 	start := time.Now()
 	resp, err := fn(ctx)
+	err = withCode(err)
 	if err != nil && !recordable(err) {
 		if cerr := s.commit(nil); cerr != nil {
 			log.Error("slot state not recorded", "err", cerr)

@@ -108,7 +108,7 @@ func (a service) Stats(ctx context.Context, req *connect.Request[torporv1.StatsR
 	cur := s.current()
 	st, err := a.rt.Stats(ctx, s.rt)
 	if err != nil {
-		return nil, fmt.Errorf("worker %s: stats: %w", s.name(), err)
+		return nil, withCode(fmt.Errorf("worker %s: stats: %w", s.name(), err))
 	}
 	return connect.NewResponse(&torporv1.StatsResponse{Running: st.Running, ActorUid: cur.ActorUID, MemoryBytes: st.MemoryBytes}), nil
 }
@@ -145,6 +145,8 @@ func (a *Agent) start(ctx context.Context, s *slot, op *torporv1.Operation, w *t
 		return err
 	}
 	if err := a.boot(ctx, s, w, source); err != nil {
+		ctx, cancel := cleanupContext(ctx)
+		defer cancel()
 		if verr := a.vacate(ctx, s, claimed); verr != nil {
 			a.log.Error("cleaning up after a failed start", "worker", s.name(), "actor_uid", w.GetActorUid(), "err", verr)
 		}
@@ -213,6 +215,12 @@ func (a *Agent) boot(ctx context.Context, s *slot, w *torporv1.Workload, source 
 	return a.waitReady(ctx, s.rt.IP, w)
 }
 
+// cleanupContext gives the cleanup after a failure its own time: the
+// failure may have been the operation running out of it.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+}
+
 // vacate stops the slot's workload and removes the actor's volumes. The
 // slot is free afterwards, or stays the actor's (stopping) if its sandbox
 // would not go away, so no other actor lands on a half-removed one.
@@ -260,6 +268,8 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 	s.stage(stopping)
 	defer func() {
 		if err != nil {
+			ctx, cancel := cleanupContext(ctx)
+			defer cancel()
 			a.settle(ctx, s, cur)
 		}
 	}()

@@ -1,0 +1,187 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/netns"
+	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+	"github.com/torpor-dev/torpor/internal/snapshot"
+)
+
+// BenchmarkCheckpointRestore moves the counter back and forth between two
+// workers through the node agent API (FULL checkpoint to storage, restore
+// to readiness on the other worker) and, as the baseline, through plain
+// runsc checkpoint and restore on the same bundle.
+func BenchmarkCheckpointRestore(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		cache int64
+	}{
+		// The checkpoint leaves its tree in the node's cache.
+		{"agent", 256 << 20},
+		// Every restore downloads and verifies, as on another node.
+		{"agent-uncached", 1},
+	} {
+		b.Run(bc.name, func(b *testing.B) { benchmarkAgent(b, bc.cache) })
+	}
+	b.Run("runsc", benchmarkRunsc)
+}
+
+func benchmarkAgent(b *testing.B, cacheBytes int64) {
+	n := newGVisorNode(b, cacheBytes)
+	ctx := context.Background()
+	actor := workload("bench-actor", "bench", counterTemplate(counterImage(b)))
+	resp, err := n.client.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: op("bench-actor", "run", n.worker(0)), Workload: actor}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	get(b, resp.Msg.GetWorkerIp())
+	var ckpt, restore samples
+	from, previous := 0, ""
+	b.ResetTimer()
+	for i := range b.N {
+		location := fmt.Sprintf("bench/bench-actor/s%d", i)
+		t0 := time.Now()
+		c, err := n.client.Checkpoint(ctx, connect.NewRequest(&torporv1.CheckpointRequest{
+			Op: op("bench-actor", fmt.Sprint("checkpoint-", i), n.worker(from)), Scope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
+			Target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE, Location: location,
+		}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := n.restore(b, actor, fmt.Sprint("restore-", i), 1-from, torporv1.RestoreScope_RESTORE_SCOPE_FULL,
+			&torporv1.SnapshotSource{Location: location, ManifestDigest: c.Msg.GetManifestDigest()}, nil); err != nil {
+			b.Fatal(err)
+		}
+		ckpt.add(t1.Sub(t0))
+		restore.add(time.Since(t1))
+		from = 1 - from
+		b.StopTimer()
+		if previous != "" {
+			if err := snapshot.DeleteSnapshot(ctx, n.objects, previous); err != nil {
+				b.Fatal(err)
+			}
+		}
+		previous = location
+		b.StartTimer()
+	}
+	b.StopTimer()
+	// The memory survived every move: one request before, one now.
+	if got := get(b, n.ip(b, from)); got != "count=2 lines=2" {
+		b.Fatalf("after %d moves: %q, want count=2 lines=2", b.N, got)
+	}
+	ckpt.report(b, "checkpoint")
+	restore.report(b, "restore-ready")
+}
+
+// benchmarkRunsc checkpoints and restores the sandbox the agent's runtime
+// made for the counter with runsc itself: no snapshot storage, volumes or
+// records, the same bundle restored in the same slot.
+func benchmarkRunsc(b *testing.B) {
+	n := newGVisorNode(b, 1)
+	ctx := context.Background()
+	actor := workload("bench-actor", "bench", counterTemplate(counterImage(b)))
+	resp, err := n.client.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: op("bench-actor", "run", n.worker(0)), Workload: actor}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ip := resp.Msg.GetWorkerIp()
+	get(b, ip)
+	slot, err := n.network.Slot(ctx, n.worker(0), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bundles, err := filepath.Glob(filepath.Join(n.stateDir, "gvisor", "slots", slot.Name, "*", "config.json"))
+	if err != nil || len(bundles) != 1 {
+		b.Fatalf("bundle of %s: %v %v", slot.Name, bundles, err)
+	}
+	bundle := filepath.Dir(bundles[0])
+	id := filepath.Base(bundle)
+	runsc := func(args ...string) {
+		b.Helper()
+		// The flags the gvisor runtime runs this sandbox with.
+		flags := []string{"--root=" + filepath.Join(n.stateDir, "gvisor", "runsc"), "--platform=systrap", "--network=sandbox", "--overlay2=root:memory"}
+		cmd := exec.Command(runtimetest.Runsc(b), append(flags, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("runsc %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	images := b.TempDir()
+	var ckpt, restore samples
+	b.ResetTimer()
+	for i := range b.N {
+		img := filepath.Join(images, fmt.Sprint(i))
+		t0 := time.Now()
+		runsc("checkpoint", "--compression=none", "--image-path="+img, id)
+		ckpt.add(time.Since(t0))
+		b.StopTimer()
+		runsc("delete", "--force", id)
+		// runsc took the slot's address with the sandbox.
+		if err := netns.Configure(ctx, slot); err != nil {
+			b.Fatal(err)
+		}
+		// Named like the runtime's ids, so its cleanup finds them.
+		id = fmt.Sprintf("%s_raw%d", slot.Name, i)
+		b.StartTimer()
+		t1 := time.Now()
+		runsc("restore", "--detach", "--image-path="+img, "--bundle="+bundle, id)
+		waitServing(b, ip)
+		restore.add(time.Since(t1))
+		b.StopTimer()
+		os.RemoveAll(img)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	if got := get(b, ip); got != "count=2 lines=2" {
+		b.Fatalf("after %d restores: %q, want count=2 lines=2", b.N, got)
+	}
+	runsc("delete", "--force", id)
+	if err := n.runtime.Terminate(ctx, runtime.Slot{Name: slot.Name}); err != nil {
+		b.Fatal(err)
+	}
+	ckpt.report(b, "checkpoint")
+	restore.report(b, "restore-ready")
+}
+
+// waitServing polls the counter's readiness endpoint as the agent's probe
+// does.
+func waitServing(b *testing.B, ip string) {
+	b.Helper()
+	a := &Agent{probeClient: newProbeClient()}
+	if err := a.probe(context.Background(), "http://"+ip+":8080/readyz", 30*time.Second); err != nil {
+		b.Fatal(err)
+	}
+}
+
+type samples []time.Duration
+
+func (s *samples) add(d time.Duration) { *s = append(*s, d) }
+
+// report adds the p50 and p95 of s in milliseconds as metrics named name.
+func (s samples) report(b *testing.B, name string) {
+	if len(s) == 0 {
+		return
+	}
+	sorted := slices.Clone(s)
+	slices.Sort(sorted)
+	at := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(sorted)))) - 1
+		return float64(sorted[max(i, 0)].Microseconds()) / 1000
+	}
+	b.ReportMetric(at(0.50), name+"-p50-ms")
+	b.ReportMetric(at(0.95), name+"-p95-ms")
+}
