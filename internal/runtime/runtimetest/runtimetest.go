@@ -204,19 +204,9 @@ func Runsc(t testing.TB) string {
 	if p := os.Getenv("TORPOR_RUNSC"); p != "" {
 		return p
 	}
-	dir, err := os.Getwd()
+	dir, err := ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("module root not found above the working directory")
-		}
-		dir = parent
 	}
 	p := filepath.Join(dir, "bin", "runsc")
 	if _, err := os.Stat(p); err != nil {

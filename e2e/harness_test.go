@@ -1,0 +1,379 @@
+// Package e2e runs Torpor end to end on its real parts: the control plane
+// on SQLite or PostgreSQL, node agents with gVisor sandboxes in their own
+// network namespaces, the router, over real HTTP.
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/netns"
+	"github.com/torpor-dev/torpor/internal/node"
+	"github.com/torpor-dev/torpor/internal/router"
+	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+	"github.com/torpor-dev/torpor/internal/server"
+	"github.com/torpor-dev/torpor/internal/snapshot"
+	"github.com/torpor-dev/torpor/internal/store"
+)
+
+// backends are the stores every lifecycle test runs on.
+var backends = []string{"sqlite", "postgres"}
+
+type clusterOptions struct {
+	backend          string
+	nodes            int
+	workersPerNode   int
+	heartbeatTimeout time.Duration
+	parkTimeout      time.Duration
+}
+
+// cluster is a control plane, its node agents and a router.
+type cluster struct {
+	t       *testing.T
+	ctx     context.Context
+	store   store.Store
+	server  *server.Server
+	api     string
+	objects *snapshot.DirStore
+	nodes   []*nodeAgent
+	router  *router.Router
+	ingress string
+
+	actors    torporv1connect.ActorServiceClient
+	templates torporv1connect.TemplateServiceClient
+	workers   torporv1connect.WorkerServiceClient
+	snapshots torporv1connect.SnapshotServiceClient
+}
+
+// nodeAgent is one in-process node agent on real gVisor.
+type nodeAgent struct {
+	name    string
+	agent   *node.Agent
+	runtime *gvisor.Runtime
+	network *netns.Network
+	workers int
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+func newCluster(t *testing.T, opts clusterOptions) *cluster {
+	t.Helper()
+	runtimetest.RequireRoot(t)
+	if opts.nodes == 0 {
+		opts.nodes = 1
+	}
+	if opts.workersPerNode == 0 {
+		opts.workersPerNode = 2
+	}
+	ctx := context.Background()
+	c := &cluster{t: t, ctx: ctx}
+	var err error
+	c.store, err = store.Open(ctx, storeURL(t, opts.backend))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.store.Close() })
+	if c.objects, err = snapshot.NewDirStore(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	logger := testLogger()
+	c.server = server.New(c.store, c.objects, server.Options{Logger: logger, HeartbeatTimeout: opts.heartbeatTimeout, RecoverAfter: time.Minute})
+	api := httptest.NewServer(c.server.Handler())
+	t.Cleanup(api.Close)
+	c.api = api.URL
+	bg, stopBackground := context.WithCancel(ctx)
+	go c.server.RunBackground(bg)
+	t.Cleanup(stopBackground)
+
+	c.actors = torporv1connect.NewActorServiceClient(http.DefaultClient, c.api)
+	c.templates = torporv1connect.NewTemplateServiceClient(http.DefaultClient, c.api)
+	c.workers = torporv1connect.NewWorkerServiceClient(http.DefaultClient, c.api)
+	c.snapshots = torporv1connect.NewSnapshotServiceClient(http.DefaultClient, c.api)
+
+	for range opts.nodes {
+		c.addNode(opts.workersPerNode)
+	}
+	c.router, err = router.New(router.Config{Server: c.api, Logger: logger, ParkTimeout: opts.parkTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ingress := httptest.NewServer(c.router)
+	t.Cleanup(ingress.Close)
+	c.ingress = ingress.URL
+	routerCtx, stopRouter := context.WithCancel(ctx)
+	go c.router.Run(routerCtx) //nolint:errcheck // ends with the test
+	t.Cleanup(stopRouter)
+	return c
+}
+
+// addNode starts a node agent with its own bridge and subnet, so tests
+// (and test packages) running at once never share a network.
+func (c *cluster) addNode(workers int) *nodeAgent {
+	t := c.t
+	t.Helper()
+	suffix := randomHex(3)
+	n := &nodeAgent{name: "e2e-" + suffix, workers: workers, done: make(chan struct{})}
+	var err error
+	n.network, err = netns.New(netns.Config{Node: n.name, Bridge: "te" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 232+mrand.IntN(16), mrand.IntN(256))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	n.runtime, err = gvisor.New(gvisor.Config{Runsc: runtimetest.Runsc(t), RootDir: filepath.Join(state, "gvisor")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.agent, err = node.New(node.Config{
+		Name: n.name, ServerURL: c.api, Listener: ln, Workers: workers, Pool: "default",
+		StateDir: state, Runtime: n.runtime, Snapshots: c.objects, Network: n.network,
+		HeartbeatInterval: 200 * time.Millisecond,
+		Logger:            testLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(c.ctx)
+	n.stop = stop
+	go func() {
+		defer close(n.done)
+		if err := n.agent.Run(ctx); err != nil && ctx.Err() == nil {
+			t.Errorf("node agent %s: %v", n.name, err)
+		}
+	}()
+	t.Cleanup(func() { n.shutdown(t) })
+	c.nodes = append(c.nodes, n)
+	c.waitFor("node "+n.name+" registered", func() bool {
+		resp, err := c.workers.ListWorkers(c.ctx, connect.NewRequest(&torporv1.ListRequest{}))
+		if err != nil {
+			return false
+		}
+		count := 0
+		for _, w := range resp.Msg.GetWorkers() {
+			if w.GetSpec().GetNode() == n.name {
+				count++
+			}
+		}
+		return count == workers
+	})
+	return n
+}
+
+// shutdown stops the agent and removes every sandbox and network it made.
+func (n *nodeAgent) shutdown(t *testing.T) {
+	n.stop()
+	<-n.done
+	ctx := context.Background()
+	for i := range n.workers {
+		slot, err := n.network.Slot(ctx, node.WorkerName(n.name, i), i)
+		if err == nil {
+			err = n.runtime.Terminate(ctx, slot)
+		}
+		if err != nil {
+			t.Errorf("clean up worker %d of %s: %v", i, n.name, err)
+		}
+	}
+	if err := n.runtime.Close(ctx); err != nil {
+		t.Errorf("close runtime of %s: %v", n.name, err)
+	}
+	if err := n.network.TeardownAll(ctx); err != nil {
+		t.Errorf("tear down network of %s: %v", n.name, err)
+	}
+}
+
+// storeURL gives each test a fresh SQLite file or PostgreSQL schema.
+func storeURL(t *testing.T, backend string) string {
+	switch backend {
+	case "sqlite":
+		return "sqlite:" + filepath.Join(t.TempDir(), "torpor.db")
+	case "postgres":
+		base := os.Getenv("TORPOR_TEST_POSTGRES")
+		if base == "" {
+			base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+		}
+		schema := "e2e_" + randomHex(6)
+		t.Cleanup(func() {
+			conn, err := pgx.Connect(context.Background(), base)
+			if err != nil {
+				t.Errorf("drop schema %s: %v", schema, err)
+				return
+			}
+			defer conn.Close(context.Background())
+			if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+				t.Errorf("drop schema %s: %v", schema, err)
+			}
+		})
+		sep := "?"
+		if strings.Contains(base, "?") {
+			sep = "&"
+		}
+		return base + sep + "search_path=" + schema
+	}
+	t.Fatalf("unknown backend %q", backend)
+	return ""
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// counterTemplate is the counter example's template on the local image.
+func counterTemplate(t *testing.T, name string, change func(*torporv1.TemplateSpec)) *torporv1.Template {
+	spec := &torporv1.TemplateSpec{
+		SandboxClass: "gvisor",
+		Containers: []*torporv1.Container{{
+			Name:           "counter",
+			Image:          runtimetest.CounterImage(t),
+			Command:        []string{"/counter"},
+			Env:            []*torporv1.EnvVar{{Name: "PORT", Value: "8080"}},
+			ReadinessProbe: &torporv1.Probe{HttpGet: &torporv1.HTTPGetAction{Path: "/readyz", Port: 8080}, TimeoutSeconds: 30},
+			Mounts:         []*torporv1.Mount{{Volume: "data", Path: "/data"}},
+		}},
+		Volumes: []*torporv1.Volume{{Name: "data", Kind: torporv1.VolumeKind_VOLUME_KIND_DURABLE}},
+	}
+	if change != nil {
+		change(spec)
+	}
+	return &torporv1.Template{Metadata: &torporv1.ObjectMeta{Space: "default", Name: name}, Spec: spec}
+}
+
+// applyTemplate creates t and waits for its golden snapshot.
+func (c *cluster) applyTemplate(tmpl *torporv1.Template) *torporv1.Template {
+	c.t.Helper()
+	if _, err := c.templates.CreateTemplate(c.ctx, connect.NewRequest(&torporv1.CreateTemplateRequest{Template: tmpl})); err != nil {
+		c.t.Fatal(err)
+	}
+	var got *torporv1.Template
+	c.waitFor("golden snapshot of "+tmpl.GetMetadata().GetName(), func() bool {
+		resp, err := c.templates.GetTemplate(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: tmpl.GetMetadata().GetName()}))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		got = resp.Msg
+		if got.GetStatus().GetPhase() == torporv1.TemplatePhase_TEMPLATE_PHASE_FAILED {
+			c.t.Fatalf("golden build failed: %s", got.GetStatus().GetMessage())
+		}
+		return got.GetStatus().GetPhase() == torporv1.TemplatePhase_TEMPLATE_PHASE_READY
+	})
+	return got
+}
+
+func (c *cluster) createActor(name, template string) {
+	c.t.Helper()
+	if _, err := c.actors.CreateActor(c.ctx, connect.NewRequest(&torporv1.CreateActorRequest{Actor: &torporv1.Actor{
+		Metadata: &torporv1.ObjectMeta{Space: "default", Name: name}, Spec: &torporv1.ActorSpec{Template: template},
+	}})); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *cluster) actor(name string) *torporv1.Actor {
+	c.t.Helper()
+	resp, err := c.actors.GetActor(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: name}))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp.Msg
+}
+
+func (c *cluster) resume(name string, req *torporv1.ResumeActorRequest) (*torporv1.Actor, error) {
+	if req == nil {
+		req = &torporv1.ResumeActorRequest{}
+	}
+	req.Space, req.Name = "default", name
+	resp, err := c.actors.ResumeActor(c.ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+func (c *cluster) mustResume(name string) *torporv1.Actor {
+	c.t.Helper()
+	a, err := c.resume(name, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return a
+}
+
+func (c *cluster) step(name string, rpc func(context.Context, *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error)) *torporv1.Actor {
+	c.t.Helper()
+	resp, err := rpc(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: name}))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp.Msg
+}
+
+func (c *cluster) suspend(name string) *torporv1.Actor { return c.step(name, c.actors.SuspendActor) }
+func (c *cluster) pause(name string) *torporv1.Actor   { return c.step(name, c.actors.PauseActor) }
+
+func (c *cluster) events(name string) []*torporv1.ActorEvent {
+	c.t.Helper()
+	resp, err := c.actors.ListActorEvents(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: name}))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp.Msg.GetEvents()
+}
+
+// get sends one request straight to the actor's worker.
+func get(t *testing.T, a *torporv1.Actor) string {
+	t.Helper()
+	resp, err := http.Get("http://" + net.JoinHostPort(a.GetStatus().GetWorker().GetIp(), "8080") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET worker %s: %s %s", a.GetStatus().GetWorker().GetName(), resp.Status, body)
+	}
+	return strings.TrimSpace(string(body))
+}
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func (c *cluster) waitFor(what string, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// testLogger shows warnings and errors of the parts under test; the
+// background loops outlive a test's log, so it writes to stderr.
+func testLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
