@@ -137,7 +137,7 @@ func (c *cluster) addNode(workers int) *nodeAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := t.TempDir()
+	state := shortTempDir(t)
 	n.runtime, err = gvisor.New(gvisor.Config{Runsc: runtimetest.Runsc(t), RootDir: filepath.Join(state, "gvisor")})
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +233,21 @@ func storeURL(t *testing.T, backend string) string {
 	}
 	t.Fatalf("unknown backend %q", backend)
 	return ""
+}
+
+// shortTempDir is a temporary directory with a short path: runsc's control
+// sockets live under it and a socket path must fit in 107 bytes.
+func shortTempDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "te")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+	return dir
 }
 
 func randomHex(n int) string {

@@ -113,8 +113,9 @@ func (e *Engine) runGolden(ctx context.Context, t *torporv1.Template, w *torporv
 	opID := newOperationID()
 	op := &torporv1.Operation{ActorUid: m.GetUid(), OperationId: opID, Worker: w.GetName()}
 	workload := &torporv1.Workload{Space: m.GetSpace(), Actor: goldenActorPrefix + m.GetName(), ActorUid: m.GetUid(), TemplateName: m.GetName(), TemplateUid: m.GetUid(), Template: t.GetSpec()}
+	cleanup := &torporv1.Operation{ActorUid: m.GetUid(), OperationId: opID + "-terminate", Worker: w.GetName()}
 	if _, err := agent.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: op, Workload: workload})); err != nil {
-		e.terminateWorkload(ctx, agent, op)
+		e.terminateWorkload(ctx, agent, cleanup)
 		return nil, fmt.Errorf("boot template %s/%s: %w", m.GetSpace(), m.GetName(), err)
 	}
 	name := newSnapshotName(e.now())
@@ -129,7 +130,7 @@ func (e *Engine) runGolden(ctx context.Context, t *torporv1.Template, w *torporv
 		Location: location,
 	}))
 	if err != nil {
-		e.terminateWorkload(ctx, agent, op)
+		e.terminateWorkload(ctx, agent, cleanup)
 		return nil, fmt.Errorf("checkpoint template %s/%s: %w", m.GetSpace(), m.GetName(), err)
 	}
 	return &torporv1.Snapshot{
