@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -39,6 +43,15 @@ func TestLifecycle(t *testing.T) {
 			}
 			if w.Msg.GetStatus().GetActor() != nil {
 				t.Fatalf("the suspended actor's worker is still held: %v", w.Msg.GetStatus())
+			}
+			// An emptied worker refuses connections at once, so a router
+			// holding its old address re-resolves instead of waiting.
+			conn, err := net.DialTimeout("tcp", net.JoinHostPort(w.Msg.GetSpec().GetIp(), "8080"), 2*time.Second)
+			if err == nil {
+				conn.Close()
+			}
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Fatalf("dial to the emptied worker: %v, want connection refused", err)
 			}
 
 			// Another actor takes the freed worker, so c1 resumes on the other.

@@ -280,10 +280,13 @@ func (r *Runtime) Checkpoint(ctx context.Context, slot runtime.Slot, imageDir st
 
 // vacate gives an emptied slot its address back in the host kernel, so a
 // client still holding the address (a router's cached endpoint) is refused
-// at once instead of waiting on a dial to nobody. A slot given by name only
-// is left as it is.
+// at once instead of waiting on a dial to nobody. A slot given by name
+// only, or whose namespace is already gone, is left as it is.
 func vacate(ctx context.Context, slot runtime.Slot) error {
 	if slot.IP == "" || slot.NetNS == "" {
+		return nil
+	}
+	if _, err := os.Stat(slot.NetNS); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err := netns.Configure(ctx, slot); err != nil {
