@@ -160,6 +160,7 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 		ManifestDigest: resp.Msg.GetManifestDigest(),
 		SizeBytes:      resp.Msg.GetSizeBytes(),
 		HasData:        resp.Msg.GetHasData(),
+		OriginNode:     st.GetWorker().GetNode(),
 	}
 	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
 		snap.Node = st.GetWorker().GetNode()

@@ -153,6 +153,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 		SandboxClass: tmpl.GetSpec().GetSandboxClass(),
 		Selector:     a.GetSpec().GetWorkerSelector(),
 		RequireNode:  src.requireNode,
+		CachedOn:     cachedOn(src, plan),
 	})
 	var noWorker *scheduler.NoWorkerError
 	if errors.As(err, &noWorker) {
@@ -212,6 +213,15 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 		return nil, fmt.Errorf("claim worker %s for actor %s: %w", w.GetMetadata().GetName(), actorKey(a), err)
 	}
 	return claimed, nil
+}
+
+// cachedOn names the nodes likely to hold the plan's snapshots in their
+// cache: the nodes that wrote them.
+func cachedOn(src source, plan RestorePlan) []string {
+	if src.snap == nil || !plan.UseSource || src.snap.GetOriginNode() == "" {
+		return nil
+	}
+	return []string{src.snap.GetOriginNode()}
 }
 
 func describePlan(plan RestorePlan, src source) string {

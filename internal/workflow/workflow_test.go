@@ -451,3 +451,20 @@ func TestRetentionKeepsLastK(t *testing.T) {
 		t.Fatalf("deleted actor still there: %v", err)
 	}
 }
+
+// TestResumePrefersTheNodeThatWroteTheSnapshot: that node has the snapshot
+// in its cache, so a resume lands there when it has a free worker.
+func TestResumePrefersTheNodeThatWroteTheSnapshot(t *testing.T) {
+	e := newEnv(t, 1, "n1", "n2")
+	e.createActor("blocker")
+	e.createActor("c1")
+	e.resume("blocker", ResumeOptions{}) // takes n1-w0, the first by name
+	if got := e.resume("c1", ResumeOptions{}).GetStatus().GetWorker().GetNode(); got != "n2" {
+		t.Fatalf("c1 landed on %s, want n2", got)
+	}
+	e.suspend("c1")
+	e.suspend("blocker") // n1-w0, first by name, is free again
+	if got := e.resume("c1", ResumeOptions{}).GetStatus().GetWorker().GetNode(); got != "n2" {
+		t.Fatalf("resumed on %s, want n2 which wrote (and caches) the snapshot", got)
+	}
+}

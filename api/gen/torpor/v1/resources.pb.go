@@ -2102,7 +2102,10 @@ type Snapshot struct {
 	// For a local (pause) checkpoint: the node holding it.
 	Node string `protobuf:"bytes,11,opt,name=node,proto3" json:"node,omitempty"`
 	// Whether the snapshot carries durable volume data.
-	HasData       bool `protobuf:"varint,12,opt,name=has_data,json=hasData,proto3" json:"has_data,omitempty"`
+	HasData bool `protobuf:"varint,12,opt,name=has_data,json=hasData,proto3" json:"has_data,omitempty"`
+	// The node that wrote the snapshot; it keeps a copy in its cache, so a
+	// resume prefers it.
+	OriginNode    string `protobuf:"bytes,13,opt,name=origin_node,json=originNode,proto3" json:"origin_node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2219,6 +2222,13 @@ func (x *Snapshot) GetHasData() bool {
 		return x.HasData
 	}
 	return false
+}
+
+func (x *Snapshot) GetOriginNode() string {
+	if x != nil {
+		return x.OriginNode
+	}
+	return ""
 }
 
 // Node is a host running the node agent. Workers name their node.
@@ -2430,7 +2440,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\"9\n" +
 	"\fWorkerStatus\x12)\n" +
-	"\x05actor\x18\x01 \x01(\v2\x13.torpor.v1.ActorRefR\x05actor\"\xc2\x03\n" +
+	"\x05actor\x18\x01 \x01(\v2\x13.torpor.v1.ActorRefR\x05actor\"\xe3\x03\n" +
 	"\bSnapshot\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1d\n" +
@@ -2446,7 +2456,9 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"size_bytes\x18\n" +
 	" \x01(\x03R\tsizeBytes\x12\x12\n" +
 	"\x04node\x18\v \x01(\tR\x04node\x12\x19\n" +
-	"\bhas_data\x18\f \x01(\bR\ahasData\"\xbf\x01\n" +
+	"\bhas_data\x18\f \x01(\bR\ahasData\x12\x1f\n" +
+	"\vorigin_node\x18\r \x01(\tR\n" +
+	"originNode\"\xbf\x01\n" +
 	"\x04Node\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12A\n" +

@@ -1,0 +1,264 @@
+package workflow
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/store"
+)
+
+// The fleet the control-plane benchmark drives: many actors sharing fewer
+// workers on two nodes, so every resume has to find and claim a free worker.
+const (
+	benchActors         = 64
+	benchNodes          = 2
+	benchWorkersPerNode = 8
+)
+
+// BenchmarkResumeSuspend measures what the control plane itself costs per
+// resume and suspend: the workflow engine over a real store, with node
+// agents that do no work, so every millisecond is store round trips and
+// engine code. Each iteration resumes one suspended actor and suspends it
+// again. "goroutines=1" gives the latency of an uncontended step;
+// "goroutines=8" drives disjoint actors at once and gives the throughput
+// (cycles/s) and the latency under contention for workers.
+//
+//	go test -run '^$' -bench ResumeSuspend -benchtime=3s ./internal/workflow
+func BenchmarkResumeSuspend(b *testing.B) {
+	backends := []struct {
+		name string
+		url  func(testing.TB) string
+	}{
+		{"sqlite", func(tb testing.TB) string { return "sqlite:" + filepath.Join(tb.TempDir(), "torpor.db") }},
+		{"postgres", postgresBenchURL},
+	}
+	for _, be := range backends {
+		for _, goroutines := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/goroutines=%d", be.name, goroutines), func(b *testing.B) {
+				f := newBenchFleet(b, be.url(b))
+				f.run(b, goroutines)
+			})
+		}
+	}
+}
+
+// benchFleet is an engine over a real store whose nodes are served by
+// fake agents.
+type benchFleet struct {
+	ctx    context.Context
+	store  store.Store
+	agents fakeAgents
+	engine *Engine
+	actors []string
+}
+
+func newBenchFleet(tb testing.TB, storeURL string) *benchFleet {
+	tb.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, storeURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	f := &benchFleet{ctx: ctx, store: st, agents: fakeAgents{}}
+	f.engine = New(st, f.agents, &fakeObjects{}, Options{HeartbeatTimeout: time.Hour}, slog.New(slog.DiscardHandler))
+	err = st.InTx(ctx, func(tx store.Tx) error {
+		for n := range benchNodes {
+			node := fmt.Sprintf("node-%d", n)
+			f.agents[node] = newFakeAgent(node)
+			if _, err := tx.Nodes().Create(ctx, &torporv1.Node{Metadata: &torporv1.ObjectMeta{Name: node}, Address: "fake", HeartbeatTime: timestamppb.Now()}); err != nil {
+				return err
+			}
+			for w := range benchWorkersPerNode {
+				if _, err := tx.Workers().Create(ctx, &torporv1.Worker{
+					Metadata: &torporv1.ObjectMeta{Space: DefaultWorkerNamespace, Name: fmt.Sprintf("%s-w%d", node, w)},
+					Spec:     &torporv1.WorkerSpec{Node: node, Ip: fmt.Sprintf("10.0.%d.%d", n, w+2), Pool: "default", SandboxClass: "gvisor"},
+					Status:   &torporv1.WorkerStatus{},
+				}); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := tx.Templates().Create(ctx, &torporv1.Template{
+			Metadata: &torporv1.ObjectMeta{Space: "default", Name: "counter"},
+			Spec: &torporv1.TemplateSpec{
+				SandboxClass: "gvisor",
+				Containers:   []*torporv1.Container{{Name: "main", Image: "img"}},
+				SnapshotPolicy: &torporv1.SnapshotPolicy{
+					OnCommit: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, Keep: 2,
+					OnResume: &torporv1.OnResume{FromData: torporv1.FromData_FROM_DATA_COLD_BOOT},
+				},
+			},
+			Status: &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING},
+		}); err != nil {
+			return err
+		}
+		for i := range benchActors {
+			name := fmt.Sprintf("a%d", i)
+			if _, err := tx.Actors().Create(ctx, &torporv1.Actor{
+				Metadata: &torporv1.ObjectMeta{Space: "default", Name: name},
+				Spec:     &torporv1.ActorSpec{Template: "counter"},
+				Status:   &torporv1.ActorStatus{State: torporv1.ActorState_ACTOR_STATE_SUSPENDED},
+			}); err != nil {
+				return err
+			}
+			f.actors = append(f.actors, name)
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatalf("seed the benchmark fleet: %v", err)
+	}
+	// One cycle per actor first, so the measured resumes restore a
+	// snapshot (as in steady state) instead of booting.
+	for _, name := range f.actors {
+		f.cycle(tb, name, nil, nil)
+	}
+	return f
+}
+
+// cycle resumes and suspends one actor, adding each step's latency to
+// resumes and suspends when they are given.
+func (f *benchFleet) cycle(tb testing.TB, name string, resumes, suspends *latencies) {
+	t0 := time.Now()
+	a, err := f.engine.Resume(f.ctx, "default", name, ResumeOptions{})
+	if err != nil {
+		tb.Errorf("resume %s: %v", name, err)
+		return
+	}
+	if a.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_RUNNING {
+		tb.Errorf("resume %s: %v, want RUNNING", name, a.GetStatus().GetState())
+		return
+	}
+	t1 := time.Now()
+	if a, err = f.engine.Suspend(f.ctx, "default", name); err != nil {
+		tb.Errorf("suspend %s: %v", name, err)
+		return
+	}
+	if a.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_SUSPENDED {
+		tb.Errorf("suspend %s: %v, want SUSPENDED", name, a.GetStatus().GetState())
+		return
+	}
+	if resumes != nil {
+		resumes.add(t1.Sub(t0))
+		suspends.add(time.Since(t1))
+	}
+}
+
+// run does b.N cycles from goroutines goroutines, each on its own actors so
+// no step ever waits for another step of the same actor.
+func (f *benchFleet) run(b *testing.B, goroutines int) {
+	restoresBefore := f.calls("Restore")
+	var next atomic.Int64
+	resumes := make([]latencies, goroutines)
+	suspends := make([]latencies, goroutines)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for g := range goroutines {
+		wg.Go(func() {
+			for k := 0; ; k++ {
+				if next.Add(1) > int64(b.N) || b.Failed() {
+					return
+				}
+				name := f.actors[(g+k*goroutines)%len(f.actors)]
+				f.cycle(b, name, &resumes[g], &suspends[g])
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if b.Failed() {
+		return
+	}
+	// Every measured cycle reached a node, and the fleet is back at rest.
+	if got := f.calls("Restore") - restoresBefore; got != b.N {
+		b.Fatalf("%d cycles made %d restores", b.N, got)
+	}
+	free, err := listAll(f.ctx, f.store.Workers(), store.ListOptions{Filter: store.Filter{"actor": ""}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(free) != benchNodes*benchWorkersPerNode {
+		b.Fatalf("%d of %d workers are free after the run", len(free), benchNodes*benchWorkersPerNode)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
+	slices.Concat(resumes...).report(b, "resume")
+	slices.Concat(suspends...).report(b, "suspend")
+}
+
+func (f *benchFleet) calls(method string) int {
+	n := 0
+	for _, a := range f.agents {
+		n += a.callCount(method)
+	}
+	return n
+}
+
+type latencies []time.Duration
+
+func (l *latencies) add(d time.Duration) { *l = append(*l, d) }
+
+// report adds the p50 and p99 of l in milliseconds as metrics named name.
+func (l latencies) report(b *testing.B, name string) {
+	if len(l) == 0 {
+		return
+	}
+	sorted := slices.Clone(l)
+	slices.Sort(sorted)
+	at := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(sorted)))) - 1
+		return float64(sorted[max(i, 0)].Microseconds()) / 1000
+	}
+	b.ReportMetric(at(0.50), name+"-p50-ms")
+	b.ReportMetric(at(0.99), name+"-p99-ms")
+}
+
+// postgresBenchURL points at a new schema (store.Open creates it) of the
+// database in TORPOR_TEST_POSTGRES, dropped when tb ends.
+func postgresBenchURL(tb testing.TB) string {
+	tb.Helper()
+	base := cmp.Or(os.Getenv("TORPOR_TEST_POSTGRES"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	u, err := url.Parse(base)
+	if err != nil {
+		tb.Fatalf("TORPOR_TEST_POSTGRES: %v", err)
+	}
+	suffix := make([]byte, 6)
+	rand.Read(suffix)
+	schema := "workflow_bench_" + hex.EncodeToString(suffix)
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
