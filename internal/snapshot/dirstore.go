@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,21 +29,51 @@ type DirStore struct {
 
 var _ ObjectStore = (*DirStore)(nil)
 
+// staleIncoming is how long a half-written object stays untouched before
+// opening a store removes it. The directory is shared (the control plane
+// and every node agent open it), so a younger one may be another
+// process's put in progress: a put writes to it continuously.
+const staleIncoming = time.Hour
+
 // NewDirStore opens (creating if needed) a store rooted at dir. Leftovers
-// of puts interrupted by a crash are removed.
+// of puts interrupted by a crash are removed once stale.
 func NewDirStore(dir string) (*DirStore, error) {
 	root, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("object store directory %q: %w", dir, err)
 	}
 	s := &DirStore{root: root, incoming: filepath.Join(root, incomingDir)}
-	if err := os.RemoveAll(s.incoming); err != nil {
-		return nil, fmt.Errorf("object store %s: clear incoming: %w", root, err)
-	}
 	if err := os.MkdirAll(s.incoming, 0o700); err != nil {
 		return nil, fmt.Errorf("object store %s: %w", root, err)
 	}
+	if err := s.removeIncoming(time.Now().Add(-staleIncoming)); err != nil {
+		return nil, fmt.Errorf("object store %s: clear incoming: %w", root, err)
+	}
 	return s, nil
+}
+
+// removeIncoming removes the half-written objects last written before
+// cutoff.
+func (s *DirStore) removeIncoming(cutoff time.Time) error {
+	entries, err := os.ReadDir(s.incoming)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		fi, err := e.Info()
+		if isMissing(err) {
+			continue // its put finished or another process removed it
+		}
+		if err != nil {
+			return err
+		}
+		if fi.ModTime().Before(cutoff) {
+			if err := os.RemoveAll(filepath.Join(s.incoming, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Root is the directory holding the objects.

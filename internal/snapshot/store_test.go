@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidateKey(t *testing.T) {
@@ -167,5 +168,35 @@ func TestDirStorePutFailureLeavesNothing(t *testing.T) {
 	}
 	if names, _ := os.ReadDir(filepath.Join(s.Root(), incomingDir)); len(names) != 0 {
 		t.Errorf("temporary files left behind: %v", names)
+	}
+}
+
+// Opening a store another process shares (server and node agents open one
+// directory) must not break that process's put in progress, yet clears
+// what a crashed put left long ago.
+func TestNewDirStoreKeepsPutsInProgress(t *testing.T) {
+	s := newDirStore(t)
+	incoming := filepath.Join(s.Root(), incomingDir)
+	fresh, stale := filepath.Join(incoming, "put-fresh"), filepath.Join(incoming, "put-stale")
+	for _, f := range []string{fresh, stale} {
+		if err := os.WriteFile(f, []byte("partial"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * staleIncoming)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewDirStore(s.Root()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("a put in progress was removed: %v", err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a stale leftover was kept: %v", err)
+	}
+	if err := s.Put(t.Context(), "sp/a/1/manifest.json", strings.NewReader("{}")); err != nil {
+		t.Errorf("put after another open: %v", err)
 	}
 }
