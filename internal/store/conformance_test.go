@@ -47,6 +47,8 @@ func TestConformance(t *testing.T) {
 		{"events", testEvents},
 		{"reopen keeps records", testReopen},
 		{"concurrent opens migrate once", testConcurrentOpen},
+		{"secrets", testSecrets},
+		{"concurrent secrets across replicas", testConcurrentSecrets},
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {

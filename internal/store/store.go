@@ -90,9 +90,25 @@ type Tx interface {
 	Events(ctx context.Context, actorUID string, limit int) ([]Event, error)
 }
 
-// Store is a Tx outside any transaction, plus transactions.
+// Secrets keeps small values by name that every replica shares (the
+// identity CA and signing keys, hashed join tokens). They are stored as
+// given: not encrypted at rest.
+type Secrets interface {
+	// GetOrCreateSecret returns the stored secret, or stores what create
+	// makes when there is none. Concurrent callers on any replica all get
+	// the one value stored first.
+	GetOrCreateSecret(ctx context.Context, name string, create func() ([]byte, error)) ([]byte, error)
+	// GetSecret returns ErrNotFound if absent.
+	GetSecret(ctx context.Context, name string) ([]byte, error)
+	// DeleteSecret returns ErrNotFound if absent: of concurrent deletes of
+	// one secret exactly one succeeds.
+	DeleteSecret(ctx context.Context, name string) error
+}
+
+// Store is a Tx outside any transaction, plus transactions and secrets.
 type Store interface {
 	Tx
+	Secrets
 	// InTx runs fn in one transaction: all of its writes commit together,
 	// or none do when fn returns an error.
 	InTx(ctx context.Context, fn func(tx Tx) error) error
