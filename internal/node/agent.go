@@ -423,6 +423,22 @@ func (a *Agent) register(ctx context.Context, client torporv1connect.NodeService
 			Spec:     &torporv1.WorkerSpec{Node: a.cfg.Name, Ip: s.rt.IP, Pool: a.cfg.Pool, SandboxClass: class},
 		})
 	}
+	// Idle slots stay locked until the placements read by this call are
+	// applied, so nothing is placed on them in between. A slot busy with
+	// an operation is left to it.
+	var idle []*slot
+	for _, s := range a.slots {
+		if s.tryLock() {
+			idle = append(idle, s)
+		}
+	}
+	defer func() {
+		for _, s := range idle {
+			s.unlock()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
+	defer cancel()
 	resp, err := client.RegisterNode(ctx, connect.NewRequest(req))
 	if err != nil {
 		return err
@@ -431,5 +447,36 @@ func (a *Agent) register(ctx context.Context, client torporv1connect.NodeService
 		a.log.Debug("worker registered", "worker", w.GetMetadata().GetName(), "uid", w.GetMetadata().GetUid())
 	}
 	a.log.Info("registered with the control plane", "server", a.cfg.ServerURL, "workers", len(resp.Msg.GetWorkers()))
+	a.dropOrphans(ctx, idle, resp.Msg.GetWorkers())
 	return nil
+}
+
+// registerTimeout bounds a registration, which holds the idle slots.
+const registerTimeout = 30 * time.Second
+
+// dropOrphans removes the workloads of slots (locked by the caller) that
+// the control plane no longer places on their worker: it gave up on them
+// while this node was out of touch (the actor crashed and may run
+// elsewhere by now), and would otherwise find the worker busy forever. A
+// worker returned without a status (a registry that does not track
+// placement) says nothing.
+func (a *Agent) dropOrphans(ctx context.Context, slots []*slot, workers []*torporv1.Worker) {
+	placed := map[string]*torporv1.WorkerStatus{}
+	for _, w := range workers {
+		placed[w.GetMetadata().GetName()] = w.GetStatus()
+	}
+	for _, s := range slots {
+		cur, status := s.current(), placed[s.name()]
+		if cur.ActorUID == "" || status == nil || status.GetActor().GetUid() == cur.ActorUID {
+			continue
+		}
+		a.log.Warn("the control plane no longer places this workload here; removing it", "worker", s.name(), "actor_uid", cur.ActorUID, "placed", status.GetActor().GetUid())
+		err := a.vacate(ctx, s, cur)
+		if err == nil {
+			err = s.commit(nil)
+		}
+		if err != nil {
+			a.log.Error("removing an orphaned workload", "worker", s.name(), "actor_uid", cur.ActorUID, "err", err)
+		}
+	}
 }

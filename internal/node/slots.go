@@ -79,6 +79,16 @@ func (s *slot) name() string { return s.rt.Name }
 func (s *slot) lock()   { s.sem <- struct{}{} }
 func (s *slot) unlock() { <-s.sem }
 
+// tryLock locks the slot if no operation holds it.
+func (s *slot) tryLock() bool {
+	select {
+	case s.sem <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
 func (s *slot) current() slotRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -19,6 +19,8 @@ import (
 type nodeService struct {
 	store  store.Store
 	engine *workflow.Engine
+	// heartbeatTimeout: a node silent for longer was lost (see Heartbeat).
+	heartbeatTimeout time.Duration
 }
 
 // RegisterNode records a node and its workers. It is idempotent: a
@@ -166,6 +168,12 @@ func (s *nodeService) Heartbeat(ctx context.Context, req *connect.Request[torpor
 				return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("node %s is not registered: register it first", name))
 			}
 			return nil, apiError(err)
+		}
+		// A node silent for too long was lost: its actors may have crashed
+		// and moved on. Registering again tells it which of its workloads
+		// it still hosts (the agent registers again on NotFound).
+		if last := n.GetHeartbeatTime(); last != nil && time.Since(last.AsTime()) > s.heartbeatTimeout {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("node %s was lost (last heartbeat %s): register again", name, last.AsTime().Format(time.RFC3339Nano)))
 		}
 		n.HeartbeatTime = timestamppb.New(time.Now())
 		if _, err := s.store.Nodes().Update(ctx, n); errors.Is(err, store.ErrConflict) {
