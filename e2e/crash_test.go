@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,6 +100,40 @@ func TestNodeKilledCrashesActor(t *testing.T) {
 	events := c.events("c1")
 	if r := events[len(events)-2].GetReason(); !strings.Contains(r, "FULL from") || !strings.Contains(r, latest) {
 		t.Errorf("resume after the crash: %q, want FULL from snapshot %s", r, latest)
+	}
+	c.checkReciprocal()
+
+	// The lost node comes back with c1's old workload still in its
+	// sandbox. c1 runs elsewhere now: the node must drop that workload,
+	// and its worker must take new actors.
+	remote.restart(c)
+	c.createActor("c2", "counter")
+	c2 := c.mustResume("c2")
+	if n := c2.GetStatus().GetWorker().GetNode(); n != remote.name {
+		t.Fatalf("c2 runs on node %q, want the returned node %s (the only free worker)", n, remote.name)
+	}
+	if got := get(t, c2); got != "count=1 lines=1" {
+		t.Fatalf("c2 on the returned node: %q, want count=1 lines=1", got)
+	}
+	if got := get(t, back); got != "count=5 lines=5" {
+		t.Fatalf("c1 after its old node returned: %q, want count=5 lines=5", got)
+	}
+	c.checkReciprocal()
+
+	// Frozen (as in a paused VM), the node is lost too, and its agent does
+	// not notice: when it thaws, it must still learn that c2 moved on.
+	remote.signal(syscall.SIGSTOP)
+	c.waitFor("c2 to crash while its node is frozen", func() bool {
+		return c.actor("c2").GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_CRASHED
+	})
+	remote.signal(syscall.SIGCONT)
+	remote.waitForHeartbeat(c, time.Now())
+	c2 = c.mustResume("c2")
+	if n := c2.GetStatus().GetWorker().GetNode(); n != remote.name {
+		t.Fatalf("c2 resumed on node %q, want the thawed node %s (the only free worker)", n, remote.name)
+	}
+	if got := get(t, c2); got != "count=1 lines=1" {
+		t.Fatalf("c2 after its node thawed: %q, want count=1 lines=1 (it has no snapshot)", got)
 	}
 	c.checkReciprocal()
 	remote.removeLeftovers(t)
@@ -314,7 +349,7 @@ func (c *cluster) holdWorkerOf(node, template string) string {
 // tamperSnapshot flips a byte in the stored object of the volume archive
 // of snapshot name, and returns the file's path in the snapshot and the
 // object's key.
-func tamperSnapshot(t *testing.T, c *cluster, name string) (file, object string) {
+func tamperSnapshot(t testing.TB, c *cluster, name string) (file, object string) {
 	t.Helper()
 	resp, err := c.snapshots.GetSnapshot(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: name}))
 	if err != nil {
@@ -386,7 +421,7 @@ func (loopbackNetwork) Slot(_ context.Context, name string, _ int) (runtime.Slot
 
 // startFakeNode runs an in-process node agent with one worker on the fake
 // runtime until the test ends.
-func startFakeNode(t *testing.T, name, serverURL string, rt *fake.Runtime, snapshots string) {
+func startFakeNode(t testing.TB, name, serverURL string, rt *fake.Runtime, snapshots string) {
 	t.Helper()
 	objects, err := snapshot.NewDirStore(snapshots)
 	if err != nil {
@@ -422,6 +457,7 @@ func startFakeNode(t *testing.T, name, serverURL string, rt *fake.Runtime, snaps
 type nodeProcess struct {
 	*process
 	name     string
+	args     []string
 	stateDir string
 	workers  int
 	network  netns.Config
@@ -440,19 +476,39 @@ func (c *cluster) startNodeProcess(workers int) *nodeProcess {
 		network: netns.Config{Bridge: "tp" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 248+mrand.IntN(4), mrand.IntN(256))},
 	}
 	n.network.Node = n.name
-	n.process = startProcess(t, "node-"+n.name, "node",
+	n.args = []string{"node",
 		"--server", c.api, "--name", n.name, "--workers", strconv.Itoa(workers),
 		"--listen", freeAddr(t), "--state-dir", n.stateDir, "--snapshots", c.objects.Root(),
-		"--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t))
+		"--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)}
+	n.process = startProcess(t, "node-"+n.name, n.args...)
 	t.Cleanup(func() { n.removeLeftovers(t) })
 	c.waitForWorkers(n.name, workers)
 	return n
 }
 
+// restart starts the agent again on its state directory, as after a
+// reboot, and waits until it heartbeats.
+func (n *nodeProcess) restart(c *cluster) {
+	c.t.Helper()
+	n.kill()
+	since := time.Now()
+	n.process = startProcess(c.t, "node-"+n.name+"-again", n.args...)
+	n.waitForHeartbeat(c, since)
+}
+
+// waitForHeartbeat waits until the node heartbeats after since.
+func (n *nodeProcess) waitForHeartbeat(c *cluster, since time.Time) {
+	c.t.Helper()
+	c.waitFor("node "+n.name+" back", func() bool {
+		resp, err := c.nodeClient().GetNode(c.ctx, connect.NewRequest(&torporv1.GetRequest{Name: n.name}))
+		return err == nil && resp.Msg.GetHeartbeatTime().AsTime().After(since)
+	})
+}
+
 // removeLeftovers kills the agent and removes what it leaves behind
 // (sandboxes, their mounts, the workers' network), then checks that
 // nothing of it is left.
-func (n *nodeProcess) removeLeftovers(t *testing.T) {
+func (n *nodeProcess) removeLeftovers(t testing.TB) {
 	t.Helper()
 	n.cleaned.Do(func() {
 		n.kill()
@@ -501,7 +557,7 @@ func (n *nodeProcess) removeLeftovers(t *testing.T) {
 }
 
 // processesMentioning lists the command lines of processes that contain s.
-func processesMentioning(t *testing.T, s string) []string {
+func processesMentioning(t testing.TB, s string) []string {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -524,7 +580,7 @@ func processesMentioning(t *testing.T, s string) []string {
 }
 
 // mountsUnder lists the mount points below dir.
-func mountsUnder(t *testing.T, dir string) []string {
+func mountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
 	body, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 
 // torporBinary builds ./cmd/torpor from this checkout, so the processes
 // under test are the code under test.
-func torporBinary(t *testing.T) string {
+func torporBinary(t testing.TB) string {
 	t.Helper()
 	torporBuild.once.Do(func() {
 		root, err := runtimetest.ModuleRoot()
@@ -74,7 +74,7 @@ type process struct {
 	exited chan struct{}
 }
 
-func startProcess(t *testing.T, name string, args ...string) *process {
+func startProcess(t testing.TB, name string, args ...string) *process {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logFile, err := os.Create(logPath)
@@ -113,6 +113,12 @@ func (p *process) kill() {
 	<-p.exited
 }
 
+func (p *process) signal(sig syscall.Signal) {
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		panic(fmt.Sprintf("signal %s to %s: %v", sig, p.name, err))
+	}
+}
+
 func (p *process) running() bool {
 	select {
 	case <-p.exited:
@@ -137,7 +143,7 @@ func tail(path string, limit int64) string {
 
 // freeAddr returns a loopback address with a port free at the time of the
 // call, for processes that must be found at the same address again.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -148,7 +154,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // serverProcess runs `torpor server` with args and waits until it serves.
-func serverProcess(t *testing.T, url string, args ...string) *process {
+func serverProcess(t testing.TB, url string, args ...string) *process {
 	t.Helper()
 	p := startProcess(t, "server", append([]string{"server"}, args...)...)
 	deadline := time.Now().Add(time.Minute)
@@ -180,6 +186,10 @@ func apiCluster(t *testing.T, url string) *cluster {
 		workers:   torporv1connect.NewWorkerServiceClient(http.DefaultClient, url),
 		snapshots: torporv1connect.NewSnapshotServiceClient(http.DefaultClient, url),
 	}
+}
+
+func (c *cluster) nodeClient() torporv1connect.NodeServiceClient {
+	return torporv1connect.NewNodeServiceClient(http.DefaultClient, c.api)
 }
 
 // waitForWorkers waits until node has registered n workers.
