@@ -122,11 +122,11 @@ func TestNodeKilledCrashesActor(t *testing.T) {
 
 	// Frozen (as in a paused VM), the node is lost too, and its agent does
 	// not notice: when it thaws, it must still learn that c2 moved on.
-	remote.signal(syscall.SIGSTOP)
+	remote.signal(t, syscall.SIGSTOP)
 	c.waitFor("c2 to crash while its node is frozen", func() bool {
 		return c.actor("c2").GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_CRASHED
 	})
-	remote.signal(syscall.SIGCONT)
+	remote.signal(t, syscall.SIGCONT)
 	remote.waitForHeartbeat(c, time.Now())
 	c2 = c.mustResume("c2")
 	if n := c2.GetStatus().GetWorker().GetNode(); n != remote.name {

@@ -113,9 +113,10 @@ func (p *process) kill() {
 	<-p.exited
 }
 
-func (p *process) signal(sig syscall.Signal) {
+func (p *process) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
-		panic(fmt.Sprintf("signal %s to %s: %v", sig, p.name, err))
+		t.Fatalf("signal %s to %s: %v", sig, p.name, err)
 	}
 }
 
