@@ -94,6 +94,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store}, opts...))
 	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store}, opts...))
 	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine, heartbeatTimeout: s.opts.HeartbeatTimeout}, opts...))
+	ids := s.newIdentityService()
+	mux.Handle(ids.handler(opts...))
+	mux.Handle("GET /.well-known/", ids.authority.WellKnown(s.log))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	return mux

@@ -1,0 +1,216 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/validate"
+)
+
+// identityService serves IdentityService. Mints are authorized against the
+// store on every call (identity.AuthorizeWorkload), so an assignment one
+// replica commits is honoured by the next call to any replica.
+type identityService struct {
+	store     store.Store
+	authority *identity.Loader
+	log       *slog.Logger
+}
+
+func (s *Server) newIdentityService() *identityService {
+	return &identityService{store: s.store, authority: identity.NewLoader(s.store, s.identityConfig()), log: s.log}
+}
+
+// identityConfig is the default trust domain, with the API's listen
+// address as JWT issuer (Options gain identity settings with the mTLS
+// wiring of the processes).
+func (s *Server) identityConfig() identity.Config {
+	host, port, err := net.SplitHostPort(s.opts.Listen)
+	if ip := net.ParseIP(host); err != nil || host == "" || ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	issuer := "http://" + host
+	if port != "" {
+		issuer = "http://" + net.JoinHostPort(host, port)
+	}
+	return identity.Config{Issuer: issuer}
+}
+
+// handler serves the service with the caller's verified node certificate
+// in each request's context.
+func (i *identityService) handler(opts ...connect.HandlerOption) (string, http.Handler) {
+	path, h := torporv1connect.NewIdentityServiceHandler(i, opts...)
+	return path, identity.CallerMiddleware(i.authority.TrustDomain(), h)
+}
+
+// One answer per kind of refusal: a refused caller learns nothing about
+// why (the log does).
+func errNoNodeCertificate() error {
+	return connect.NewError(connect.CodeUnauthenticated, errors.New("a node certificate is required"))
+}
+
+func errMintDenied() error {
+	return connect.NewError(connect.CodePermissionDenied, identity.ErrDenied)
+}
+
+func errTokenRefused() error {
+	return connect.NewError(connect.CodeUnauthenticated, errors.New("the join token is invalid, expired or already used"))
+}
+
+// failure answers an error that is not a refusal: a caller's mistake names
+// its field; anything else is logged and answered without detail.
+func (i *identityService) failure(ctx context.Context, what string, err error) error {
+	var fe *validate.FieldError
+	if errors.As(err, &fe) {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	i.log.ErrorContext(ctx, what, "err", err)
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s: the control plane cannot do this now, retry", what))
+}
+
+func (i *identityService) JoinNode(ctx context.Context, req *connect.Request[torporv1.JoinNodeRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
+	a, err := i.authority.Authority(ctx)
+	if err != nil {
+		return nil, i.failure(ctx, "join node", err)
+	}
+	node := req.Msg.GetNode()
+	issued, err := a.JoinNode(ctx, req.Msg.GetToken(), node, req.Msg.GetCsr())
+	if errors.Is(err, identity.ErrInvalidToken) {
+		i.log.WarnContext(ctx, "node join refused", "node", node, "reason", err)
+		return nil, errTokenRefused()
+	}
+	if err != nil {
+		return nil, i.failure(ctx, "join node", err)
+	}
+	i.log.InfoContext(ctx, "node joined", "node", node, "expires", issued.Certificate.NotAfter)
+	return connect.NewResponse(issuedCertificate(a, issued)), nil
+}
+
+func (i *identityService) RenewNodeCertificate(ctx context.Context, req *connect.Request[torporv1.RenewNodeCertificateRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
+	node, ok := identity.CallerNode(ctx)
+	if !ok {
+		return nil, errNoNodeCertificate()
+	}
+	a, err := i.authority.Authority(ctx)
+	if err != nil {
+		return nil, i.failure(ctx, "renew node certificate", err)
+	}
+	issued, err := a.IssueNodeCertificate(node, req.Msg.GetCsr())
+	if err != nil {
+		return nil, i.failure(ctx, "renew node certificate", err)
+	}
+	return connect.NewResponse(issuedCertificate(a, issued)), nil
+}
+
+// CreateToken refuses nodes: a node must not let other hosts join. (Who
+// else may is decided by API authentication, which covers every admin
+// call.)
+func (i *identityService) CreateToken(ctx context.Context, req *connect.Request[torporv1.CreateTokenRequest]) (*connect.Response[torporv1.CreateTokenResponse], error) {
+	if node, ok := identity.CallerNode(ctx); ok {
+		i.log.WarnContext(ctx, "token creation refused", "node", node, "reason", "callers with a node certificate may not create tokens")
+		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("nodes may not create tokens"))
+	}
+	purposes := map[torporv1.TokenPurpose]identity.TokenPurpose{
+		torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN: identity.PurposeNodeJoin,
+		torporv1.TokenPurpose_TOKEN_PURPOSE_API:       identity.PurposeAPI,
+	}
+	purpose, ok := purposes[req.Msg.GetPurpose()]
+	if !ok {
+		return nil, invalidArgument("purpose", "%s is not a token purpose (NODE_JOIN or API)", req.Msg.GetPurpose())
+	}
+	a, err := i.authority.Authority(ctx)
+	if err != nil {
+		return nil, i.failure(ctx, "create token", err)
+	}
+	tok, err := a.CreateToken(ctx, identity.TokenRequest{
+		Purpose: purpose, Node: req.Msg.GetNode(), Spaces: req.Msg.GetSpaces(), TTL: req.Msg.GetTtl().AsDuration(),
+	})
+	if err != nil {
+		return nil, i.failure(ctx, "create token", err)
+	}
+	i.log.InfoContext(ctx, "token created", "purpose", purpose, "node", req.Msg.GetNode(), "spaces", req.Msg.GetSpaces(), "expires", tok.Expires)
+	return connect.NewResponse(&torporv1.CreateTokenResponse{
+		Token: tok.Secret, ExpireTime: timestamppb.New(tok.Expires), CaFingerprint: a.CAFingerprint(),
+	}), nil
+}
+
+func (i *identityService) MintCert(ctx context.Context, req *connect.Request[torporv1.MintCertRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
+	a, w, err := i.authorize(ctx, req.Msg.GetWorkload())
+	if err != nil {
+		return nil, err
+	}
+	issued, err := a.IssueWorkloadCertificate(w, req.Msg.GetCsr())
+	if err != nil {
+		return nil, i.failure(ctx, "mint certificate", err)
+	}
+	return connect.NewResponse(issuedCertificate(a, issued)), nil
+}
+
+func (i *identityService) MintJWT(ctx context.Context, req *connect.Request[torporv1.MintJWTRequest]) (*connect.Response[torporv1.MintJWTResponse], error) {
+	a, w, err := i.authorize(ctx, req.Msg.GetWorkload())
+	if err != nil {
+		return nil, err
+	}
+	token, expires, err := a.MintJWT(w, req.Msg.GetAudience())
+	if err != nil {
+		return nil, i.failure(ctx, "mint JWT", err)
+	}
+	return connect.NewResponse(&torporv1.MintJWTResponse{
+		Token: token, ExpireTime: timestamppb.New(expires), SpiffeId: identity.ActorID(a.TrustDomain(), w.Space, w.Actor),
+	}), nil
+}
+
+// authorize decides a mint from the store: the caller must be the node of
+// the claimed worker, which must host the claimed actor, which must name
+// the worker back.
+func (i *identityService) authorize(ctx context.Context, msg *torporv1.WorkloadClaim) (*identity.Authority, identity.Workload, error) {
+	node, ok := identity.CallerNode(ctx)
+	if !ok {
+		return nil, identity.Workload{}, errNoNodeCertificate()
+	}
+	claim := identity.WorkloadClaim{
+		WorkerNamespace: msg.GetWorkerNamespace(), WorkerName: msg.GetWorkerName(),
+		WorkerUID: msg.GetWorkerUid(), ActorUID: msg.GetActorUid(),
+	}
+	for _, f := range []struct{ path, value string }{
+		{"workload.workerNamespace", claim.WorkerNamespace}, {"workload.workerName", claim.WorkerName},
+		{"workload.workerUid", claim.WorkerUID}, {"workload.actorUid", claim.ActorUID},
+	} {
+		if f.value == "" {
+			return nil, identity.Workload{}, invalidArgument(f.path, "required")
+		}
+	}
+	a, err := i.authority.Authority(ctx)
+	if err != nil {
+		return nil, identity.Workload{}, i.failure(ctx, "authorize mint", err)
+	}
+	w, err := identity.AuthorizeWorkload(ctx, i.store, node, claim)
+	if errors.Is(err, identity.ErrDenied) {
+		i.log.WarnContext(ctx, "mint denied", "node", node,
+			"worker", claim.WorkerNamespace+"/"+claim.WorkerName, "worker_uid", claim.WorkerUID, "actor_uid", claim.ActorUID, "reason", err)
+		return nil, identity.Workload{}, errMintDenied()
+	}
+	if err != nil {
+		return nil, identity.Workload{}, i.failure(ctx, "authorize mint", err)
+	}
+	return a, w, nil
+}
+
+func issuedCertificate(a *identity.Authority, issued *identity.Issued) *torporv1.IssuedCertificate {
+	return &torporv1.IssuedCertificate{
+		CertificateChain: issued.Chain,
+		TrustBundle:      a.TrustBundle(),
+		SpiffeId:         issued.SPIFFEID,
+		ExpireTime:       timestamppb.New(issued.Certificate.NotAfter),
+	}
+}
