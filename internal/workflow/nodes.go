@@ -71,29 +71,55 @@ func (e *Engine) CheckNodes(ctx context.Context) error {
 				continue
 			}
 			reason := fmt.Sprintf("node %s stopped heartbeating (last %s)", n.GetMetadata().GetName(), n.GetHeartbeatTime().AsTime().Format("15:04:05.000"))
-			errs = append(errs, e.CrashWorkerActor(ctx, w, reason))
+			errs = append(errs, e.crashOnLostNode(ctx, n, w, reason))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// crashOnLostNode crashes w's actor only if node n is still lost when the
+// transaction commits: it compare-and-sets the node record, so a node that
+// re-registers meanwhile (and reads its placements) either sees the crash or
+// makes it abort — never a crash its registration missed.
+func (e *Engine) crashOnLostNode(ctx context.Context, n *torporv1.Node, w *torporv1.Worker, reason string) error {
+	err := e.store.InTx(ctx, func(tx store.Tx) error {
+		cur, err := tx.Nodes().Get(ctx, "", n.GetMetadata().GetName())
+		if err != nil {
+			return err
+		}
+		if e.alive(cur) {
+			return nil
+		}
+		if _, err := tx.Nodes().Update(ctx, cur); err != nil {
+			return err
+		}
+		return e.crashInWorkerTx(ctx, tx, w, reason)
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return nil // the node came back; the next check decides again
+	}
+	return err
 }
 
 // CrashWorkerActor makes the actor hosted by w CRASHED with reason and frees
 // w, in one transaction. Nothing happens if w and its actor no longer point
 // at each other.
 func (e *Engine) CrashWorkerActor(ctx context.Context, w *torporv1.Worker, reason string) error {
+	return e.store.InTx(ctx, func(tx store.Tx) error { return e.crashInWorkerTx(ctx, tx, w, reason) })
+}
+
+func (e *Engine) crashInWorkerTx(ctx context.Context, tx store.Tx, w *torporv1.Worker, reason string) error {
 	ref := w.GetStatus().GetActor()
-	return e.store.InTx(ctx, func(tx store.Tx) error {
-		a, err := tx.Actors().Get(ctx, ref.GetSpace(), ref.GetName())
-		if errors.Is(err, store.ErrNotFound) {
-			return releaseWorker(ctx, tx, &torporv1.WorkerRef{Namespace: w.GetMetadata().GetSpace(), Name: w.GetMetadata().GetName()}, ref.GetUid())
-		}
-		if err != nil {
-			return err
-		}
-		if a.GetMetadata().GetUid() != ref.GetUid() || a.GetStatus().GetWorker().GetUid() != w.GetMetadata().GetUid() {
-			return releaseWorker(ctx, tx, &torporv1.WorkerRef{Namespace: w.GetMetadata().GetSpace(), Name: w.GetMetadata().GetName()}, ref.GetUid())
-		}
-		e.logger(a).Warn("actor crashed", "reason", reason)
-		return e.crashInTx(ctx, tx, a, reason)
-	})
+	self := &torporv1.WorkerRef{Namespace: w.GetMetadata().GetSpace(), Name: w.GetMetadata().GetName()}
+	a, err := tx.Actors().Get(ctx, ref.GetSpace(), ref.GetName())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return releaseWorker(ctx, tx, self, ref.GetUid())
+	case err != nil:
+		return err
+	case a.GetMetadata().GetUid() != ref.GetUid() || a.GetStatus().GetWorker().GetUid() != w.GetMetadata().GetUid():
+		return releaseWorker(ctx, tx, self, ref.GetUid())
+	}
+	e.logger(a).Warn("actor crashed", "reason", reason)
+	return e.crashInTx(ctx, tx, a, reason)
 }
