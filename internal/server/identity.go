@@ -47,8 +47,10 @@ func (s *Server) identityConfig() identity.Config {
 }
 
 // handler serves the service with the caller's verified node certificate
-// in each request's context.
+// in each request's context. Answers are not gzipped: keys, signatures and
+// tokens do not compress, and trying costs more than signing.
 func (i *identityService) handler(opts ...connect.HandlerOption) (string, http.Handler) {
+	opts = append(opts, connect.WithCompression("gzip", nil, nil))
 	path, h := torporv1connect.NewIdentityServiceHandler(i, opts...)
 	return path, identity.CallerMiddleware(i.authority.TrustDomain(), h)
 }
