@@ -40,6 +40,8 @@ import (
 	"regexp"
 	"sync"
 	"time"
+
+	"github.com/torpor-dev/torpor/internal/store"
 )
 
 // DefaultTrustDomain is the trust domain of an installation that names none.
@@ -94,18 +96,10 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Secrets is where the Authority keeps its keys and tokens; store.Store
-// provides it.
-type Secrets interface {
-	GetOrCreateSecret(ctx context.Context, name string, create func() ([]byte, error)) ([]byte, error)
-	GetSecret(ctx context.Context, name string) ([]byte, error)
-	DeleteSecret(ctx context.Context, name string) error
-}
-
 // Authority issues certificates, JWTs and tokens.
 type Authority struct {
 	cfg     Config
-	secrets Secrets
+	secrets store.Secrets
 	ca      *x509.Certificate
 	caKey   *ecdsa.PrivateKey
 	jwt     *jwtSigner
@@ -114,7 +108,7 @@ type Authority struct {
 // Load reads the CA and signing key from secrets, creating them if this is
 // the installation's first server. Replicas starting together end up with
 // the same ones.
-func Load(ctx context.Context, secrets Secrets, cfg Config) (*Authority, error) {
+func Load(ctx context.Context, secrets store.Secrets, cfg Config) (*Authority, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -258,7 +252,7 @@ func randomSerial() *big.Int {
 // up (and serves everything else) while its store is briefly unreachable;
 // a failed load is retried by the next caller.
 type Loader struct {
-	secrets Secrets
+	secrets store.Secrets
 	cfg     Config
 
 	mu        sync.Mutex
@@ -266,7 +260,7 @@ type Loader struct {
 }
 
 // NewLoader reads nothing yet; a bad cfg fails the first Authority call.
-func NewLoader(secrets Secrets, cfg Config) *Loader {
+func NewLoader(secrets store.Secrets, cfg Config) *Loader {
 	return &Loader{secrets: secrets, cfg: cfg}
 }
 

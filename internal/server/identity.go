@@ -36,14 +36,13 @@ func (s *Server) newIdentityService() *identityService {
 // wiring of the processes).
 func (s *Server) identityConfig() identity.Config {
 	host, port, err := net.SplitHostPort(s.opts.Listen)
-	if ip := net.ParseIP(host); err != nil || host == "" || ip != nil && ip.IsUnspecified() {
+	if err != nil {
+		return identity.Config{Issuer: "http://localhost"}
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		host = "localhost"
 	}
-	issuer := "http://" + host
-	if port != "" {
-		issuer = "http://" + net.JoinHostPort(host, port)
-	}
-	return identity.Config{Issuer: issuer}
+	return identity.Config{Issuer: "http://" + net.JoinHostPort(host, port)}
 }
 
 // handler serves the service with the caller's verified node certificate

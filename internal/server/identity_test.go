@@ -741,3 +741,20 @@ func BenchmarkMintCert(b *testing.B) {
 		})
 	}
 }
+
+func TestIdentityIssuerFromListenAddress(t *testing.T) {
+	cases := []struct{ listen, issuer string }{
+		{"", "http://localhost"},
+		{"127.0.0.1:7070", "http://127.0.0.1:7070"},
+		{":7070", "http://localhost:7070"},
+		{"0.0.0.0:7070", "http://localhost:7070"},
+		{"[::]:7070", "http://localhost:7070"},
+		{"torpor.example:443", "http://torpor.example:443"},
+	}
+	for _, tc := range cases {
+		s := &Server{opts: Options{Listen: tc.listen}}
+		if got := s.identityConfig().Issuer; got != tc.issuer {
+			t.Errorf("listen %q: issuer %q, want %q", tc.listen, got, tc.issuer)
+		}
+	}
+}
