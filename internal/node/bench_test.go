@@ -111,13 +111,22 @@ func benchmarkRunsc(b *testing.B) {
 	}
 	bundle := filepath.Dir(bundles[0])
 	id := filepath.Base(bundle)
+	flags := sandboxFlags(b, id)
+	console, err := os.Create(filepath.Join(b.TempDir(), "console.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer console.Close()
 	runsc := func(args ...string) {
 		b.Helper()
-		// The flags the gvisor runtime runs this sandbox with.
-		flags := []string{"--root=" + filepath.Join(n.stateDir, "gvisor", "runsc"), "--platform=systrap", "--network=sandbox", "--overlay2=root:memory"}
-		cmd := exec.Command(runtimetest.Runsc(b), append(flags, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("runsc %s: %v: %s", strings.Join(args, " "), err, out)
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, runtimetest.Runsc(b), append(slices.Clone(flags), args...)...)
+		// A restored sandbox inherits these: a file, never a pipe that
+		// would stay open as long as the sandbox.
+		cmd.Stdout, cmd.Stderr = console, console
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("runsc %s: %v (output in %s)", strings.Join(args, " "), err, console.Name())
 		}
 	}
 	images := b.TempDir()
@@ -155,6 +164,36 @@ func benchmarkRunsc(b *testing.B) {
 	}
 	ckpt.report(b, "checkpoint")
 	restore.report(b, "restore-ready")
+}
+
+// sandboxFlags returns the global runsc flags the runtime started sandbox
+// id with, read from its sandbox process, so the baseline runs runsc
+// exactly as the runtime does.
+func sandboxFlags(b *testing.B, id string) []string {
+	b.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range entries {
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if len(args) < 2 || args[0] != "runsc-sandbox" || args[len(args)-1] != id {
+			continue
+		}
+		var flags []string
+		for _, a := range args[1:] {
+			if a == "boot" {
+				return flags
+			}
+			flags = append(flags, a)
+		}
+	}
+	b.Fatalf("no sandbox process for %s", id)
+	return nil
 }
 
 // waitServing polls the counter's readiness endpoint as the agent's probe

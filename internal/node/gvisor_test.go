@@ -199,10 +199,15 @@ func (n *gvisorNode) ip(t testing.TB, i int) string {
 	return ""
 }
 
+// counterClient keeps no connections: a worker's address is reused by the
+// next sandbox, and one restored from a checkpoint even holds the TCP
+// state of connections its original had, so a kept connection can hang.
+var counterClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
 // get sends one request to the counter at ip.
 func get(t testing.TB, ip string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + ip + ":8080/")
+	resp, err := counterClient.Get("http://" + ip + ":8080/")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,19 +187,23 @@ func (a *Agent) claim(s *slot, op *torporv1.Operation, w *torporv1.Workload) (sl
 }
 
 func (a *Agent) boot(ctx context.Context, s *slot, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) error {
+	steps := startSteps()
 	rootfs, err := a.unpack(ctx, w)
 	if err != nil {
 		return err
 	}
+	steps.done("unpack")
 	src, release, err := source(ctx)
 	if err != nil {
 		return err
 	}
 	defer release()
+	steps.done("fetch")
 	volumes, err := prepareVolumes(a.volumeRoot(w.GetActorUid()), durableVolumes(w.GetTemplate()), src.data)
 	if err != nil {
 		return fmt.Errorf("actor %s/%s: durable volumes: %w", w.GetSpace(), w.GetActor(), err)
 	}
+	steps.done("volumes")
 	rw := runtime.Workload{
 		ActorUID: w.GetActorUid(), Space: w.GetSpace(), Actor: w.GetActor(),
 		Template: w.GetTemplate(), Rootfs: rootfs, Volumes: volumes,
@@ -212,7 +216,13 @@ func (a *Agent) boot(ctx context.Context, s *slot, w *torporv1.Workload, source 
 	if err != nil {
 		return fmt.Errorf("actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 	}
-	return a.waitReady(ctx, s.rt.IP, w)
+	steps.done("start")
+	if err := a.waitReady(ctx, s.rt.IP, w); err != nil {
+		return err
+	}
+	steps.done("ready")
+	a.log.Debug("start steps", append([]any{"worker", s.name(), "actor_uid", w.GetActorUid(), "restore", src.memory != ""}, steps.attrs...)...)
+	return nil
 }
 
 // cleanupContext gives the cleanup after a failure its own time: the
@@ -231,8 +241,29 @@ func (a *Agent) vacate(ctx context.Context, s *slot, cur slotRecord) error {
 	if err := a.rt.Terminate(ctx, s.rt); err != nil {
 		return fmt.Errorf("worker %s: stop the workload of actor %s: %w", s.name(), cur.ActorUID, err)
 	}
+	return a.release(s, cur.ActorUID)
+}
+
+// release frees a slot whose workload is gone and removes the actor's
+// volumes.
+func (a *Agent) release(s *slot, actorUID string) error {
 	s.stage(slotRecord{})
-	return a.removeVolumes(cur.ActorUID)
+	return a.removeVolumes(actorUID)
+}
+
+// stepTimer times the steps of an operation, for its debug log.
+type stepTimer struct {
+	last  time.Time
+	attrs []any
+}
+
+func startSteps() *stepTimer { return &stepTimer{last: time.Now()} }
+
+// done records the time since the previous step as step's duration.
+func (t *stepTimer) done(step string) {
+	now := time.Now()
+	t.attrs = append(t.attrs, step, now.Sub(t.last).Round(time.Microsecond))
+	t.last = now
 }
 
 // removeVolumes deletes the actor's volume directories, unless the actor
@@ -274,6 +305,7 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 		}
 	}()
 
+	steps := startSteps()
 	leave := req.GetLeaveRunning()
 	if req.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL {
 		if err := a.rt.Checkpoint(ctx, s.rt, filepath.Join(stage, memoryDir), leave); err != nil {
@@ -286,11 +318,13 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 			return nil, fmt.Errorf("stop actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 		}
 	}
+	steps.done("capture")
 	names := durableVolumes(w.GetTemplate())
 	if len(names) > 0 {
 		if err := archiveVolumes(a.volumeRoot(cur.ActorUID), names, filepath.Join(stage, dataArchive)); err != nil {
 			return nil, fmt.Errorf("archive volumes of actor %s/%s: %w", w.GetSpace(), w.GetActor(), err)
 		}
+		steps.done("archive")
 	}
 	objects, cache := a.storage, a.cache
 	if req.GetTarget() == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
@@ -300,15 +334,19 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 	if err != nil {
 		return nil, err
 	}
+	steps.done("upload")
 	// A restore on this node then needs no download.
 	if err := cache.Add(req.GetLocation(), digest, stage); err != nil {
 		a.log.Warn("snapshot not cached", "location", req.GetLocation(), "err", err)
 	}
 	if leave {
 		s.stage(cur)
-	} else if err := a.vacate(ctx, s, cur); err != nil {
+	} else if err := a.release(s, cur.ActorUID); err != nil {
+		// The capture stopped the workload already.
 		return nil, err
 	}
+	steps.done("release")
+	a.log.Debug("checkpoint steps", append([]any{"worker", s.name(), "actor_uid", cur.ActorUID, "bytes", size}, steps.attrs...)...)
 	return &torporv1.CheckpointResponse{Location: req.GetLocation(), ManifestDigest: digest, SizeBytes: size, HasData: len(names) > 0}, nil
 }
 
