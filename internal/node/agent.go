@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
@@ -200,12 +201,16 @@ func WorkerName(node string, i int) string { return fmt.Sprintf("%s-w%d", node, 
 // and heartbeats until ctx is done. Stopping leaves workloads running: the
 // next Run adopts them.
 func (a *Agent) Run(ctx context.Context) error {
+	unlock, err := lockStateDir(a.cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := a.open(ctx); err != nil {
 		return err
 	}
 	ln := a.cfg.Listener
 	if ln == nil {
-		var err error
 		if ln, err = net.Listen("tcp", a.cfg.Listen); err != nil {
 			return fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
 		}
@@ -220,7 +225,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	served := make(chan error, 1)
 	go func() { served <- server.Serve(serveCtx, ln, a.Handler()) }()
 	go a.stayRegistered(serveCtx, address)
-	err := <-served
+	err = <-served
 	// Operations already running finish and record their outcome.
 	a.ops.Wait()
 	if err != nil {
@@ -235,6 +240,26 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle(torporv1connect.NewNodeAgentServiceHandler(service{a}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	return mux
+}
+
+// lockStateDir makes sure one agent at a time owns the state directory:
+// two would each take the other's workloads for strays.
+func lockStateDir(dir string) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("state directory %s is in use by another node agent", dir)
+		}
+		return nil, fmt.Errorf("state directory %s: lock: %w", dir, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // advertised turns a listen address into a base URL a local control plane

@@ -759,6 +759,23 @@ func TestRestartAdoptsAndCleansUp(t *testing.T) {
 	})
 }
 
+func TestOneAgentPerStateDir(t *testing.T) {
+	n := newFakeNode(t)
+	cfg := n.cfg
+	cfg.Listen = "127.0.0.1:0"
+	second, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = second.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "in use by another node agent") {
+		t.Fatalf("second agent on one state directory: %v", err)
+	}
+	if st := n.stats(t, 0); st.GetRunning() {
+		t.Fatal("the refused agent touched the workers")
+	}
+}
+
 func TestNewRejectsBadConfig(t *testing.T) {
 	good := func() Config {
 		objects, _ := snapshot.NewDirStore(t.TempDir())
