@@ -551,13 +551,41 @@ func TestCheckpointAndRestore(t *testing.T) {
 	wantState(t, 0, 0, 4)
 
 	local := checkpoint(t, "op-local", 0, torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL)
-	restore(t, "op-r3", 0, torporv1.RestoreScope_RESTORE_SCOPE_DATA_ON_GOLDEN, data, full)
-	wantState(t, 0, 3, 4)
-	if err := n.terminate(ctx, "a1", "op-t", 0); err != nil {
+	restore(t, "op-r3", 1, torporv1.RestoreScope_RESTORE_SCOPE_FULL, local, nil)
+	wantState(t, 1, 0, 4)
+	// Resumed, the actor is past its local checkpoint: the node drops it.
+	waitFor(t, "the local checkpoint to be dropped", func() bool {
+		_, err := os.Stat(filepath.Join(n.cfg.StateDir, "local", local.GetLocation()))
+		return os.IsNotExist(err)
+	})
+
+	if err := n.terminate(ctx, "a1", "op-t", 1); err != nil {
 		t.Fatal(err)
 	}
-	restore(t, "op-r4", 1, torporv1.RestoreScope_RESTORE_SCOPE_FULL, local, nil)
-	wantState(t, 1, 0, 4)
+	restore(t, "op-r4", 1, torporv1.RestoreScope_RESTORE_SCOPE_DATA_ON_GOLDEN, data, full)
+	wantState(t, 1, 3, 4)
+
+	t.Run("NewActorOnGolden", func(t *testing.T) {
+		// An actor without a snapshot of its own: the golden's memory and
+		// empty volumes.
+		_, err := n.client.Restore(ctx, connect.NewRequest(&torporv1.RestoreRequest{
+			Op: op("a2", "op-g", n.worker(0)), Workload: n.workload("a2"),
+			Scope: torporv1.RestoreScope_RESTORE_SCOPE_DATA_ON_GOLDEN, Golden: full,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := n.stats(t, 0); st.GetActorUid() != "a2" || st.GetMemoryBytes() != 3 {
+			t.Fatalf("stats %v, want a2 with the golden's memory 3", st)
+		}
+		entries, err := os.ReadDir(filepath.Join(n.volumeDir("a2"), "data"))
+		if err != nil || len(entries) != 0 {
+			t.Fatalf("a2's volume: %v, %v; want it empty", entries, err)
+		}
+		if err := n.terminate(ctx, "a2", "op-g-t", 0); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	t.Run("Errors", func(t *testing.T) {
 		tests := []struct {
@@ -597,7 +625,7 @@ func TestCheckpointAndRestore(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "disk full") {
 			t.Fatalf("checkpoint error %v, want the runtime's", err)
 		}
-		wantState(t, 1, 0, 4)
+		wantState(t, 1, 3, 4)
 		if _, err := snapshot.ReadManifest(ctx, n.cfg.Snapshots, "s/a1/fail", full.GetManifestDigest()); !errors.Is(err, snapshot.ErrDataLoss) {
 			t.Fatalf("a failed checkpoint left a snapshot: %v", err)
 		}

@@ -157,7 +157,27 @@ func (a *Agent) start(ctx context.Context, s *slot, op *torporv1.Operation, w *t
 		return err
 	}
 	s.stage(running)
+	a.ops.Go(func() { a.dropLocalCheckpoints(context.WithoutCancel(ctx), w) })
 	return nil
+}
+
+// dropLocalCheckpoints removes the actor's local checkpoints from this
+// node: any start moves the actor past them (the control plane drops
+// their records when the resume commits), and nothing else removes them.
+func (a *Agent) dropLocalCheckpoints(ctx context.Context, w *torporv1.Workload) {
+	prefix := w.GetSpace() + "/" + w.GetActorUid()
+	locations, err := snapshot.ListLocations(ctx, a.local, prefix)
+	if err != nil {
+		a.log.Warn("local checkpoints not dropped", "actor_uid", w.GetActorUid(), "err", err)
+		return
+	}
+	for _, l := range locations {
+		if err := snapshot.DeleteSnapshot(ctx, a.local, l.Location); err != nil {
+			a.log.Warn("local checkpoint not dropped", "location", l.Location, "err", err)
+			continue
+		}
+		a.log.Debug("dropped local checkpoint", "location", l.Location)
+	}
 }
 
 // claim reserves the slot for the actor. An actor occupies one slot of

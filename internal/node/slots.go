@@ -13,10 +13,11 @@ import (
 	"github.com/torpor-dev/torpor/internal/runtime"
 )
 
-// phase is where a slot's workload is in its life. Only free and running
-// are ever written to disk: a slot found mid-change after a crash is
-// recorded in the state before the change, and the restart undoes the
-// change (see reconcile).
+// phase is where a slot's workload is in its life. A slot's record is
+// written when an operation ends, so a crash mid-operation leaves the
+// state from before it, and the restart undoes what the operation had
+// begun (see reconcile). On disk, a slot is free, running, or stopping: a
+// workload that would not stop, kept from other actors until it does.
 type phase string
 
 const (
