@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -194,12 +195,12 @@ func TestKilledAgentAdoptsItsWorkloads(t *testing.T) {
 	}
 	wantSandboxes(t, rt, w0)
 
-	// Killed in the middle of a Run on the other worker: the successor
-	// either finished it (recorded) or undid it; the retry then runs it
-	// at most once.
+	// Killed while runsc starts a sandbox for a Run on the other worker:
+	// the successor undoes what the Run began; its retry then runs it
+	// once.
 	other := &torporv1.RunRequest{Op: op("actor-j", "op-run-j", w1), Workload: workload("actor-j", "j", tmpl)}
 	go p.client.Run(context.Background(), connect.NewRequest(other))
-	time.Sleep(60 * time.Millisecond)
+	waitFor(t, "runsc to start a sandbox", func() bool { return len(runscCommands(t, cfg.StateDir, "run")) > 0 })
 	kill(p)
 	p = spawn(t, cfg, reg, p.address)
 	second, err := p.client.Run(ctx, connect.NewRequest(other))
@@ -243,6 +244,21 @@ func TestKilledAgentAdoptsItsWorkloads(t *testing.T) {
 			t.Errorf("network namespace left: %s", e.Name())
 		}
 	}
+}
+
+// runscCommands lists the runsc processes running command (run, restore,
+// ...) for the runtime under stateDir.
+func runscCommands(t testing.TB, stateDir, command string) []string {
+	t.Helper()
+	root := "--root=" + filepath.Join(stateDir, "gvisor", "runsc")
+	var out []string
+	for _, p := range processesMentioning(t, root) {
+		fields := strings.Fields(p)
+		if len(fields) > 1 && strings.HasSuffix(fields[1], "runsc") && slices.Contains(fields, command) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func wantSandboxes(t *testing.T, rt *gvisor.Runtime, want ...string) {
