@@ -90,6 +90,8 @@ const (
 	defaultHeartbeat  = 3 * time.Second
 	defaultCacheBytes = 4 << 30
 	defaultOpTimeout  = 5 * time.Minute
+	// controlPlaneTimeout bounds one registration or heartbeat call.
+	controlPlaneTimeout = 10 * time.Second
 	// opRetention is how long a finished operation's outcome is kept for
 	// retries.
 	opRetention = 24 * time.Hour
@@ -413,16 +415,19 @@ func (a *Agent) stayRegistered(ctx context.Context, address string) {
 	registered := false
 	backoff := 100 * time.Millisecond
 	for {
+		// A control plane that does not answer must not stall the loop.
+		callCtx, cancel := context.WithTimeout(ctx, controlPlaneTimeout)
 		if !registered {
-			if err := a.register(ctx, client, address); err != nil {
+			if err := a.register(callCtx, client, address); err != nil {
 				a.log.Warn("registration with the control plane failed; retrying", "server", a.cfg.ServerURL, "err", err, "retry_in", backoff)
 			} else {
 				registered, backoff = true, 100*time.Millisecond
 			}
-		} else if _, err := client.Heartbeat(ctx, connect.NewRequest(&torporv1.HeartbeatRequest{Node: a.cfg.Name})); err != nil {
+		} else if _, err := client.Heartbeat(callCtx, connect.NewRequest(&torporv1.HeartbeatRequest{Node: a.cfg.Name})); err != nil {
 			a.log.Warn("heartbeat failed", "server", a.cfg.ServerURL, "err", err)
 			registered = connect.CodeOf(err) != connect.CodeNotFound
 		}
+		cancel()
 		wait := a.cfg.HeartbeatInterval
 		if !registered {
 			wait, backoff = backoff, min(2*backoff, a.cfg.HeartbeatInterval)
