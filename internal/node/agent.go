@@ -201,7 +201,7 @@ func WorkerName(node string, i int) string { return fmt.Sprintf("%s-w%d", node, 
 // Run prepares the worker slots (adopting workloads a previous run left
 // running), serves the node agent API, registers with the control plane
 // and heartbeats until ctx is done. Stopping leaves workloads running: the
-// next Run adopts them.
+// next Run (of a new Agent; an Agent runs once) adopts them.
 func (a *Agent) Run(ctx context.Context) error {
 	unlock, err := lockStateDir(a.cfg.StateDir)
 	if err != nil {
@@ -225,7 +225,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
 	served := make(chan error, 1)
-	go func() { served <- server.Serve(serveCtx, ln, a.Handler()) }()
+	go func() { served <- server.Serve(serveCtx, ln, a.handler()) }()
 	go a.stayRegistered(serveCtx, address)
 	err = <-served
 	// Operations already running finish and record their outcome.
@@ -236,8 +236,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// Handler serves the node agent API.
-func (a *Agent) Handler() http.Handler {
+// handler serves the node agent API.
+func (a *Agent) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewNodeAgentServiceHandler(service{a}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
