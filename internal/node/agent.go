@@ -90,7 +90,8 @@ const (
 	defaultHeartbeat  = 3 * time.Second
 	defaultCacheBytes = 4 << 30
 	defaultOpTimeout  = 5 * time.Minute
-	// controlPlaneTimeout bounds one registration or heartbeat call.
+	// controlPlaneTimeout bounds one registration (which holds the idle
+	// slots) or heartbeat.
 	controlPlaneTimeout = 10 * time.Second
 	// opRetention is how long a finished operation's outcome is kept for
 	// retries.
@@ -467,8 +468,6 @@ func (a *Agent) register(ctx context.Context, client torporv1connect.NodeService
 			s.unlock()
 		}
 	}()
-	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
-	defer cancel()
 	resp, err := client.RegisterNode(ctx, connect.NewRequest(req))
 	if err != nil {
 		return err
@@ -480,9 +479,6 @@ func (a *Agent) register(ctx context.Context, client torporv1connect.NodeService
 	a.dropOrphans(ctx, idle, resp.Msg.GetWorkers())
 	return nil
 }
-
-// registerTimeout bounds a registration, which holds the idle slots.
-const registerTimeout = 30 * time.Second
 
 // dropOrphans removes the workloads of slots (locked by the caller) that
 // the control plane no longer places on their worker: it gave up on them
