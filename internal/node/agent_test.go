@@ -218,8 +218,36 @@ func TestRegistrationAndHeartbeats(t *testing.T) {
 	waitFor(t, "heartbeats", func() bool { return heartbeats() >= 3 })
 
 	// A control plane that lost the node gets it back.
-	n.registry.forget(n.name)
+	n.registry.forget(n.name, nil)
 	waitFor(t, "re-registration", func() bool { return n.registry.registration(n.name) != nil })
+}
+
+func TestReregistrationDropsWorkloadsTheControlPlaneGaveUpOn(t *testing.T) {
+	n := newFakeNode(t)
+	ctx := context.Background()
+	for i, actor := range []string{"a1", "a2"} {
+		if _, err := n.run(ctx, actor, "op-"+actor, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The node was out of touch: the control plane crashed a2 and
+	// released its worker, and kept a1 where it is.
+	n.registry.forget(n.name, map[string]string{n.worker(0): "a1"})
+	waitFor(t, "re-registration", func() bool { return n.registry.registration(n.name) != nil })
+	waitFor(t, "a2's workload to go", func() bool { return n.stats(t, 1).GetActorUid() == "" })
+	if st := n.stats(t, 1); st.GetRunning() {
+		t.Fatalf("stats %v: a2's sandbox still runs", st)
+	}
+	if _, err := os.Stat(n.volumeDir("a2")); !os.IsNotExist(err) {
+		t.Fatalf("a2's volumes left: %v", err)
+	}
+	if st := n.stats(t, 0); !st.GetRunning() || st.GetActorUid() != "a1" {
+		t.Fatalf("stats %v: a1, still placed, was disturbed", st)
+	}
+	// The freed worker takes a new actor.
+	if _, err := n.run(ctx, "a3", "op-a3", 1); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestRunIsIdempotent(t *testing.T) {

@@ -29,6 +29,9 @@ type registry struct {
 	nodes      map[string]*torporv1.RegisterNodeRequest
 	heartbeats map[string]int
 	changed    chan struct{}
+	// placements, when set, is the actor uid each worker hosts as far as
+	// the control plane knows (answered as worker status).
+	placements map[string]string
 }
 
 func newRegistry(t testing.TB) (*registry, string) {
@@ -49,6 +52,12 @@ func (r *registry) RegisterNode(_ context.Context, req *connect.Request[torporv1
 	for _, w := range req.Msg.GetWorkers() {
 		w = proto.Clone(w).(*torporv1.Worker)
 		w.Metadata.Uid = "uid-" + w.GetMetadata().GetName()
+		if r.placements != nil {
+			w.Status = &torporv1.WorkerStatus{}
+			if uid := r.placements[w.GetMetadata().GetName()]; uid != "" {
+				w.Status.Actor = &torporv1.ActorRef{Uid: uid}
+			}
+		}
 		resp.Workers = append(resp.Workers, w)
 	}
 	r.changed <- struct{}{}
@@ -66,11 +75,13 @@ func (r *registry) Heartbeat(_ context.Context, req *connect.Request[torporv1.He
 	return connect.NewResponse(&torporv1.HeartbeatResponse{HeartbeatTime: timestamppb.Now()}), nil
 }
 
-// forget drops a node, as a control plane that lost its record would.
-func (r *registry) forget(node string) {
+// forget drops a node, as a control plane that lost its record (or gave
+// up on the node) would, and sets the placements it answers with.
+func (r *registry) forget(node string, placements map[string]string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.nodes, node)
+	r.placements = placements
 }
 
 func (r *registry) registration(node string) *torporv1.RegisterNodeRequest {
