@@ -32,6 +32,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -554,7 +555,7 @@ func checkSlot(slot runtime.Slot) error {
 // output runs a runsc command that exits when done, returning its stdout;
 // its stderr goes into the error.
 func (r *Runtime) output(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.runsc, append(slices.Clone(r.flags), args...)...)
+	cmd := r.command(ctx, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// A sandbox forked by mistake would hold the pipes open forever.
@@ -574,7 +575,7 @@ func (r *Runtime) detached(ctx context.Context, logPath string, args ...string) 
 		return err
 	}
 	start, _ := f.Seek(0, io.SeekEnd)
-	cmd := exec.CommandContext(ctx, r.runsc, append(slices.Clone(r.flags), args...)...)
+	cmd := r.command(ctx, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	err = cmd.Run()
 	f.Close()
@@ -599,4 +600,15 @@ func tail(path string, from, limit int64) string {
 	b := make([]byte, end-from)
 	n, _ := f.ReadAt(b, from)
 	return strings.TrimSpace(string(b[:n]))
+}
+
+// command runs runsc with the runtime's flags. A runsc command dies with
+// the agent that started it: one finishing after the agent was killed (and
+// a restarted agent cleaned its slot) would leave a stray sandbox. The
+// signal does not reach the sandbox processes runsc forks, so a running
+// workload outlives the agent, as adoption after a restart needs.
+func (r *Runtime) command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, r.runsc, append(slices.Clone(r.flags), args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
 }
