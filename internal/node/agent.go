@@ -125,8 +125,9 @@ type Agent struct {
 	journal     journal
 	probeClient *http.Client
 
-	slots  []*slot
-	byName map[string]*slot
+	slots   []*slot
+	byName  map[string]*slot
+	metrics *metrics
 
 	storage    snapshot.ObjectStore
 	cache      *snapshot.Cache
@@ -183,7 +184,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	cfg.StateDir = stateDir
 	d := newDirs(stateDir)
-	return &Agent{
+	a := &Agent{
 		cfg:         cfg,
 		log:         cfg.Logger.With("node", cfg.Name),
 		rt:          cfg.Runtime,
@@ -193,7 +194,9 @@ func New(cfg Config) (*Agent, error) {
 		byName:      map[string]*slot{},
 		storage:     cfg.Snapshots,
 		inflight:    map[opKey]*call{},
-	}, nil
+	}
+	a.metrics = newMetrics(a)
+	return a, nil
 }
 
 // WorkerName is the name of a node's i-th worker.
@@ -242,6 +245,7 @@ func (a *Agent) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewNodeAgentServiceHandler(service{a}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.Handle("GET /metrics", a.metrics.handler())
 	return mux
 }
 

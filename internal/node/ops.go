@@ -265,6 +265,7 @@ func (a *Agent) execute(ctx context.Context, key opKey, method string, s *slot, 
 	start := time.Now()
 	resp, err := fn(ctx)
 	err = withCode(err)
+	a.metrics.observe(method, start, err)
 	if err != nil && !recordable(err) {
 		if cerr := s.commit(nil); cerr != nil {
 			log.Error("slot state not recorded", "err", cerr)

@@ -1,0 +1,60 @@
+package node
+
+import (
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the agent's Prometheus metrics, served at /metrics.
+type metrics struct {
+	registry   *prometheus.Registry
+	operations *prometheus.CounterVec
+	seconds    *prometheus.HistogramVec
+}
+
+func newMetrics(a *Agent) *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "torpor_node_operations_total",
+			Help: "Node operations executed (retries answered from the record are not counted), by method and result.",
+		}, []string{"method", "result"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "torpor_node_operation_seconds",
+			Help:    "Duration of node operations, readiness included.",
+			Buckets: []float64{.01, .025, .05, .1, .15, .2, .3, .5, 1, 2, 5, 10, 30},
+		}, []string{"method"}),
+	}
+	workers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "torpor_node_busy_workers",
+		Help: "Worker slots of this node hosting a workload.",
+	}, func() float64 {
+		busy := 0
+		for _, s := range a.slots {
+			if s.current().ActorUID != "" {
+				busy++
+			}
+		}
+		return float64(busy)
+	})
+	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.operations, m.seconds, workers)
+	return m
+}
+
+func (m *metrics) observe(method string, start time.Time, err error) {
+	result := "ok"
+	if err != nil {
+		result = connect.CodeOf(err).String()
+	}
+	m.operations.WithLabelValues(method, result).Inc()
+	m.seconds.WithLabelValues(method).Observe(time.Since(start).Seconds())
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
