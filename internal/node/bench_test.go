@@ -43,7 +43,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 func benchmarkAgent(b *testing.B, cacheBytes int64) {
 	n := newGVisorNode(b, cacheBytes)
 	ctx := context.Background()
-	actor := workload("bench-actor", "bench", counterTemplate(counterImage(b)))
+	actor := workload("bench-actor", "bench", counterTemplate(runtimetest.CounterImage(b)))
 	resp, err := n.client.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: op("bench-actor", "run", n.worker(0)), Workload: actor}))
 	if err != nil {
 		b.Fatal(err)
@@ -94,7 +94,7 @@ func benchmarkAgent(b *testing.B, cacheBytes int64) {
 func benchmarkRunsc(b *testing.B) {
 	n := newGVisorNode(b, 1)
 	ctx := context.Background()
-	actor := workload("bench-actor", "bench", counterTemplate(counterImage(b)))
+	actor := workload("bench-actor", "bench", counterTemplate(runtimetest.CounterImage(b)))
 	resp, err := n.client.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: op("bench-actor", "run", n.worker(0)), Workload: actor}))
 	if err != nil {
 		b.Fatal(err)

@@ -11,73 +11,20 @@ import (
 	"math/big"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
-	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 )
-
-var (
-	counterOnce   sync.Once
-	counterPinned string
-	counterErr    error
-)
-
-// counterImage returns the pinned reference of the counter example's
-// image, building its layout (as `make images` does) when it is missing.
-func counterImage(t testing.TB) string {
-	t.Helper()
-	counterOnce.Do(func() {
-		root, err := moduleRoot()
-		if err != nil {
-			counterErr = err
-			return
-		}
-		layout := filepath.Join(root, "examples", "counter", "image")
-		if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
-			cmd := exec.Command("go", "run", "./examples/counter/mkimage", "-out", layout, "-tag", "latest")
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				counterErr = fmt.Errorf("build the counter image (make images): %w: %s", err, out)
-				return
-			}
-		}
-		counterPinned, counterErr = image.Resolve(context.Background(), image.LayoutScheme+layout+":latest", "")
-	})
-	if counterErr != nil {
-		t.Fatal(counterErr)
-	}
-	return counterPinned
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above %s", dir)
-		}
-		dir = parent
-	}
-}
 
 // counterTemplate is the counter example's template: an in-memory count
 // and one line per request in its durable volume "data".
@@ -280,7 +227,7 @@ func (n *gvisorNode) wantFree(t testing.TB, i int) {
 func TestGVisorEndToEnd(t *testing.T) {
 	n := newGVisorNode(t, 1)
 	ctx := context.Background()
-	tmpl := counterTemplate(counterImage(t))
+	tmpl := counterTemplate(runtimetest.CounterImage(t))
 	actor := workload("actor-a", "a", tmpl)
 	ip0, ip1 := n.ip(t, 0), n.ip(t, 1)
 	if ip0 == ip1 {

@@ -152,7 +152,7 @@ func TestKilledAgentAdoptsItsWorkloads(t *testing.T) {
 		network.TeardownAll(ctx)
 	})
 	ctx := context.Background()
-	tmpl := counterTemplate(counterImage(t))
+	tmpl := counterTemplate(runtimetest.CounterImage(t))
 	w0, w1 := WorkerName(name, 0), WorkerName(name, 1)
 	runReq := &torporv1.RunRequest{Op: op("actor-k", "op-run", w0), Workload: workload("actor-k", "k", tmpl)}
 
