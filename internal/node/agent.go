@@ -137,6 +137,17 @@ type Agent struct {
 	mu       sync.Mutex
 	inflight map[opKey]*call
 	ops      sync.WaitGroup
+
+	// identityClient calls the control plane's IdentityService as this
+	// node (MintCert, MintJWT for the workloads on its workers). Set
+	// before the agent serves its API.
+	identityClient torporv1connect.IdentityServiceClient
+	// workers are the records the control plane answered the latest
+	// registration with, by worker name (mint requests name a worker by
+	// namespace, name and uid); registered is closed after the first.
+	workersMu  sync.Mutex
+	workers    map[string]*torporv1.Worker
+	registered chan struct{}
 }
 
 // New checks cfg and returns an agent; Run starts it.
@@ -194,6 +205,7 @@ func New(cfg Config) (*Agent, error) {
 		byName:      map[string]*slot{},
 		storage:     cfg.Snapshots,
 		inflight:    map[opKey]*call{},
+		registered:  make(chan struct{}),
 	}
 	a.metrics = newMetrics(a)
 	return a, nil
@@ -225,6 +237,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if address == "" {
 		address = advertised(ln.Addr())
 	}
+	a.identityClient = torporv1connect.NewIdentityServiceClient(a.cfg.HTTPClient, strings.TrimSuffix(a.cfg.ServerURL, "/"))
 	a.log.Info("serving node agent API", "listen", ln.Addr().String(), "address", address, "workers", len(a.slots), "runtime", a.rt.Class())
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
@@ -476,12 +489,46 @@ func (a *Agent) register(ctx context.Context, client torporv1connect.NodeService
 	if err != nil {
 		return err
 	}
-	for _, w := range resp.Msg.GetWorkers() {
-		a.log.Debug("worker registered", "worker", w.GetMetadata().GetName(), "uid", w.GetMetadata().GetUid())
-	}
+	a.recordWorkers(resp.Msg.GetWorkers())
 	a.log.Info("registered with the control plane", "server", a.cfg.ServerURL, "workers", len(resp.Msg.GetWorkers()))
 	a.dropOrphans(ctx, idle, resp.Msg.GetWorkers())
 	return nil
+}
+
+// recordWorkers keeps the control plane's records of this node's workers.
+func (a *Agent) recordWorkers(workers []*torporv1.Worker) {
+	byName := make(map[string]*torporv1.Worker, len(workers))
+	for _, w := range workers {
+		a.log.Debug("worker registered", "worker", w.GetMetadata().GetName(), "uid", w.GetMetadata().GetUid())
+		byName[w.GetMetadata().GetName()] = w
+	}
+	a.workersMu.Lock()
+	defer a.workersMu.Unlock()
+	a.workers = byName
+	select {
+	case <-a.registered:
+	default:
+		close(a.registered)
+	}
+}
+
+// registeredWorker returns the control plane's record of a worker of this
+// node (its namespace and uid name it in mint requests). A restarted agent
+// may be asked to run a workload before it registered again, so this
+// waits for the first registration, as long as ctx allows.
+func (a *Agent) registeredWorker(ctx context.Context, worker string) (*torporv1.Worker, error) {
+	select {
+	case <-a.registered:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("worker %s: the node has not registered with the control plane yet: %w", worker, ctx.Err())
+	}
+	a.workersMu.Lock()
+	defer a.workersMu.Unlock()
+	w, ok := a.workers[worker]
+	if !ok {
+		return nil, fmt.Errorf("worker %s: the control plane did not register it", worker)
+	}
+	return w, nil
 }
 
 // dropOrphans removes the workloads of slots (locked by the caller) that
