@@ -48,7 +48,7 @@ type clusterOptions struct {
 
 // cluster is a control plane, its node agents and a router.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	store   store.Store
 	server  *server.Server
@@ -75,7 +75,7 @@ type nodeAgent struct {
 	done    chan struct{}
 }
 
-func newCluster(t *testing.T, opts clusterOptions) *cluster {
+func newCluster(t testing.TB, opts clusterOptions) *cluster {
 	t.Helper()
 	runtimetest.RequireRoot(t)
 	if opts.nodes == 0 {
@@ -182,7 +182,7 @@ func (c *cluster) addNode(workers int) *nodeAgent {
 }
 
 // shutdown stops the agent and removes every sandbox and network it made.
-func (n *nodeAgent) shutdown(t *testing.T) {
+func (n *nodeAgent) shutdown(t testing.TB) {
 	n.stop()
 	<-n.done
 	ctx := context.Background()
@@ -204,7 +204,7 @@ func (n *nodeAgent) shutdown(t *testing.T) {
 }
 
 // storeURL gives each test a fresh SQLite file or PostgreSQL schema.
-func storeURL(t *testing.T, backend string) string {
+func storeURL(t testing.TB, backend string) string {
 	switch backend {
 	case "sqlite":
 		return "sqlite:" + filepath.Join(t.TempDir(), "torpor.db")
@@ -237,7 +237,7 @@ func storeURL(t *testing.T, backend string) string {
 
 // shortTempDir is a temporary directory with a short path: runsc's control
 // sockets live under it and a socket path must fit in 107 bytes.
-func shortTempDir(t *testing.T) string {
+func shortTempDir(t testing.TB) string {
 	dir, err := os.MkdirTemp("", "te")
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +257,7 @@ func randomHex(n int) string {
 }
 
 // counterTemplate is the counter example's template on the local image.
-func counterTemplate(t *testing.T, name string, change func(*torporv1.TemplateSpec)) *torporv1.Template {
+func counterTemplate(t testing.TB, name string, change func(*torporv1.TemplateSpec)) *torporv1.Template {
 	spec := &torporv1.TemplateSpec{
 		SandboxClass: "gvisor",
 		Containers: []*torporv1.Container{{

@@ -1,0 +1,324 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/image"
+	"github.com/torpor-dev/torpor/internal/netns"
+	"github.com/torpor-dev/torpor/internal/router"
+	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+)
+
+// BenchmarkActivation measures the design's activation latency on real
+// gVisor: a request through the router for a suspended counter actor until
+// its response arrives (resume through the control plane, the node agent's
+// restore from the snapshot on local disk, readiness, proxying). Interleaved
+// with it, as the baseline, a plain `runsc restore` of a counter checkpoint
+// to its first response, in a slot of the same node network the agent does
+// not use, with the runtime's runsc flags. Percentiles need samples:
+//
+//	go test -run '^$' -bench Activation -benchtime=30x ./e2e
+func BenchmarkActivation(b *testing.B) {
+	c := newCluster(b, clusterOptions{backend: "sqlite", workersPerNode: 2})
+	c.applyTemplate(counterTemplate(b, "counter", nil))
+	c.createActor("bench", "counter")
+	home, err := http.NewRequest(http.MethodGet, c.ingress+"/", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	home.Header.Set(router.ActorHeader, "default/bench")
+	client := &http.Client{Transport: &http.Transport{}}
+	b.Cleanup(client.CloseIdleConnections)
+	// The first request restores the golden; from then on every resume
+	// restores the actor's own last snapshot, as in steady state.
+	requests := 1
+	fetch(b, client, home)
+	raw := newRawCounter(b, c)
+
+	b.Run("suspended", func(b *testing.B) {
+		var activation, resumeStep, restore samples
+		for range b.N {
+			b.StopTimer()
+			if _, err := c.actors.SuspendActor(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: "bench"})); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			took, body := fetch(b, client, home)
+			activation.add(took)
+			requests++
+			// FULL restores keep the count in memory and the lines on disk.
+			if want := fmt.Sprintf("count=%d lines=%d", requests, requests); body != want {
+				b.Fatalf("request %d after a suspend: %q, want %q", requests, body, want)
+			}
+			resumeStep.add(lastResumeStep(b, c, "bench"))
+			restore.add(raw.cycle(b))
+		}
+		activation.report(b, "activation")
+		resumeStep.report(b, "resume-step")
+		restore.report(b, "runsc-restore")
+		b.ReportMetric(activation.at(0.50)/restore.at(0.50), "p50-ratio")
+		b.ReportMetric(activation.at(0.95)/restore.at(0.95), "p95-ratio")
+	})
+}
+
+// lastResumeStep is how long the actor's last resume took in the control
+// plane's own record: from its claim to RUNNING, the node's restore and
+// readiness included.
+func lastResumeStep(b *testing.B, c *cluster, actor string) time.Duration {
+	b.StopTimer()
+	defer b.StartTimer()
+	resp, err := c.actors.ListActorEvents(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: actor}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	events := resp.Msg.GetEvents()
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].GetToState() == torporv1.ActorState_ACTOR_STATE_RUNNING {
+			return time.Duration(events[i].GetDurationMs()) * time.Millisecond
+		}
+	}
+	b.Fatalf("actor %s has no resume in its history", actor)
+	return 0
+}
+
+// BenchmarkRouterRunning measures what the router adds per request for a
+// RUNNING actor on gVisor: the same small request (the counter's /readyz)
+// straight to the worker's address and through the router, alternately,
+// each over its own keep-alive connection.
+//
+//	go test -run '^$' -bench RouterRunning -benchtime=3s ./e2e
+func BenchmarkRouterRunning(b *testing.B) {
+	c := newCluster(b, clusterOptions{backend: "sqlite", workersPerNode: 1})
+	c.applyTemplate(counterTemplate(b, "counter", nil))
+	c.createActor("bench", "counter")
+	ip := c.mustResume("bench").GetStatus().GetWorker().GetIp()
+	direct, err := http.NewRequest(http.MethodGet, "http://"+net.JoinHostPort(ip, "8080")+"/readyz", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	routed, err := http.NewRequest(http.MethodGet, c.ingress+"/readyz", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	routed.Header.Set(router.ActorHeader, "default/bench")
+	directClient, routedClient := &http.Client{Transport: &http.Transport{}}, &http.Client{Transport: &http.Transport{}}
+	b.Cleanup(directClient.CloseIdleConnections)
+	b.Cleanup(routedClient.CloseIdleConnections)
+
+	b.Run("readyz", func(b *testing.B) {
+		var viaDirect, viaRouter samples
+		for b.Loop() {
+			took, _ := fetch(b, directClient, direct)
+			viaDirect.add(took)
+			took, _ = fetch(b, routedClient, routed)
+			viaRouter.add(took)
+		}
+		viaDirect.reportMicros(b, "direct")
+		viaRouter.reportMicros(b, "router")
+		b.ReportMetric((viaRouter.at(0.50)-viaDirect.at(0.50))*1000, "added-p50-us")
+		b.ReportMetric(viaRouter.at(0.50)/viaDirect.at(0.50), "p50-ratio")
+	})
+}
+
+// fetch sends req and reads the whole answer, which must be a 200.
+func fetch(tb testing.TB, client *http.Client, req *http.Request) (time.Duration, string) {
+	tb.Helper()
+	t0 := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(t0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		tb.Fatalf("GET %s: %s %s", req.URL, resp.Status, body)
+	}
+	return took, strings.TrimSpace(string(body))
+}
+
+// rawCounter is the counter in a gVisor sandbox that plain runsc
+// checkpoints and restores: no control plane, agent, snapshot storage or
+// router.
+type rawCounter struct {
+	runsc string
+	// flags are the gvisor runtime's global runsc flags; a restore must use
+	// the ones the checkpointed sandbox ran with.
+	flags   []string
+	slot    runtime.Slot
+	bundle  string
+	id      string
+	images  string
+	console string
+	restore int
+}
+
+// newRawCounter boots the counter with the gvisor runtime in a slot of the
+// cluster's first node network beyond the agent's workers.
+func newRawCounter(b *testing.B, c *cluster) *rawCounter {
+	b.Helper()
+	ctx := context.Background()
+	n := c.nodes[0]
+	slot, err := n.network.Slot(ctx, "raw", n.workers)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := shortTempDir(b)
+	root := filepath.Join(dir, "gvisor")
+	rt, err := gvisor.New(gvisor.Config{Runsc: runtimetest.Runsc(b), RootDir: root, Logger: testLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := counterTemplate(b, "raw", nil).GetSpec()
+	rootfs, err := image.Unpack(ctx, spec.GetContainers()[0].GetImage(), filepath.Join(dir, "images"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	volume := filepath.Join(dir, "data")
+	if err := os.Mkdir(volume, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	w := runtime.Workload{
+		ActorUID: "raw-counter", Space: "default", Actor: "raw-counter", Template: spec,
+		Rootfs:  map[string]string{spec.GetContainers()[0].GetName(): rootfs},
+		Volumes: map[string]string{"data": volume},
+	}
+	b.Cleanup(func() {
+		// Terminate finds the restored sandboxes by their slot's prefix.
+		if err := rt.Terminate(ctx, slot); err != nil {
+			b.Errorf("remove the raw counter: %v", err)
+		}
+		if err := rt.Close(ctx); err != nil {
+			b.Errorf("close the raw counter's runtime: %v", err)
+		}
+	})
+	if err := rt.Run(ctx, slot, w); err != nil {
+		b.Fatal(err)
+	}
+	configs, err := filepath.Glob(filepath.Join(root, "slots", slot.Name, "*", "config.json"))
+	if err != nil || len(configs) != 1 {
+		b.Fatalf("bundle of the raw counter: %v %v", configs, err)
+	}
+	r := &rawCounter{
+		runsc: runtimetest.Runsc(b),
+		flags: []string{"--root=" + filepath.Join(root, "runsc"), "--platform=systrap", "--network=sandbox", "--overlay2=root:memory", "--ignore-cgroups"},
+		slot:  slot, bundle: filepath.Dir(configs[0]), id: filepath.Base(filepath.Dir(configs[0])),
+		images: filepath.Join(dir, "images-raw"),
+	}
+	r.console = filepath.Join(r.bundle, "console.log")
+	waitAnswering(b, slot.IP)
+	return r
+}
+
+// cycle checkpoints the counter and returns how long a plain restore took
+// to its first answer.
+func (r *rawCounter) cycle(b *testing.B) time.Duration {
+	b.StopTimer()
+	defer b.StartTimer()
+	img := filepath.Join(r.images, fmt.Sprint(r.restore))
+	r.run(b, "checkpoint", "--compression=none", "--image-path="+img, r.id)
+	r.run(b, "delete", "--force", r.id)
+	// The sandbox took the slot's address with it.
+	if err := netns.Configure(context.Background(), r.slot); err != nil {
+		b.Fatal(err)
+	}
+	// Named like the runtime's sandboxes of this slot, so its cleanup
+	// finds them.
+	r.restore++
+	r.id = fmt.Sprintf("%s_r%d", r.slot.Name, r.restore)
+	t0 := time.Now()
+	r.run(b, "restore", "--detach", "--image-path="+img, "--bundle="+r.bundle, r.id)
+	waitAnswering(b, r.slot.IP)
+	took := time.Since(t0)
+	if err := os.RemoveAll(img); err != nil {
+		b.Fatal(err)
+	}
+	return took
+}
+
+// run runs one runsc command. Its output goes to the bundle's console
+// log: a restored sandbox inherits it, and would hold a pipe open forever.
+func (r *rawCounter) run(b *testing.B, args ...string) {
+	b.Helper()
+	f, err := os.OpenFile(r.console, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(r.runsc, append(slices.Clone(r.flags), args...)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("runsc %s: %v (output in %s)", strings.Join(args, " "), err, r.console)
+	}
+}
+
+// waitAnswering polls the counter's /readyz until it answers 200, as often
+// as every 2 ms: finer than the node agent's readiness probe, so the
+// baseline is close to what runsc alone allows.
+func waitAnswering(b *testing.B, ip string) {
+	b.Helper()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Second}
+	url := "http://" + net.JoinHostPort(ip, "8080") + "/readyz"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the raw counter at %s did not answer within 30s: %v", ip, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+type samples []time.Duration
+
+func (s *samples) add(d time.Duration) { *s = append(*s, d) }
+
+// at is the q-quantile of s in milliseconds.
+func (s samples) at(q float64) float64 {
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	sorted := slices.Clone(s)
+	slices.Sort(sorted)
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return float64(sorted[max(i, 0)].Nanoseconds()) / 1e6
+}
+
+// report adds the p50 and p95 of s in milliseconds as metrics named name.
+func (s samples) report(b *testing.B, name string) {
+	b.ReportMetric(s.at(0.50), name+"-p50-ms")
+	b.ReportMetric(s.at(0.95), name+"-p95-ms")
+}
+
+// reportMicros adds the p50 and p95 of s in microseconds.
+func (s samples) reportMicros(b *testing.B, name string) {
+	b.ReportMetric(s.at(0.50)*1000, name+"-p50-us")
+	b.ReportMetric(s.at(0.95)*1000, name+"-p95-us")
+}
