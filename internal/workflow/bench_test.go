@@ -67,6 +67,9 @@ type benchFleet struct {
 	agents fakeAgents
 	engine *Engine
 	actors []string
+	// claims counts resume claim attempts: more than one per resume means
+	// concurrent resumes raced for the same worker and retried.
+	claims atomic.Int64
 }
 
 func newBenchFleet(tb testing.TB, storeURL string) *benchFleet {
@@ -79,6 +82,7 @@ func newBenchFleet(tb testing.TB, storeURL string) *benchFleet {
 	tb.Cleanup(func() { st.Close() })
 	f := &benchFleet{ctx: ctx, store: st, agents: fakeAgents{}}
 	f.engine = New(st, f.agents, &fakeObjects{}, Options{HeartbeatTimeout: time.Hour}, slog.New(slog.DiscardHandler))
+	f.engine.SetHooks(Hooks{BeforeResumeClaim: func(*torporv1.Actor) { f.claims.Add(1) }})
 	err = st.InTx(ctx, func(tx store.Tx) error {
 		for n := range benchNodes {
 			node := fmt.Sprintf("node-%d", n)
@@ -166,6 +170,7 @@ func (f *benchFleet) cycle(tb testing.TB, name string, resumes, suspends *latenc
 // no step ever waits for another step of the same actor.
 func (f *benchFleet) run(b *testing.B, goroutines int) {
 	restoresBefore := f.calls("Restore")
+	f.claims.Store(0)
 	var next atomic.Int64
 	resumes := make([]latencies, goroutines)
 	suspends := make([]latencies, goroutines)
@@ -201,6 +206,7 @@ func (f *benchFleet) run(b *testing.B, goroutines int) {
 		b.Fatalf("%d of %d workers are free after the run", len(free), benchNodes*benchWorkersPerNode)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
+	b.ReportMetric(float64(f.claims.Load())/float64(b.N), "claims/resume")
 	slices.Concat(resumes...).report(b, "resume")
 	slices.Concat(suspends...).report(b, "suspend")
 }
