@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"debug/elf"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -15,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/image"
+	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/store/storetest"
 )
 
 // buildCounter compiles the counter as the image build does: static.
@@ -40,14 +45,15 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startCounter runs the counter binary with a random port and dataDir as
-// its volume, waits until it is ready and returns its base URL and a func
-// that stops it.
-func startCounter(t *testing.T, bin, dataDir string) (string, func()) {
+// startCounter runs the counter binary with a random port, dataDir as its
+// volume and env added to its environment, waits until it is ready and
+// returns its base URL and a func that stops it.
+func startCounter(t *testing.T, bin, dataDir string, env ...string) (string, func()) {
 	t.Helper()
 	port := freePort(t)
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port), "DATA_DIR="+dataDir)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", bin, err)
@@ -192,5 +198,63 @@ func TestMakeImages(t *testing.T) {
 	defer stop()
 	if code, body := get(t, base+"/"); code != 200 || body != "count=1 lines=1\n" {
 		t.Fatalf("GET / on the image's counter = %d %q", code, body)
+	}
+}
+
+func TestWhoamiAnswersTheCertificateOnDisk(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.URL(t, "sqlite"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ca, err := identity.Load(ctx, st, identity.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(actor string) *x509.Certificate {
+		_, csr, err := identity.NewCSR()
+		if err != nil {
+			t.Fatal(err)
+		}
+		issued, err := ca.IssueWorkloadCertificate(identity.Workload{Space: "default", Actor: actor, ActorUID: "uid-" + actor}, csr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return issued.Certificate
+	}
+	first, renewed, other := issue("c1"), issue("c1"), issue("c2")
+	certPEM := func(c *x509.Certificate) []byte {
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
+	identityDir := t.TempDir()
+	base, stop := startCounter(t, buildCounter(t), t.TempDir(), "IDENTITY_DIR="+identityDir)
+	defer stop()
+	steps := []struct {
+		name     string
+		cert     []byte // written to cert.pem before the request; nil: none
+		wantCode int
+		want     string
+	}{
+		{"no identity yet", nil, http.StatusServiceUnavailable, ""},
+		{"first certificate", certPEM(first), http.StatusOK, "spiffe://torpor.local/space/default/actor/c1 serial=" + first.SerialNumber.Text(16) + "\n"},
+		{"renewed", certPEM(renewed), http.StatusOK, "spiffe://torpor.local/space/default/actor/c1 serial=" + renewed.SerialNumber.Text(16) + "\n"},
+		{"another actor", append(certPEM(other), certPEM(ca.CACertificate())...), http.StatusOK, "spiffe://torpor.local/space/default/actor/c2 serial=" + other.SerialNumber.Text(16) + "\n"},
+		{"not a certificate", []byte("junk"), http.StatusInternalServerError, ""},
+	}
+	for _, s := range steps {
+		if s.cert != nil {
+			if err := os.WriteFile(filepath.Join(identityDir, "cert.pem"), s.cert, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		code, body := get(t, base+"/whoami")
+		if code != s.wantCode || (s.want != "" && body != s.want) {
+			t.Fatalf("%s: GET /whoami = %d %q, want %d %q", s.name, code, body, s.wantCode, s.want)
+		}
+	}
+	// Identity does not disturb counting.
+	if code, body := get(t, base+"/"); code != http.StatusOK || body != "count=1 lines=1\n" {
+		t.Fatalf("GET / = %d %q, want count=1 lines=1", code, body)
 	}
 }

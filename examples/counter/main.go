@@ -3,13 +3,21 @@
 // Its answer, "count=N lines=M", shows which state survived a suspend and
 // resume: a FULL restore keeps both numbers, a DATA restore keeps only the
 // lines, a cold boot keeps neither.
+//
+// GET /whoami answers the workload identity the node agent gave it: the
+// SPIFFE ID and serial number of the certificate in IDENTITY_DIR (default
+// /run/torpor/identity), read on every request, so a renewed certificate
+// or the fresh one of a restore shows at once.
 package main
 
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -23,9 +31,10 @@ import (
 func main() {
 	port := envOr("PORT", "8080")
 	dataDir := envOr("DATA_DIR", "/data")
+	identityDir := envOr("IDENTITY_DIR", "/run/torpor/identity")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, ":"+port, dataDir); err != nil {
+	if err := run(ctx, ":"+port, dataDir, identityDir); err != nil {
 		slog.Error("counter failed", "err", err)
 		os.Exit(1)
 	}
@@ -38,7 +47,7 @@ func envOr(key, fallback string) string {
 	return fallback
 }
 
-func run(ctx context.Context, addr, dataDir string) error {
+func run(ctx context.Context, addr, dataDir, identityDir string) error {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
@@ -48,6 +57,8 @@ func run(ctx context.Context, addr, dataDir string) error {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ready")
 	})
+	certPath := filepath.Join(identityDir, "cert.pem")
+	mux.HandleFunc("GET /whoami", func(w http.ResponseWriter, _ *http.Request) { serveWhoami(w, certPath) })
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -98,4 +109,36 @@ func appendLine(path, line string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// serveWhoami answers "<SPIFFE ID> serial=<hex>" from the certificate at
+// certPath (its first PEM block), or 503 while there is none.
+func serveWhoami(w http.ResponseWriter, certPath string) {
+	data, err := os.ReadFile(certPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		http.Error(w, "no workload identity yet", http.StatusServiceUnavailable)
+		return
+	}
+	if err != nil {
+		slog.Error("reading workload certificate", "path", certPath, "err", err)
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "CERTIFICATE" {
+		slog.Error("workload certificate holds no CERTIFICATE block", "path", certPath)
+		http.Error(w, certPath+": no CERTIFICATE block", http.StatusInternalServerError)
+		return
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		slog.Error("parsing workload certificate", "path", certPath, "err", err)
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if len(cert.URIs) != 1 {
+		http.Error(w, fmt.Sprintf("%s names %d URIs, want one SPIFFE ID", certPath, len(cert.URIs)), http.StatusInternalServerError)
+		return
+	}
+	fmt.Fprintf(w, "%s serial=%s\n", cert.URIs[0], cert.SerialNumber.Text(16))
 }
