@@ -128,6 +128,8 @@ type Agent struct {
 	slots   []*slot
 	byName  map[string]*slot
 	metrics *metrics
+	// renewals renew the certificates of the workloads running here.
+	renewals renewals
 
 	storage    snapshot.ObjectStore
 	cache      *snapshot.Cache
