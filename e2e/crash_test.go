@@ -227,16 +227,14 @@ func TestServerKilledMidWorkflow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			addr := freeAddr(t)
-			url := "http://" + addr
 			snapshots := filepath.Join(dir, "snapshots")
-			args := []string{"--store", "sqlite:" + filepath.Join(dir, "torpor.db"), "--snapshots", snapshots, "--listen", addr, "--recover-after", "1m"}
-			srv := serverProcess(t, url, args...)
+			args := []string{"--store", "sqlite:" + filepath.Join(dir, "torpor.db"), "--snapshots", snapshots, "--recover-after", "1m"}
+			srv, conn := serverProcess(t, dir, addr, args...)
+			c := apiCluster(t, conn)
 			rt := fake.New()
 			nodeName := "e2f-" + randomHex(3)
-			startFakeNode(t, nodeName, url, rt, snapshots)
+			startFakeNode(t, c, nodeName, rt, snapshots)
 			slot := node.WorkerName(nodeName, 0)
-
-			c := apiCluster(t, url)
 			c.waitForWorkers(nodeName, 1)
 			// No readiness probe: nothing listens behind the fake.
 			c.applyTemplate(counterTemplate(t, "counter", func(s *torporv1.TemplateSpec) { s.Containers[0].ReadinessProbe = nil }))
@@ -257,7 +255,7 @@ func TestServerKilledMidWorkflow(t *testing.T) {
 			}
 			release()
 
-			serverProcess(t, url, args...)
+			serverProcess(t, dir, addr, args...)
 			c.waitFor("no actor in flight after the restart", func() bool {
 				return !slices.ContainsFunc(c.listActors(), func(a *torporv1.Actor) bool { return inFlight(a.GetStatus().GetState()) })
 			})
@@ -421,8 +419,9 @@ func (loopbackNetwork) Slot(_ context.Context, name string, _ int) (runtime.Slot
 
 // startFakeNode runs an in-process node agent with one worker on the fake
 // runtime until the test ends.
-func startFakeNode(t testing.TB, name, serverURL string, rt *fake.Runtime, snapshots string) {
+func startFakeNode(t testing.TB, c *cluster, name string, rt *fake.Runtime, snapshots string) {
 	t.Helper()
+	token, fingerprint := c.joinToken(name)
 	objects, err := snapshot.NewDirStore(snapshots)
 	if err != nil {
 		t.Fatal(err)
@@ -432,8 +431,9 @@ func startFakeNode(t testing.TB, name, serverURL string, rt *fake.Runtime, snaps
 		t.Fatal(err)
 	}
 	agent, err := node.New(node.Config{
-		Name: name, ServerURL: serverURL, Listener: ln, Workers: 1, Pool: "default",
+		Name: name, ServerURL: c.api, Listener: ln, Workers: 1, Pool: "default",
 		StateDir: t.TempDir(), Runtime: rt, Snapshots: objects, Network: loopbackNetwork{},
+		CAFingerprint: fingerprint, JoinToken: func(context.Context) (string, error) { return token, nil },
 		HeartbeatInterval: 200 * time.Millisecond, Logger: testLogger(),
 	})
 	if err != nil {
@@ -476,8 +476,11 @@ func (c *cluster) startNodeProcess(workers int) *nodeProcess {
 		network: netns.Config{Bridge: "tp" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 248+mrand.IntN(4), mrand.IntN(256))},
 	}
 	n.network.Node = n.name
+	// The token joins the first start only: a restart (same arguments)
+	// must use the certificate the node saved.
+	token, fingerprint := c.joinToken(n.name)
 	n.args = []string{"node",
-		"--server", c.api, "--name", n.name, "--workers", strconv.Itoa(workers),
+		"--server", c.api, "--join-token", token, "--ca-fingerprint", fingerprint, "--name", n.name, "--workers", strconv.Itoa(workers),
 		"--listen", freeAddr(t), "--state-dir", n.stateDir, "--snapshots", c.objects.Root(),
 		"--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)}
 	n.process = startProcess(t, "node-"+n.name, n.args...)

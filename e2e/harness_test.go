@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/cli"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
 	"github.com/torpor-dev/torpor/internal/router"
@@ -57,6 +59,10 @@ type cluster struct {
 	nodes   []*nodeAgent
 	router  *router.Router
 	ingress string
+	// conn reaches the API as the admin (the CA to verify it with and the
+	// admin token); http is its client.
+	conn cli.Connection
+	http *http.Client
 
 	actors    torporv1connect.ActorServiceClient
 	templates torporv1connect.TemplateServiceClient
@@ -97,22 +103,44 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 	}
 	logger := testLogger()
 	c.server = server.New(c.store, c.objects, server.Options{Logger: logger, HeartbeatTimeout: opts.heartbeatTimeout, RecoverAfter: time.Minute})
-	api := httptest.NewServer(c.server.Handler())
-	t.Cleanup(api.Close)
-	c.api = api.URL
+	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCtx, stopServing := context.WithCancel(ctx)
+	// The certificate comes first: the background work calls node agents
+	// with it.
+	apiTLS, err := c.server.TLSConfig(serveCtx, apiLn.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- server.Serve(serveCtx, apiLn, c.server.Handler(), apiTLS) }()
+	t.Cleanup(func() {
+		stopServing()
+		if err := <-served; err != nil {
+			t.Errorf("serve API: %v", err)
+		}
+	})
+	c.api = "https://" + apiLn.Addr().String()
 	bg, stopBackground := context.WithCancel(ctx)
 	go c.server.RunBackground(bg)
 	t.Cleanup(stopBackground)
 
-	c.actors = torporv1connect.NewActorServiceClient(http.DefaultClient, c.api)
-	c.templates = torporv1connect.NewTemplateServiceClient(http.DefaultClient, c.api)
-	c.workers = torporv1connect.NewWorkerServiceClient(http.DefaultClient, c.api)
-	c.snapshots = torporv1connect.NewSnapshotServiceClient(http.DefaultClient, c.api)
+	ca, err := c.server.Authority(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := c.server.AdminToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.connect(cli.Connection{Server: c.api, CA: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.CACertificate().Raw}), Token: token})
 
 	for range opts.nodes {
 		c.addNode(opts.workersPerNode)
 	}
-	c.router, err = router.New(router.Config{Server: c.api, Logger: logger, ParkTimeout: opts.parkTimeout})
+	c.router, err = router.New(router.Config{Server: c.api, HTTPClient: c.http, Logger: logger, ParkTimeout: opts.parkTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +151,34 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 	go c.router.Run(routerCtx) //nolint:errcheck // ends with the test
 	t.Cleanup(stopRouter)
 	return c
+}
+
+// connect sets the API clients of c to conn.
+func (c *cluster) connect(conn cli.Connection) {
+	c.t.Helper()
+	hc, err := conn.HTTPClient()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(hc.CloseIdleConnections)
+	c.conn, c.http = conn, hc
+	c.actors = torporv1connect.NewActorServiceClient(hc, conn.Server)
+	c.templates = torporv1connect.NewTemplateServiceClient(hc, conn.Server)
+	c.workers = torporv1connect.NewWorkerServiceClient(hc, conn.Server)
+	c.snapshots = torporv1connect.NewSnapshotServiceClient(hc, conn.Server)
+}
+
+// joinToken makes a join token for node through the API, as an admin
+// does, and returns it with the CA fingerprint the node must pin.
+func (c *cluster) joinToken(node string) (token, caFingerprint string) {
+	c.t.Helper()
+	resp, err := torporv1connect.NewIdentityServiceClient(c.http, c.api).CreateToken(c.ctx, connect.NewRequest(&torporv1.CreateTokenRequest{
+		Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN, Node: node,
+	}))
+	if err != nil {
+		c.t.Fatalf("join token for node %s: %v", node, err)
+	}
+	return resp.Msg.GetToken(), resp.Msg.GetCaFingerprint()
 }
 
 // addNode starts a node agent with its own bridge and subnet, so tests
@@ -146,9 +202,11 @@ func (c *cluster) addNode(workers int) *nodeAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	token, fingerprint := c.joinToken(n.name)
 	n.agent, err = node.New(node.Config{
 		Name: n.name, ServerURL: c.api, Listener: ln, Workers: workers, Pool: "default",
 		StateDir: state, Runtime: n.runtime, Snapshots: c.objects, Network: n.network,
+		CAFingerprint: fingerprint, JoinToken: func(context.Context) (string, error) { return token, nil },
 		HeartbeatInterval: 200 * time.Millisecond,
 		Logger:            testLogger(),
 	})

@@ -19,6 +19,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/cli"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 )
 
@@ -154,43 +155,66 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// serverProcess runs `torpor server` with args and waits until it serves.
-func serverProcess(t testing.TB, url string, args ...string) *process {
+// serverProcess runs `torpor server` on addr with args, its admin token
+// and CA written into dir, waits until it serves, and returns it with the
+// connection an admin uses. A restart on the same store and dir has the
+// same CA and admin token.
+func serverProcess(t testing.TB, dir, addr string, args ...string) (*process, cli.Connection) {
 	t.Helper()
-	p := startProcess(t, "server", append([]string{"server"}, args...)...)
+	tokenFile, caFile := filepath.Join(dir, "admin-token"), filepath.Join(dir, "ca.pem")
+	args = append([]string{"server", "--listen", addr, "--admin-token-file", tokenFile, "--ca-file", caFile}, args...)
+	p := startProcess(t, "server", args...)
+	conn := cli.Connection{Server: "https://" + addr}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		resp, err := http.Get(url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		if !p.running() {
-			t.Fatal("torpor server exited before it served")
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("torpor server did not serve %s within a minute", url)
+		if err := p.serving(&conn, tokenFile, caFile); err == nil {
+			return p, conn
+		} else if !p.running() {
+			t.Fatalf("torpor server exited before it served: %v", err)
+		} else if time.Now().After(deadline) {
+			t.Fatalf("torpor server did not serve %s within a minute: %v", conn.Server, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// apiCluster is a cluster view over a control plane at url that the test
-// does not run itself: only the API clients are set.
-func apiCluster(t *testing.T, url string) *cluster {
-	return &cluster{
-		t: t, ctx: context.Background(), api: url,
-		actors:    torporv1connect.NewActorServiceClient(http.DefaultClient, url),
-		templates: torporv1connect.NewTemplateServiceClient(http.DefaultClient, url),
-		workers:   torporv1connect.NewWorkerServiceClient(http.DefaultClient, url),
-		snapshots: torporv1connect.NewSnapshotServiceClient(http.DefaultClient, url),
+// serving reads the server's client files into conn and checks that the
+// server answers over TLS with a certificate of that CA.
+func (p *process) serving(conn *cli.Connection, tokenFile, caFile string) error {
+	token, err := os.ReadFile(tokenFile)
+	if err != nil {
+		return err
 	}
+	if conn.CA, err = os.ReadFile(caFile); err != nil {
+		return err
+	}
+	conn.Token = strings.TrimSpace(string(token))
+	hc, err := conn.HTTPClient()
+	if err != nil {
+		return err
+	}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(conn.Server + "/healthz")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/healthz: %s", resp.Status)
+	}
+	return nil
+}
+
+// apiCluster is a cluster view over a control plane the test does not run
+// itself: only the API clients are set.
+func apiCluster(t *testing.T, conn cli.Connection) *cluster {
+	c := &cluster{t: t, ctx: context.Background(), api: conn.Server}
+	c.connect(conn)
+	return c
 }
 
 func (c *cluster) nodeClient() torporv1connect.NodeServiceClient {
-	return torporv1connect.NewNodeServiceClient(http.DefaultClient, c.api)
+	return torporv1connect.NewNodeServiceClient(c.http, c.api)
 }
 
 // waitForWorkers waits until node has registered n workers.

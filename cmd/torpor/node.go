@@ -1,6 +1,9 @@
 package main
 
 import (
+	"cmp"
+	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
@@ -28,6 +32,8 @@ type nodeFlags struct {
 	runsc     string
 	bridge    string
 	cidr      string
+	joinToken string
+	caFile    string
 }
 
 func newNodeCommand() *cobra.Command {
@@ -39,7 +45,18 @@ func newNodeCommand() *cobra.Command {
 		Long: `Run the node agent: it makes --workers worker slots (each with its own
 network namespace on the node bridge), registers them with the control plane
 and runs, checkpoints and restores actors in them. Stopping the agent leaves
-running actors alone: the next start adopts them. Needs root.`,
+running actors alone: the next start adopts them. Needs root.
+
+The agent talks to the control plane over mutual TLS with a certificate
+naming the node. The first start joins with a token an admin made for it
+(torpor token create --node NAME), trusting only a server of the CA that
+--ca-fingerprint (or the certificate in --ca) pins:
+
+  torpor node --name NAME --server https://HOST:7070 --join-token T --ca-fingerprint sha256:...
+
+The certificate is kept (and renewed) in the state directory, so later
+starts need no token. The agent serves its API over TLS with the same
+certificate, to the control plane only.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
@@ -54,13 +71,16 @@ running actors alone: the next start adopts them. Needs root.`,
 		},
 	}
 	flags := cmd.Flags()
-	flags.StringVar(&cfg.ServerURL, "server", "http://127.0.0.1:7070", "control plane URL")
+	flags.StringVar(&cfg.ServerURL, "server", "https://127.0.0.1:7070", "control plane URL")
+	flags.StringVar(&f.joinToken, "join-token", "", "join token for the first start (default $TORPOR_JOIN_TOKEN; see torpor token create --node)")
+	flags.StringVar(&cfg.CAFingerprint, "ca-fingerprint", "", "sha256:<hex> of the control plane's CA, printed with the join token")
+	flags.StringVar(&f.caFile, "ca", "", "file of the control plane's CA certificate (PEM), instead of --ca-fingerprint")
 	flags.StringVar(&cfg.Name, "name", defaultNodeName(), "node name (a DNS-1123 label); workers are <name>-w<i>")
 	flags.IntVar(&cfg.Workers, "workers", 2, "number of worker slots")
 	flags.StringVar(&cfg.Pool, "pool", "default", "worker pool of this node's workers")
 	flags.StringVar(&f.labels, "labels", "", "labels of the node and its workers: k=v,k2=v2")
 	flags.StringVar(&cfg.Listen, "listen", "127.0.0.1:7071", "address to serve the node agent API on")
-	flags.StringVar(&cfg.Advertise, "advertise", "", "URL the control plane reaches this agent at (default http://<listen>)")
+	flags.StringVar(&cfg.Advertise, "advertise", "", "URL the control plane reaches this agent at (default https://<listen>)")
 	flags.StringVar(&cfg.StateDir, "state-dir", "", "node state: records, volumes, images, snapshot cache (default <data dir>/node/<name>)")
 	flags.StringVar(&f.snapshots, "snapshots", "", "snapshot storage directory, shared with the server (default <data dir>/snapshots)")
 	flags.StringVar(&f.runtime, "runtime", gvisor.Class, "sandbox runtime: gvisor")
@@ -72,6 +92,9 @@ running actors alone: the next start adopts them. Needs root.`,
 
 func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) error {
 	cfg.Logger = logger
+	if err := completeJoin(cfg, f); err != nil {
+		return err
+	}
 	labels, err := parseLabels(f.labels)
 	if err != nil {
 		return err
@@ -104,6 +127,34 @@ func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) err
 	}
 	cfg.Runtime, err = gvisor.New(gvisor.Config{Runsc: runsc, RootDir: filepath.Join(cfg.StateDir, "gvisor"), Logger: logger})
 	return err
+}
+
+// completeJoin sets what the node joins with: the token (flag or
+// environment) and the CA it pins (fingerprint, or the certificate file's).
+func completeJoin(cfg *node.Config, f *nodeFlags) error {
+	if f.caFile != "" {
+		if cfg.CAFingerprint != "" {
+			return errors.New("--ca and --ca-fingerprint: give one")
+		}
+		data, err := os.ReadFile(f.caFile)
+		if err != nil {
+			return fmt.Errorf("--ca: %w", err)
+		}
+		block, _ := pem.Decode(data)
+		if block == nil || block.Type != "CERTIFICATE" {
+			return fmt.Errorf("--ca %s: no PEM CERTIFICATE block", f.caFile)
+		}
+		cfg.CAFingerprint = identity.Fingerprint(block.Bytes)
+	}
+	token := cmp.Or(f.joinToken, os.Getenv("TORPOR_JOIN_TOKEN"))
+	if token == "" {
+		return nil // a node with a certificate needs none; one without says so
+	}
+	if cfg.CAFingerprint == "" {
+		return errors.New("--join-token needs --ca-fingerprint or --ca: the node must know which control plane to trust before it sends the token")
+	}
+	cfg.JoinToken = func(context.Context) (string, error) { return token, nil }
+	return nil
 }
 
 // parseLabels reads k=v,k2=v2.

@@ -38,15 +38,24 @@ Prometheus metrics are served at /metrics (with /healthz) on
 no actor (any other Host, no Torpor-Actor header), so they never shadow an
 actor's own paths.
 
-The control plane is found like the CLI finds it: --server, then
-$TORPOR_SERVER, then the client config file, then http://127.0.0.1:7070.`,
+The control plane is found, trusted and authenticated to like the CLI does
+it: --server, --ca and --token, then $TORPOR_SERVER, $TORPOR_CA and
+$TORPOR_TOKEN, then the client config file (server defaults to
+https://127.0.0.1:7070). The token must reach every space whose actors the
+router serves: the admin token, or an API token for those spaces.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			base, err := cli.ServerURL(cmd.Flag("server").Value.String())
+			conn, err := cli.ResolveConnection(cmd.Flag("server").Value.String(), cmd.Flag("ca").Value.String(), cmd.Flag("token").Value.String())
 			if err != nil {
 				return err
 			}
-			cfg.Server = base
+			if conn.Token == "" {
+				return errors.New("the router needs an API token: --token, $TORPOR_TOKEN or token: in the client config file")
+			}
+			if cfg.HTTPClient, err = conn.HTTPClient(); err != nil {
+				return err
+			}
+			cfg.Server = conn.Server
 			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			cfg.AdminOnIngress = metricsListen == ""
 			return runRouter(cmd.Context(), cfg, listen, metricsListen)
@@ -73,7 +82,7 @@ func runRouter(ctx context.Context, cfg router.Config, listen, metricsListen str
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
 	parts := map[string]func(context.Context) error{
-		"router":      func(ctx context.Context) error { return server.Serve(ctx, ln, rt) },
+		"router":      func(ctx context.Context) error { return server.Serve(ctx, ln, rt, nil) },
 		"idle policy": func(ctx context.Context) error { return rt.Run(ctx) },
 	}
 	logAttrs := []any{"listen", ln.Addr().String(), "server", cfg.Server, "domain", rt.Domain()}
@@ -83,7 +92,7 @@ func runRouter(ctx context.Context, cfg router.Config, listen, metricsListen str
 			ln.Close()
 			return fmt.Errorf("listen on %s: %w", metricsListen, err)
 		}
-		parts["metrics"] = func(ctx context.Context) error { return server.Serve(ctx, mln, rt.Admin()) }
+		parts["metrics"] = func(ctx context.Context) error { return server.Serve(ctx, mln, rt.Admin(), nil) }
 		logAttrs = append(logAttrs, "metrics", mln.Addr().String())
 	}
 	cfg.Logger.Info("serving actors", logAttrs...)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/server"
 )
 
@@ -20,32 +21,55 @@ func newServerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the control plane API (any number of replicas may share a PostgreSQL store)",
-		Args:  cobra.NoArgs,
+		Long: `Run the control plane API over TLS (HTTP/2 and HTTP/1.1), with a certificate
+from the installation's CA, which the first server creates in the store.
+
+Every API call needs a credential: the admin token, an API token (torpor
+token create --spaces ...) or, for node agents, their node certificate. The
+server writes the admin token (mode 0600) and the CA certificate clients
+verify it with to --admin-token-file and --ca-file on every start:
+
+  torpor --server https://HOST:7070 --ca <data dir>/ca.pem --token "$(cat <data dir>/admin-token)" actor list
+
+or put server, ca and token in the client config file
+($XDG_CONFIG_HOME/torpor/config.yaml), as torpor up does.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.Store == "" || opts.Snapshots == "" {
-				// The single-machine defaults live together in the data dir.
-				dir, err := cli.DataDir()
-				if err != nil {
-					return err
-				}
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					return fmt.Errorf("create data directory: %w", err)
-				}
-				if opts.Store == "" {
-					opts.Store = "sqlite:" + filepath.Join(dir, "torpor.db")
-				}
-				if opts.Snapshots == "" {
-					opts.Snapshots = filepath.Join(dir, "snapshots")
+			// The single-machine defaults live together in the data dir.
+			dir, err := cli.DataDir()
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return fmt.Errorf("create data directory: %w", err)
+			}
+			for _, d := range []struct {
+				value *string
+				def   string
+			}{
+				{&opts.Store, "sqlite:" + filepath.Join(dir, "torpor.db")},
+				{&opts.Snapshots, filepath.Join(dir, "snapshots")},
+				{&opts.AdminTokenFile, filepath.Join(dir, "admin-token")},
+				{&opts.CAFile, filepath.Join(dir, "ca.pem")},
+			} {
+				if *d.value == "" {
+					*d.value = d.def
 				}
 			}
 			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			return server.Run(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.Listen, "listen", "127.0.0.1:7070", "address to serve the API on")
-	cmd.Flags().StringVar(&opts.Snapshots, "snapshots", "", "snapshot storage directory, shared with the nodes (default <data dir>/snapshots)")
-	cmd.Flags().DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "a node silent for longer is lost and its actors crash")
-	cmd.Flags().DurationVar(&opts.RecoverAfter, "recover-after", 2*time.Minute, "re-drive workflow steps in flight for longer than this")
-	cmd.Flags().StringVar(&opts.Store, "store", "", "store: sqlite:PATH or postgres://... (default sqlite:<data dir>/torpor.db, data dir $XDG_DATA_HOME/torpor or ~/.local/share/torpor)")
+	flags := cmd.Flags()
+	flags.StringVar(&opts.Listen, "listen", "127.0.0.1:7070", "address to serve the API on (HTTPS)")
+	flags.StringVar(&opts.Snapshots, "snapshots", "", "snapshot storage directory, shared with the nodes (default <data dir>/snapshots)")
+	flags.DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "a node silent for longer is lost and its actors crash")
+	flags.DurationVar(&opts.RecoverAfter, "recover-after", 2*time.Minute, "re-drive workflow steps in flight for longer than this")
+	flags.StringVar(&opts.Store, "store", "", "store: sqlite:PATH or postgres://... (default sqlite:<data dir>/torpor.db, data dir $XDG_DATA_HOME/torpor or ~/.local/share/torpor)")
+	flags.StringVar(&opts.TrustDomain, "trust-domain", identity.DefaultTrustDomain, "trust domain of the SPIFFE IDs the CA issues (fixed when the CA is created)")
+	flags.StringVar(&opts.Issuer, "issuer", "", "iss of workload JWTs, the URL verifiers find /.well-known/jwks.json under (default https://<listen>)")
+	flags.StringSliceVar(&opts.TLSNames, "tls-san", nil, "more DNS names or IP addresses for the server certificate (it always has the listen host, 127.0.0.1 and localhost)")
+	flags.StringVar(&opts.AdminTokenFile, "admin-token-file", "", "where to write the admin token (default <data dir>/admin-token)")
+	flags.StringVar(&opts.CAFile, "ca-file", "", "where to write the CA certificate clients verify the server with (default <data dir>/ca.pem)")
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
 	"github.com/torpor-dev/torpor/internal/router"
@@ -43,8 +45,9 @@ func newUpCommand() *cobra.Command {
 		Short: "Run Torpor on this machine: server, one node agent and the router in one process",
 		Long: `Run Torpor on this machine: the control plane on SQLite, one node agent with
 --workers worker slots and the router, in one process, all state under
---data-dir. The client settings are written where the CLI finds them, so
-plain 'torpor actor list' works afterwards. Ctrl-C suspends every running
+--data-dir. The client settings (API URL, CA certificate and admin token) are
+written where the CLI finds them, so plain 'torpor actor list' works
+afterwards. Ctrl-C suspends every running
 actor, then stops. Needs root (sandboxes and network namespaces).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return up(cmd.Context(), cmd.ErrOrStderr(), f) },
@@ -82,7 +85,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	if err != nil {
 		return fmt.Errorf("--router-listen: %w", err)
 	}
-	apiURL := "http://" + apiLn.Addr().String()
+	apiURL := "https://" + apiLn.Addr().String()
 
 	dbPath := filepath.Join(f.dataDir, "torpor.db")
 	st, err := store.Open(ctx, "sqlite:"+dbPath)
@@ -95,15 +98,36 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	if err != nil {
 		return err
 	}
-	srv := server.New(st, objects, server.Options{Logger: logger})
+	srv := server.New(st, objects, server.Options{Logger: logger, Listen: apiLn.Addr().String()})
+	// The parts authenticate to each other as separate processes would:
+	// the node joins with a token (made here, only if it has no
+	// certificate yet), the router and the CLI use the admin token.
+	ca, err := srv.Authority(ctx)
+	if err != nil {
+		return err
+	}
+	adminToken, err := srv.AdminToken(ctx)
+	if err != nil {
+		return err
+	}
+	conn := cli.Connection{Server: apiURL, CA: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.CACertificate().Raw}), Token: adminToken}
+	apiClient, err := conn.HTTPClient()
+	if err != nil {
+		return err
+	}
 
 	nodeCfg := node.Config{
-		Name:      defaultNodeName(),
-		ServerURL: apiURL,
-		Listen:    f.nodeListen,
-		Workers:   f.workers,
-		Pool:      "default",
-		StateDir:  filepath.Join(f.dataDir, "node"),
+		Name:          defaultNodeName(),
+		ServerURL:     apiURL,
+		Listen:        f.nodeListen,
+		Workers:       f.workers,
+		Pool:          "default",
+		StateDir:      filepath.Join(f.dataDir, "node"),
+		CAFingerprint: ca.CAFingerprint(),
+	}
+	nodeCfg.JoinToken = func(ctx context.Context) (string, error) {
+		tok, err := ca.CreateToken(ctx, identity.TokenRequest{Purpose: identity.PurposeNodeJoin, Node: nodeCfg.Name, TTL: 10 * time.Minute})
+		return tok.Secret, err
 	}
 	f.node.runtime = gvisor.Class
 	if err := completeNodeConfig(&nodeCfg, &f.node, logger); err != nil {
@@ -113,7 +137,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	if err != nil {
 		return err
 	}
-	rt, err := router.New(router.Config{Server: apiURL, Domain: f.domain, Logger: logger, AdminOnIngress: true})
+	rt, err := router.New(router.Config{Server: apiURL, HTTPClient: apiClient, Domain: f.domain, Logger: logger, AdminOnIngress: true})
 	if err != nil {
 		return err
 	}
@@ -134,15 +158,24 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 			}
 		}()
 	}
-	run("API", func() error { return server.Serve(apiCtx, apiLn, srv.Handler()) })
+	// The certificate comes first: the background work calls the node
+	// agent with it.
+	apiTLS, err := srv.TLSConfig(apiCtx, apiLn.Addr())
+	if err != nil {
+		stopAPI()
+		stopNode()
+		stopRouter()
+		return err
+	}
+	run("API", func() error { return server.Serve(apiCtx, apiLn, srv.Handler(), apiTLS) })
 	go srv.RunBackground(apiCtx)
 	run("node agent", func() error { return agent.Run(nodeCtx) })
-	run("router", func() error { return server.Serve(routerCtx, routerLn, rt) })
+	run("router", func() error { return server.Serve(routerCtx, routerLn, rt, nil) })
 	run("router idle policy", func() error { return rt.Run(routerCtx) })
 
 	configPath, err := cli.ConfigPath()
 	if err == nil {
-		err = cli.WriteClientConfig(configPath, cli.ClientConfig{Server: apiURL})
+		err = cli.WriteClientConfig(configPath, cli.ClientConfig{Server: apiURL, CA: string(conn.CA), Token: adminToken})
 	}
 	if err != nil {
 		logger.Warn("write client config", "err", err)

@@ -424,7 +424,6 @@ func TestServerSelection(t *testing.T) {
 		{name: "flag wins over everything", flag: url, env: unreachable, config: "server: " + unreachable},
 		{name: "environment wins over config", env: url, config: "server: " + unreachable},
 		{name: "config file", config: "server: " + url},
-		{name: "bare host:port", flag: strings.TrimPrefix(url, "http://")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -446,19 +445,23 @@ func TestServerSelection(t *testing.T) {
 
 func TestServerURLDefaultsAndBadConfig(t *testing.T) {
 	isolate(t)
-	got, err := serverURL("")
-	if err != nil || got != defaultServer {
-		t.Errorf("serverURL without config = %q, %v; want %q", got, err, defaultServer)
+	got, err := ResolveConnection("", "", "")
+	if err != nil || got.Server != defaultServer {
+		t.Errorf("server without config = %q, %v; want %q", got.Server, err, defaultServer)
 	}
 	path, err := ConfigPath()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteClientConfig(path, ClientConfig{Server: "http://10.1.2.3:7070"}); err != nil {
+	written := ClientConfig{Server: "https://10.1.2.3:7070", CA: testCA, Token: "torpor-secret"}
+	if err := WriteClientConfig(path, written); err != nil {
 		t.Fatal(err)
 	}
-	if cfg, err := ReadClientConfig(path); err != nil || cfg.Server != "http://10.1.2.3:7070" {
-		t.Errorf("read back %+v, %v", cfg, err)
+	if cfg, err := ReadClientConfig(path); err != nil || cfg != written {
+		t.Errorf("read back %+v, %v; wrote %+v", cfg, err, written)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("config file with a token: %v (%v), want mode 0600", fi.Mode(), err)
 	}
 	if err := os.WriteFile(path, []byte("sever: http://typo\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -12,13 +10,20 @@ import (
 
 // defaultServer is where a client looks when nothing else names a server:
 // the address `torpor server` and `torpor up` listen on by default.
-const defaultServer = "http://127.0.0.1:7070"
+const defaultServer = "https://127.0.0.1:7070"
 
 // ClientConfig is the client's config file. `torpor up` writes it so later
-// commands find the server it started without flags.
+// commands find the server it started, and trust and authenticate to it,
+// without flags.
 type ClientConfig struct {
-	// Server is the API base URL, e.g. http://127.0.0.1:7070.
+	// Server is the API base URL, e.g. https://127.0.0.1:7070.
 	Server string `json:"server"`
+	// CA is the CA certificate the server's certificate must chain to:
+	// PEM, or the path of a PEM file (relative to this file's directory).
+	// Empty trusts the system's roots.
+	CA string `json:"ca,omitempty"`
+	// Token is the API token calls authenticate with.
+	Token string `json:"token,omitempty"`
 }
 
 // ConfigPath is $XDG_CONFIG_HOME/torpor/config.yaml, or
@@ -59,42 +64,30 @@ func ReadClientConfig(path string) (ClientConfig, error) {
 	return cfg, nil
 }
 
-// WriteClientConfig writes cfg to path, creating its directory.
+// WriteClientConfig writes cfg to path, creating its directory. The file
+// may hold a token, so only its owner may read it.
 func WriteClientConfig(path string, cfg ClientConfig) error {
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("encode client config: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("create client config directory: %w", err)
 	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".config-*.yaml")
+	if err != nil {
+		return fmt.Errorf("write client config: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
 		return fmt.Errorf("write client config: %w", err)
 	}
 	return nil
-}
-
-// serverURL picks the API address: the --server flag, then TORPOR_SERVER,
-// then the client config file, then the local default.
-func serverURL(flag string) (string, error) {
-	if flag != "" {
-		return flag, nil
-	}
-	if env := os.Getenv("TORPOR_SERVER"); env != "" {
-		return env, nil
-	}
-	path, err := ConfigPath()
-	if err != nil {
-		return defaultServer, nil
-	}
-	cfg, err := ReadClientConfig(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return defaultServer, nil
-	case err != nil:
-		return "", err
-	case cfg.Server == "":
-		return defaultServer, nil
-	}
-	return cfg.Server, nil
 }

@@ -2,12 +2,14 @@ package cli
 
 import (
 	"context"
+	"encoding/pem"
 	"log/slog"
-	"net/http/httptest"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/server"
@@ -31,9 +33,7 @@ func TestAgainstRealServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler)}).Handler())
-	t.Cleanup(srv.Close)
-	url := srv.URL
+	url := serveAPI(t, server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler)}))
 
 	dir, pinned := imageDir(t)
 	file := filepath.Join(dir, "counter.yaml")
@@ -77,4 +77,98 @@ func TestAgainstRealServer(t *testing.T) {
 		t.Errorf("deleted actor: %q", msg)
 	}
 	equalText(t, "delete template", ok(t, url, "template", "delete", "counter"), "template/counter deleted\n")
+}
+
+// serveAPI serves srv over TLS until t ends and points the CLI at it the
+// way `torpor up` does: a client config with its URL, CA and the admin
+// token. It returns the URL.
+func serveAPI(t *testing.T, srv *server.Server) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeAPI(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve API: %v", err)
+		}
+	})
+	a, err := srv.Authority(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := srv.AdminToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := ConfigPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "https://" + ln.Addr().String()
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.CACertificate().Raw})
+	if err := WriteClientConfig(path, ClientConfig{Server: url, CA: string(caPEM), Token: token}); err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
+// TestTokensAgainstRealServer: the admin (the config) makes an API token
+// for one space, which reaches that space only, and a node join token
+// with the CA fingerprint to pin.
+func TestTokensAgainstRealServer(t *testing.T) {
+	isolate(t)
+	ctx := context.Background()
+	data := t.TempDir()
+	st, err := store.Open(ctx, "sqlite:"+filepath.Join(data, "torpor.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	objects, err := snapshot.NewDirStore(filepath.Join(data, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler)})
+	url := serveAPI(t, srv)
+	a, err := srv.Authority(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ok(t, url, "space", "create", "other")
+	var created torporv1.CreateTokenResponse
+	decodeAs(t, formatJSON, ok(t, url, "token", "create", "--spaces", "default", "--ttl", "1h", "-o", "json"), &created)
+	if !strings.HasPrefix(created.GetToken(), "torpor-") || time.Until(created.GetExpireTime().AsTime()) > time.Hour {
+		t.Fatalf("API token %v, want a torpor token for an hour", &created)
+	}
+	if r := torpor(t, url, "--token", created.GetToken(), "actor", "list"); r.code != 0 || r.stderr != "No actors found.\n" {
+		t.Errorf("the token's space: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if msg := fails(t, url, "--token", created.GetToken(), "actor", "list", "--space", "other"); !strings.HasPrefix(msg, "Error: permission_denied: ") {
+		t.Errorf("another space with the token: %q", msg)
+	}
+	if msg := fails(t, url, "--token", created.GetToken(), "token", "create", "--spaces", "default"); !strings.HasPrefix(msg, "Error: permission_denied: ") {
+		t.Errorf("token creation with an API token: %q", msg)
+	}
+	if msg := fails(t, url, "--token", "torpor-forged", "actor", "list"); !strings.HasPrefix(msg, "Error: unauthenticated: ") {
+		t.Errorf("forged token: %q", msg)
+	}
+
+	join := ok(t, url, "token", "create", "--node", "n1")
+	if !strings.Contains(join, "ca-fingerprint: "+a.CAFingerprint()) || !strings.Contains(join, "--ca-fingerprint "+a.CAFingerprint()) {
+		t.Errorf("join token output lacks the CA fingerprint %s:\n%s", a.CAFingerprint(), join)
+	}
+	for _, args := range [][]string{
+		{"token", "create"},
+		{"token", "create", "--node", "n1", "--spaces", "a"},
+	} {
+		if msg := fails(t, url, args...); !strings.Contains(msg, "--node") {
+			t.Errorf("%v: %q, want an error naming --node", args, msg)
+		}
+	}
 }

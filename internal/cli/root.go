@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -27,6 +25,8 @@ const (
 // flag parsing).
 type app struct {
 	serverFlag string
+	caFlag     string
+	tokenFlag  string
 	space      string
 	// spaceSet: --space was given (kinds with a default space of their
 	// own, like workers, use it only then).
@@ -41,29 +41,32 @@ type clients struct {
 	actors    torporv1connect.ActorServiceClient
 	workers   torporv1connect.WorkerServiceClient
 	snapshots torporv1connect.SnapshotServiceClient
+	identity  torporv1connect.IdentityServiceClient
 }
 
 func (a *app) clients() (*clients, error) {
-	base, err := serverURL(a.serverFlag)
+	conn, err := ResolveConnection(a.serverFlag, a.caFlag, a.tokenFlag)
 	if err != nil {
 		return nil, err
 	}
-	if !strings.Contains(base, "://") {
-		base = "http://" + base // a bare host:port, as --listen takes it
+	hc, err := conn.HTTPClient()
+	if err != nil {
+		return nil, err
 	}
-	base = strings.TrimSuffix(base, "/")
+	base := conn.Server
 	return &clients{
-		spaces:    torporv1connect.NewSpaceServiceClient(http.DefaultClient, base),
-		templates: torporv1connect.NewTemplateServiceClient(http.DefaultClient, base),
-		actors:    torporv1connect.NewActorServiceClient(http.DefaultClient, base),
-		workers:   torporv1connect.NewWorkerServiceClient(http.DefaultClient, base),
-		snapshots: torporv1connect.NewSnapshotServiceClient(http.DefaultClient, base),
+		spaces:    torporv1connect.NewSpaceServiceClient(hc, base),
+		templates: torporv1connect.NewTemplateServiceClient(hc, base),
+		actors:    torporv1connect.NewActorServiceClient(hc, base),
+		workers:   torporv1connect.NewWorkerServiceClient(hc, base),
+		snapshots: torporv1connect.NewSnapshotServiceClient(hc, base),
+		identity:  torporv1connect.NewIdentityServiceClient(hc, base),
 	}, nil
 }
 
 // NewRoot builds the `torpor` command with the API client commands (space,
-// template, actor, worker, snapshot). Process commands (server, node,
-// router, up) are added by the caller with AddCommand.
+// template, actor, worker, snapshot, token). Process commands (server,
+// node, router, up) are added by the caller with AddCommand.
 func NewRoot() *cobra.Command {
 	a := &app{}
 	root := &cobra.Command{
@@ -84,6 +87,8 @@ func NewRoot() *cobra.Command {
 	}
 	flags := root.PersistentFlags()
 	flags.StringVar(&a.serverFlag, "server", "", "API server URL (default: $TORPOR_SERVER, else server: in the client config file, else "+defaultServer+")")
+	flags.StringVar(&a.caFlag, "ca", "", "file of the CA certificate (PEM) the server's certificate must chain to (default: $TORPOR_CA, else ca: in the client config file, else the system's roots)")
+	flags.StringVar(&a.tokenFlag, "token", "", "API token (default: $TORPOR_TOKEN, else token: in the client config file)")
 	flags.StringVar(&a.space, "space", "default", "space of the objects to act on")
 	flags.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
 	root.AddCommand(
@@ -92,6 +97,7 @@ func NewRoot() *cobra.Command {
 		newActorCommand(a),
 		newWorkerCommand(a),
 		newSnapshotCommand(a),
+		newTokenCommand(a),
 	)
 	return root
 }

@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -57,7 +56,7 @@ type Config struct {
 	Listen   string
 	Listener net.Listener
 	// Advertise is the base URL the control plane reaches this agent at.
-	// Default: http://<listen address>, with 127.0.0.1 for an unspecified
+	// Default: https://<listen address>, with 127.0.0.1 for an unspecified
 	// host.
 	Advertise string
 	// Workers is the number of worker slots.
@@ -71,9 +70,15 @@ type Config struct {
 	// Snapshots is the snapshot storage shared with the control plane.
 	Snapshots snapshot.ObjectStore
 	Network   Network
-	// HTTPClient calls the control plane; default http.DefaultClient.
-	HTTPClient *http.Client
-	Logger     *slog.Logger
+	// CAFingerprint pins the control plane's CA ("sha256:<hex>", printed
+	// by `torpor token create`): joining trusts only a server whose chain
+	// ends in it, and a saved certificate from another CA is not used.
+	CAFingerprint string
+	// JoinToken returns a node join token. It is called only when the
+	// state directory holds no usable certificate of this node, so a
+	// restarted node needs none. See credentials.go.
+	JoinToken func(ctx context.Context) (string, error)
+	Logger    *slog.Logger
 	// HeartbeatInterval defaults to 3 s.
 	HeartbeatInterval time.Duration
 	// CacheBytes bounds each snapshot cache (storage and local); default
@@ -176,9 +181,6 @@ func New(cfg Config) (*Agent, error) {
 	if err := validate.Labels("labels", cfg.Labels); err != nil {
 		return nil, err
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = http.DefaultClient
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -226,6 +228,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	creds, err := a.credentials(ctx)
+	if err != nil {
+		return err
+	}
 	if err := a.open(ctx); err != nil {
 		return err
 	}
@@ -239,13 +245,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	if address == "" {
 		address = advertised(ln.Addr())
 	}
-	a.identityClient = torporv1connect.NewIdentityServiceClient(a.cfg.HTTPClient, strings.TrimSuffix(a.cfg.ServerURL, "/"))
+	controlPlane := creds.controlPlaneClient()
+	a.identityClient = torporv1connect.NewIdentityServiceClient(controlPlane, a.serverURL())
 	a.log.Info("serving node agent API", "listen", ln.Addr().String(), "address", address, "workers", len(a.slots), "runtime", a.rt.Class())
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
 	served := make(chan error, 1)
-	go func() { served <- server.Serve(serveCtx, ln, a.handler()) }()
-	go a.stayRegistered(serveCtx, address)
+	go func() { served <- server.Serve(serveCtx, ln, a.handler(creds), creds.serverTLS()) }()
+	go a.keepCertificate(serveCtx, creds)
+	go a.stayRegistered(serveCtx, torporv1connect.NewNodeServiceClient(controlPlane, a.serverURL()), address)
 	err = <-served
 	// Operations already running finish and record their outcome.
 	a.ops.Wait()
@@ -255,10 +263,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// handler serves the node agent API.
-func (a *Agent) handler() http.Handler {
+// handler serves the node agent API, to the control plane only.
+func (a *Agent) handler(creds *credentials) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(torporv1connect.NewNodeAgentServiceHandler(service{a}))
+	path, h := torporv1connect.NewNodeAgentServiceHandler(service{a})
+	mux.Handle(path, creds.onlyControlPlane(h))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.Handle("GET /metrics", a.metrics.handler())
 	return mux
@@ -289,12 +298,12 @@ func lockStateDir(dir string) (unlock func(), err error) {
 func advertised(addr net.Addr) string {
 	host, port, err := net.SplitHostPort(addr.String())
 	if err != nil {
-		return "http://" + addr.String()
+		return "https://" + addr.String()
 	}
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	return "http://" + net.JoinHostPort(host, port)
+	return "https://" + net.JoinHostPort(host, port)
 }
 
 // open lays out the state directory, makes the slots and settles what a
@@ -430,8 +439,7 @@ func (a *Agent) removeStrayVolumes() error {
 
 // stayRegistered registers the node and its workers, then heartbeats; a
 // control plane that lost the node (or was unreachable) gets it again.
-func (a *Agent) stayRegistered(ctx context.Context, address string) {
-	client := torporv1connect.NewNodeServiceClient(a.cfg.HTTPClient, strings.TrimSuffix(a.cfg.ServerURL, "/"))
+func (a *Agent) stayRegistered(ctx context.Context, client torporv1connect.NodeServiceClient, address string) {
 	registered := false
 	backoff := 100 * time.Millisecond
 	for {

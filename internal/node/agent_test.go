@@ -95,7 +95,7 @@ type fakeNode struct {
 
 func newFakeNode(t *testing.T, options ...func(*Config)) *fakeNode {
 	t.Helper()
-	reg, serverURL := newRegistry(t)
+	reg := newRegistry(t)
 	objects, err := snapshot.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -104,9 +104,10 @@ func newFakeNode(t *testing.T, options ...func(*Config)) *fakeNode {
 		name: "n1", rt: fake.New(), net: loopback{int(loopbackNets.Add(1))%200 + 20}, registry: reg, tmpl: appTemplate(t),
 	}
 	n.cfg = Config{
-		Name: n.name, ServerURL: serverURL, Workers: 2, Pool: "p", Labels: map[string]string{"zone": "a"},
+		Name: n.name, Workers: 2, Pool: "p", Labels: map[string]string{"zone": "a"},
 		StateDir: t.TempDir(), Runtime: n.rt, Snapshots: objects, Network: n.net, HeartbeatInterval: 20 * time.Millisecond,
 	}
+	reg.join(t, &n.cfg)
 	for _, o := range options {
 		o(&n.cfg)
 	}
@@ -119,7 +120,7 @@ func (n *fakeNode) start(t *testing.T) {
 	t.Helper()
 	cfg := n.cfg
 	cfg.Listener = nil
-	n.running = startAgent(t, cfg)
+	n.running = startAgent(t, n.registry, cfg)
 }
 
 // restart stops the agent and starts another on the same state and

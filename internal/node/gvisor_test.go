@@ -105,7 +105,7 @@ func newGVisorNode(t testing.TB, cacheBytes int64) *gvisorNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, serverURL := newRegistry(t)
+	reg := newRegistry(t)
 	n := &gvisorNode{name: name, stateDir: stateDir, network: network, runtime: rt, objects: objects, registry: reg}
 	// Cleanups run last-in first-out: the agent stops first, then its
 	// sandboxes and network go.
@@ -123,11 +123,13 @@ func newGVisorNode(t testing.TB, cacheBytes int64) *gvisorNode {
 			t.Errorf("tear down network: %v", err)
 		}
 	})
-	n.running = startAgent(t, Config{
-		Name: name, ServerURL: serverURL, Workers: 2, Pool: "e2e", StateDir: stateDir,
+	cfg := Config{
+		Name: name, Workers: 2, Pool: "e2e", StateDir: stateDir,
 		Runtime: rt, Snapshots: objects, Network: network, CacheBytes: cacheBytes,
 		HeartbeatInterval: 100 * time.Millisecond,
-	})
+	}
+	reg.join(t, &cfg)
+	n.running = startAgent(t, reg, cfg)
 	waitFor(t, "registration", func() bool { return reg.registration(name) != nil })
 	return n
 }

@@ -2,14 +2,16 @@ package node
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,12 +21,16 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/store"
 )
 
-// registry is a control plane's NodeService reduced to what an agent
-// calls: it remembers registrations and counts heartbeats.
+// registry is a control plane reduced to what an agent calls: NodeService
+// (it remembers registrations and counts heartbeats) and the node
+// certificate calls of IdentityService, served over TLS with a real CA.
 type registry struct {
 	torporv1connect.UnimplementedNodeServiceHandler
+	torporv1connect.UnimplementedIdentityServiceHandler
 	mu         sync.Mutex
 	nodes      map[string]*torporv1.RegisterNodeRequest
 	heartbeats map[string]int
@@ -32,15 +38,143 @@ type registry struct {
 	// placements, when set, is the actor uid each worker hosts as far as
 	// the control plane knows (answered as worker status).
 	placements map[string]string
+
+	url   string
+	ca    *identity.Authority
+	roots *x509.CertPool
+	// serverCert is the control plane's certificate: it serves with it
+	// and presents it to agents.
+	serverCert *identity.Keypair
+	// renewals counts RenewNodeCertificate calls.
+	renewals atomic.Int64
 }
 
-func newRegistry(t testing.TB) (*registry, string) {
+func newRegistry(t testing.TB) *registry { return newRegistryWithCA(t, identity.Config{}) }
+
+// newRegistryWithCA serves a registry whose CA has cfg.
+func newRegistryWithCA(t testing.TB, cfg identity.Config) *registry {
+	t.Helper()
 	r := &registry{nodes: map[string]*torporv1.RegisterNodeRequest{}, heartbeats: map[string]int{}, changed: make(chan struct{}, 100)}
+	var err error
+	if r.ca, err = identity.Load(context.Background(), &memorySecrets{}, cfg); err != nil {
+		t.Fatal(err)
+	}
+	r.roots = r.ca.Roots()
+	cert, err := r.ca.ServerCertificate([]string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.serverCert = identity.NewKeypair(cert)
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewNodeServiceHandler(r))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return r, srv.URL
+	mux.Handle(torporv1connect.NewIdentityServiceHandler(r))
+	// Not httptest's StartTLS: it would answer clients that send no
+	// server name (IP addresses) with a certificate of its own.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: identity.CallerMiddleware(r.ca.TrustDomain(), mux), TLSConfig: identity.ServerTLSConfig(r.serverCert, r.roots),
+		ErrorLog: log.New(io.Discard, "", 0)}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	r.url = "https://" + ln.Addr().String()
+	return r
+}
+
+// join lets cfg's node join r: its server, the CA to pin and a join token.
+func (r *registry) join(t testing.TB, cfg *Config) {
+	token := r.token(t, cfg.Name)
+	cfg.ServerURL, cfg.CAFingerprint = r.url, r.ca.CAFingerprint()
+	cfg.JoinToken = func(context.Context) (string, error) { return token, nil }
+}
+
+// token is a join token for node.
+func (r *registry) token(t testing.TB, node string) string {
+	t.Helper()
+	tok, err := r.ca.CreateToken(context.Background(), identity.TokenRequest{Purpose: identity.PurposeNodeJoin, Node: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Secret
+}
+
+// client calls node's agent as the control plane does: presenting the
+// server certificate and accepting only that node's.
+func (r *registry) client(node string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   identity.ClientTLSConfig(r.serverCert, r.roots, identity.NodeID(r.ca.TrustDomain(), node)),
+		ForceAttemptHTTP2: true,
+		// Tests stop and start agents on one address: no kept connection
+		// may outlive its agent.
+		DisableKeepAlives: true,
+	}}
+}
+
+func (r *registry) JoinNode(ctx context.Context, req *connect.Request[torporv1.JoinNodeRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
+	issued, err := r.ca.JoinNode(ctx, req.Msg.GetToken(), req.Msg.GetNode(), req.Msg.GetCsr())
+	if errors.Is(err, identity.ErrInvalidToken) {
+		return nil, connect.NewError(connect.CodeUnauthenticated, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&torporv1.IssuedCertificate{CertificateChain: issued.Chain, TrustBundle: r.ca.TrustBundle(), SpiffeId: issued.SPIFFEID}), nil
+}
+
+func (r *registry) RenewNodeCertificate(ctx context.Context, req *connect.Request[torporv1.RenewNodeCertificateRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
+	node, ok := identity.CallerNode(ctx)
+	if !ok {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a node certificate is required"))
+	}
+	issued, err := r.ca.IssueNodeCertificate(node, req.Msg.GetCsr())
+	if err != nil {
+		return nil, err
+	}
+	r.renewals.Add(1)
+	return connect.NewResponse(&torporv1.IssuedCertificate{CertificateChain: issued.Chain, TrustBundle: r.ca.TrustBundle(), SpiffeId: issued.SPIFFEID}), nil
+}
+
+// memorySecrets keeps a test CA's secrets in memory.
+type memorySecrets struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (s *memorySecrets) GetOrCreateSecret(_ context.Context, name string, create func() ([]byte, error)) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.m[name]; ok {
+		return v, nil
+	}
+	v, err := create()
+	if err != nil {
+		return nil, err
+	}
+	if s.m == nil {
+		s.m = map[string][]byte{}
+	}
+	s.m[name] = v
+	return v, nil
+}
+
+func (s *memorySecrets) GetSecret(_ context.Context, name string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.m[name]; ok {
+		return v, nil
+	}
+	return nil, store.ErrNotFound
+}
+
+func (s *memorySecrets) DeleteSecret(_ context.Context, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[name]; !ok {
+		return store.ErrNotFound
+	}
+	delete(s.m, name)
+	return nil
 }
 
 func (r *registry) RegisterNode(_ context.Context, req *connect.Request[torporv1.RegisterNodeRequest]) (*connect.Response[torporv1.RegisterNodeResponse], error) {
@@ -106,13 +240,15 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 type running struct {
 	agent  *Agent
 	client torporv1connect.NodeAgentServiceClient
-	url    string
-	stop   func() error
+	// http reaches the agent as the control plane does.
+	http *http.Client
+	url  string
+	stop func() error
 }
 
-// startAgent runs an agent for cfg (Listener, ServerURL and Logger filled
-// in when unset) until the test ends or stop is called.
-func startAgent(t testing.TB, cfg Config) *running {
+// startAgent runs an agent for cfg (Listener and Logger filled in when
+// unset) of the node joined to reg until the test ends or stop is called.
+func startAgent(t testing.TB, reg *registry, cfg Config) *running {
 	t.Helper()
 	if cfg.Listener == nil {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -141,15 +277,16 @@ func startAgent(t testing.TB, cfg Config) *running {
 		return runErr
 	}
 	t.Cleanup(func() { stop() })
-	url := "http://" + cfg.Listener.Addr().String()
-	r := &running{agent: a, client: torporv1connect.NewNodeAgentServiceClient(http.DefaultClient, url), url: url, stop: stop}
+	url := "https://" + cfg.Listener.Addr().String()
+	hc := reg.client(cfg.Name)
+	r := &running{agent: a, client: torporv1connect.NewNodeAgentServiceClient(hc, url), http: hc, url: url, stop: stop}
 	waitFor(t, "the agent to serve", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("agent stopped: %v", err)
 		default:
 		}
-		resp, err := http.Get(url + "/healthz")
+		resp, err := hc.Get(url + "/healthz")
 		if err != nil {
 			return false
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -33,7 +32,9 @@ const helperEnv = "TORPOR_NODE_TEST_AGENT"
 
 type helperConfig struct {
 	Name, ServerURL, StateDir, Snapshots, Runsc string
-	Network                                     netns.Config
+	// CAFingerprint and JoinToken join the node on its first start.
+	CAFingerprint, JoinToken string
+	Network                  netns.Config
 }
 
 func (c helperConfig) gvisor() (*gvisor.Runtime, error) {
@@ -65,6 +66,7 @@ func helperAgent() int {
 		}
 		a, err := New(Config{
 			Name: cfg.Name, ServerURL: cfg.ServerURL, Listen: "127.0.0.1:0", Workers: 2, StateDir: cfg.StateDir,
+			CAFingerprint: cfg.CAFingerprint, JoinToken: func(context.Context) (string, error) { return cfg.JoinToken, nil },
 			Runtime: rt, Snapshots: objects, Network: network, HeartbeatInterval: 100 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		})
@@ -118,7 +120,7 @@ func spawn(t *testing.T, cfg helperConfig, reg *registry, previous string) *agen
 		p.address = r.GetNode().GetAddress()
 		return true
 	})
-	p.client = torporv1connect.NewNodeAgentServiceClient(http.DefaultClient, p.address)
+	p.client = torporv1connect.NewNodeAgentServiceClient(reg.client(cfg.Name), p.address)
 	return p
 }
 
@@ -130,9 +132,10 @@ func spawn(t *testing.T, cfg helperConfig, reg *registry, previous string) *agen
 func TestKilledAgentAdoptsItsWorkloads(t *testing.T) {
 	runtimetest.RequireRoot(t)
 	name := uniqueName(t, "k")
-	reg, serverURL := newRegistry(t)
+	reg := newRegistry(t)
 	cfg := helperConfig{
-		Name: name, ServerURL: serverURL, StateDir: t.TempDir(), Snapshots: t.TempDir(),
+		Name: name, ServerURL: reg.url, StateDir: t.TempDir(), Snapshots: t.TempDir(),
+		CAFingerprint: reg.ca.CAFingerprint(), JoinToken: reg.token(t, name),
 		Runsc: runtimetest.Runsc(t), Network: nodeNetwork(t, name),
 	}
 	rt, err := cfg.gvisor()

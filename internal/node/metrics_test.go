@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 )
@@ -16,7 +15,7 @@ func TestMetricsCountOperationsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	resp, err := http.Get(n.running.url + "/metrics")
+	resp, err := n.running.http.Get(n.running.url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

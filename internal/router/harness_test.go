@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,8 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/server"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
@@ -41,8 +44,10 @@ type workload func(actor string) http.Handler
 // env is a real control plane (API over SQLite, workflow engine) whose one
 // node is a fake agent running workloads as loopback HTTP servers.
 type env struct {
-	t         testing.TB
-	apiURL    string
+	t      testing.TB
+	apiURL string
+	// apiClient calls the API with the admin token.
+	apiClient *http.Client
 	actors    torporv1connect.ActorServiceClient
 	templates torporv1connect.TemplateServiceClient
 	agent     *fakeAgent
@@ -75,32 +80,77 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 	}
 	e := &env{t: t, port: freePort(t)}
 	srv := server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler), HeartbeatTimeout: time.Hour})
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	api := srv.Handler()
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := e.calls.LoadOrStore(r.URL.Path, new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
-		srv.Handler().ServeHTTP(w, r)
-	}))
+		api.ServeHTTP(w, r)
+	})
+	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCtx, stopServing := context.WithCancel(ctx)
+	tlsConfig, err := srv.TLSConfig(serveCtx, apiLn.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- server.Serve(serveCtx, apiLn, counted, tlsConfig) }()
+	ca, err := srv.Authority(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminToken, err := srv.AdminToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.apiURL = "https://" + apiLn.Addr().String()
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.CACertificate().Raw})
+	if e.apiClient, err = (cli.Connection{Server: e.apiURL, CA: caPEM, Token: adminToken}).HTTPClient(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The fake agent serves as node-1, with its node certificate.
+	key, csr, err := identity.NewCSR()
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued, err := ca.IssueNodeCertificate("node-1", csr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := identity.TLSCertificate(key, issued.Chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeCert := identity.NewKeypair(cert)
 	e.agent = newFakeAgent(t, e.port, wl)
 	agentPath, agentHandler := torporv1connect.NewNodeAgentServiceHandler(e.agent)
 	agentMux := http.NewServeMux()
 	agentMux.Handle(agentPath, agentHandler)
-	agentSrv := httptest.NewServer(agentMux)
+	agentLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentSrv := &http.Server{Handler: agentMux, TLSConfig: identity.ServerTLSConfig(nodeCert, ca.Roots())}
+	go agentSrv.ServeTLS(agentLn, "", "")
 	t.Cleanup(func() {
-		api.Close()
+		stopServing()
+		<-served
 		agentSrv.Close()
 		e.agent.stopAll()
 		st.Close()
 	})
-	e.apiURL = api.URL
-	e.actors = torporv1connect.NewActorServiceClient(http.DefaultClient, api.URL)
-	e.templates = torporv1connect.NewTemplateServiceClient(http.DefaultClient, api.URL)
+	e.actors = torporv1connect.NewActorServiceClient(e.apiClient, e.apiURL)
+	e.templates = torporv1connect.NewTemplateServiceClient(e.apiClient, e.apiURL)
 
 	// A new store comes with the default space.
-	if _, err := torporv1connect.NewSpaceServiceClient(http.DefaultClient, api.URL).GetSpace(ctx, connect.NewRequest(&torporv1.GetRequest{Name: testSpace})); err != nil {
+	if _, err := torporv1connect.NewSpaceServiceClient(e.apiClient, e.apiURL).GetSpace(ctx, connect.NewRequest(&torporv1.GetRequest{Name: testSpace})); err != nil {
 		t.Fatalf("get space %s: %v", testSpace, err)
 	}
 	reg := &torporv1.RegisterNodeRequest{Node: &torporv1.Node{
-		Metadata: &torporv1.ObjectMeta{Name: "node-1"}, Address: agentSrv.URL, SandboxClasses: []string{"gvisor"},
+		Metadata: &torporv1.ObjectMeta{Name: "node-1"}, Address: "https://" + agentLn.Addr().String(), SandboxClasses: []string{"gvisor"},
 	}}
 	for i := range workers {
 		name, ip := fmt.Sprintf("w%d", i), workerIP()
@@ -110,7 +160,9 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 			Spec:     &torporv1.WorkerSpec{Node: "node-1", Ip: ip, SandboxClass: "gvisor"},
 		})
 	}
-	if _, err := torporv1connect.NewNodeServiceClient(http.DefaultClient, api.URL).RegisterNode(ctx, connect.NewRequest(reg)); err != nil {
+	asNode := &http.Client{Transport: &http.Transport{TLSClientConfig: identity.ClientTLSConfig(nodeCert, ca.Roots(), ""), ForceAttemptHTTP2: true}}
+	t.Cleanup(asNode.CloseIdleConnections)
+	if _, err := torporv1connect.NewNodeServiceClient(asNode, e.apiURL).RegisterNode(ctx, connect.NewRequest(reg)); err != nil {
 		t.Fatalf("register node: %v", err)
 	}
 	return e
@@ -194,7 +246,7 @@ type testRouter struct {
 func (e *env) newRouter(cfg Config) *testRouter {
 	e.t.Helper()
 	reg := prometheus.NewRegistry()
-	cfg.Server = e.apiURL
+	cfg.Server, cfg.HTTPClient = e.apiURL, e.apiClient
 	cfg.Registerer = reg
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

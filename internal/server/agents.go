@@ -2,9 +2,10 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/http"
+	"net/url"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -14,19 +15,22 @@ import (
 	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
-// nodeAgents reaches node agents at the address each registered. The
+// nodeAgents reaches node agents at the address each registered, over
+// mutual TLS: the agent must present its own node's certificate. The
 // address is read from the store on every call so a re-registered node is
-// reached at its new address; clients are kept per address.
+// reached at its new address; clients are kept per node and address.
 type nodeAgents struct {
 	store  store.Store
-	client *http.Client
+	tlsFor func(ctx context.Context, node string) (*tls.Config, error)
 
 	mu      sync.Mutex
-	clients map[string]torporv1connect.NodeAgentServiceClient
+	clients map[agentKey]torporv1connect.NodeAgentServiceClient
 }
 
-func newNodeAgents(st store.Store, client *http.Client) *nodeAgents {
-	return &nodeAgents{store: st, client: client, clients: map[string]torporv1connect.NodeAgentServiceClient{}}
+type agentKey struct{ node, address string }
+
+func newNodeAgents(st store.Store, tlsFor func(ctx context.Context, node string) (*tls.Config, error)) *nodeAgents {
+	return &nodeAgents{store: st, tlsFor: tlsFor, clients: map[agentKey]torporv1connect.NodeAgentServiceClient{}}
 }
 
 func (n *nodeAgents) Agent(ctx context.Context, node string) (workflow.NodeAgent, error) {
@@ -37,12 +41,22 @@ func (n *nodeAgents) Agent(ctx context.Context, node string) (workflow.NodeAgent
 	if err != nil {
 		return nil, err
 	}
+	key := agentKey{node, rec.GetAddress()}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	c, ok := n.clients[rec.GetAddress()]
-	if !ok {
-		c = torporv1connect.NewNodeAgentServiceClient(n.client, rec.GetAddress())
-		n.clients[rec.GetAddress()] = c
+	if c, ok := n.clients[key]; ok {
+		return c, nil
 	}
+	// RegisterNode accepts only https addresses; a record from before
+	// that rule must not be called in the clear.
+	if u, err := url.Parse(key.address); err != nil || u.Scheme != "https" {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("node %s registered address %q, which is not an https URL: it must register again", node, key.address))
+	}
+	cfg, err := n.tlsFor(ctx, node)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("call node %s: %w", node, err))
+	}
+	c := torporv1connect.NewNodeAgentServiceClient(agentClient(cfg), key.address)
+	n.clients[key] = c
 	return c, nil
 }

@@ -28,30 +28,34 @@ type identityService struct {
 }
 
 func (s *Server) newIdentityService() *identityService {
-	return &identityService{store: s.store, authority: identity.NewLoader(s.store, s.identityConfig()), log: s.log}
+	return &identityService{store: s.store, authority: s.identity, log: s.log}
 }
 
-// identityConfig is the default trust domain, with the API's listen
-// address as JWT issuer (Options gain identity settings with the mTLS
-// wiring of the processes).
+// identityConfig is the trust domain and JWT issuer of Options: by
+// default the issuer is the API's listen address over https.
 func (s *Server) identityConfig() identity.Config {
+	cfg := identity.Config{TrustDomain: s.opts.TrustDomain, Issuer: s.opts.Issuer}
+	if cfg.Issuer != "" {
+		return cfg
+	}
 	host, port, err := net.SplitHostPort(s.opts.Listen)
 	if err != nil {
-		return identity.Config{Issuer: "http://localhost"}
+		cfg.Issuer = "https://localhost"
+		return cfg
 	}
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		host = "localhost"
 	}
-	return identity.Config{Issuer: "http://" + net.JoinHostPort(host, port)}
+	cfg.Issuer = "https://" + net.JoinHostPort(host, port)
+	return cfg
 }
 
-// handler serves the service with the caller's verified node certificate
-// in each request's context. Answers are not gzipped: keys, signatures and
-// tokens do not compress, and trying costs more than signing.
+// handler serves the service. Answers are not gzipped: keys, signatures
+// and tokens do not compress, and trying costs more than signing. (The
+// caller's node certificate is put in the context by Handler.)
 func (i *identityService) handler(opts ...connect.HandlerOption) (string, http.Handler) {
 	opts = append(opts, connect.WithCompression("gzip", nil, nil))
-	path, h := torporv1connect.NewIdentityServiceHandler(i, opts...)
-	return path, identity.CallerMiddleware(i.authority.TrustDomain(), h)
+	return torporv1connect.NewIdentityServiceHandler(i, opts...)
 }
 
 // One answer per kind of refusal: a refused caller learns nothing about
@@ -113,9 +117,8 @@ func (i *identityService) RenewNodeCertificate(ctx context.Context, req *connect
 	return connect.NewResponse(issuedCertificate(a, issued)), nil
 }
 
-// CreateToken refuses nodes: a node must not let other hosts join. (Who
-// else may is decided by API authentication, which covers every admin
-// call.)
+// CreateToken refuses nodes: a node must not let other hosts join. (Only
+// an admin gets this far otherwise: see accessRules.)
 func (i *identityService) CreateToken(ctx context.Context, req *connect.Request[torporv1.CreateTokenRequest]) (*connect.Response[torporv1.CreateTokenResponse], error) {
 	if node, ok := identity.CallerNode(ctx); ok {
 		i.log.WarnContext(ctx, "token creation refused", "node", node, "reason", "callers with a node certificate may not create tokens")

@@ -18,7 +18,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -59,12 +58,14 @@ func (b *syncBuffer) String() string {
 }
 
 // replica is one control plane replica with its own store connections,
-// served over TLS like a production replica, with a certificate of the
-// shared CA.
+// serving the API over TLS as a production replica does (ServeAPI).
 type replica struct {
-	store store.Store
-	url   string
-	roots *x509.CertPool
+	store  store.Store
+	server *Server
+	url    string
+	roots  *x509.CertPool
+	// adminToken is the installation's admin token.
+	adminToken string
 }
 
 func startReplica(tb testing.TB, storeURL string, logs io.Writer) *replica {
@@ -80,19 +81,34 @@ func startReplica(tb testing.TB, storeURL string, logs io.Writer) *replica {
 		tb.Fatal(err)
 	}
 	srv := New(st, objects, Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
-	a, err := identity.Load(ctx, st, srv.identityConfig())
+	a, err := srv.Authority(ctx)
 	if err != nil {
 		tb.Fatalf("load identity: %v", err)
 	}
-	cert, err := a.ServerCertificate([]string{"127.0.0.1"})
+	token, err := srv.AdminToken(ctx)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &replica{
-		store: st,
-		url:   serveTLS(tb, srv.Handler(), identity.ServerTLSConfig(identity.NewKeypair(cert), a.Roots())),
-		roots: a.Roots(),
+	return &replica{store: st, server: srv, url: serveAPI(tb, srv), roots: a.Roots(), adminToken: token}
+}
+
+// serveAPI runs srv.ServeAPI on a loopback port until tb ends.
+func serveAPI(tb testing.TB, srv *Server) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeAPI(ctx, ln) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("serve API: %v", err)
+		}
+	})
+	return "https://" + ln.Addr().String()
 }
 
 // serveTLS serves h on a loopback port until tb ends. (httptest's StartTLS
@@ -118,9 +134,12 @@ func serveTLS(tb testing.TB, h http.Handler, cfg *tls.Config) string {
 
 // httpClient talks to the replica presenting cert (nil: none).
 func (r *replica) httpClient(tb testing.TB, cert *identity.Keypair) *http.Client {
-	c := &http.Client{Transport: &http.Transport{TLSClientConfig: identity.ClientTLSConfig(cert, r.roots, ""), ForceAttemptHTTP2: true}}
-	tb.Cleanup(c.CloseIdleConnections)
-	return c
+	return testClient(tb, r.roots, cert, "")
+}
+
+// admin talks to the replica with the admin token.
+func (r *replica) admin(tb testing.TB) *http.Client {
+	return testClient(tb, r.roots, nil, r.adminToken)
 }
 
 func (r *replica) identity(tb testing.TB, cert *identity.Keypair) torporv1connect.IdentityServiceClient {
@@ -132,7 +151,7 @@ func (r *replica) identity(tb testing.TB, cert *identity.Keypair) torporv1connec
 func joinNode(tb testing.TB, via, join *replica, node string) *identity.Keypair {
 	tb.Helper()
 	ctx := context.Background()
-	tok, err := via.identity(tb, nil).CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{
+	tok, err := torporv1connect.NewIdentityServiceClient(via.admin(tb), via.url).CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{
 		Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN, Node: node,
 	}))
 	if err != nil {
@@ -360,12 +379,11 @@ func TestResumeMintsOnAnotherReplica(t *testing.T) {
 			agent := &mintingAgent{identity: b.identity(t, nodeCert), workers: map[string]*torporv1.Worker{}}
 			agentMux := http.NewServeMux()
 			agentMux.Handle(torporv1connect.NewNodeAgentServiceHandler(agent))
-			agentSrv := httptest.NewServer(agentMux)
-			t.Cleanup(agentSrv.Close)
+			agentURL := serveTLS(t, agentMux, identity.ServerTLSConfig(nodeCert, a.roots))
 
 			const actors = 3
 			reg := &torporv1.RegisterNodeRequest{Node: &torporv1.Node{
-				Metadata: &torporv1.ObjectMeta{Name: "node-1"}, Address: agentSrv.URL, SandboxClasses: []string{"gvisor"},
+				Metadata: &torporv1.ObjectMeta{Name: "node-1"}, Address: agentURL, SandboxClasses: []string{"gvisor"},
 			}}
 			for i := range actors {
 				reg.Workers = append(reg.Workers, &torporv1.Worker{
@@ -373,14 +391,14 @@ func TestResumeMintsOnAnotherReplica(t *testing.T) {
 					Spec:     &torporv1.WorkerSpec{Node: "node-1", Ip: fmt.Sprintf("10.0.0.%d", 2+i), SandboxClass: "gvisor"},
 				})
 			}
-			hc := a.httpClient(t, nil)
-			registered, err := torporv1connect.NewNodeServiceClient(hc, a.url).RegisterNode(ctx, connect.NewRequest(reg))
+			registered, err := torporv1connect.NewNodeServiceClient(a.httpClient(t, nodeCert), a.url).RegisterNode(ctx, connect.NewRequest(reg))
 			if err != nil {
 				t.Fatalf("register node: %v", err)
 			}
 			for _, w := range registered.Msg.GetWorkers() {
 				agent.workers[w.GetMetadata().GetName()] = w
 			}
+			hc := a.admin(t)
 			if _, err := torporv1connect.NewTemplateServiceClient(hc, a.url).CreateTemplate(ctx, connect.NewRequest(&torporv1.CreateTemplateRequest{Template: counterTemplate("counter")})); err != nil {
 				t.Fatal(err)
 			}
@@ -574,7 +592,7 @@ func TestMintAuthorization(t *testing.T) {
 						checkWorkloadCertificate(t, cert.Msg, key, p)
 						claims := &identity.WorkloadClaims{}
 						if _, err := jwt.ParseWithClaims(tok.Msg.GetToken(), claims, jwksKey(t, r, hc), jwt.WithValidMethods([]string{"ES256"}),
-							jwt.WithIssuer("http://localhost"), jwt.WithAudience("vault"), jwt.WithExpirationRequired()); err != nil {
+							jwt.WithIssuer("https://localhost"), jwt.WithAudience("vault"), jwt.WithExpirationRequired()); err != nil {
 							t.Fatalf("JWT does not verify with the published keys: %v", err)
 						}
 						if claims.Subject != tok.Msg.GetSpiffeId() || claims.ActorUID != p.actor.GetMetadata().GetUid() {
@@ -647,7 +665,8 @@ func TestNodeJoinAndRenew(t *testing.T) {
 			url := storetest.URL(t, backend)
 			a, b := startReplica(t, url, io.Discard), startReplica(t, url, io.Discard)
 			anon := a.identity(t, nil)
-			tok, err := anon.CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{
+			admin := torporv1connect.NewIdentityServiceClient(a.admin(t), a.url)
+			tok, err := admin.CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{
 				Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN, Node: "node-1",
 			}))
 			if err != nil {
@@ -703,8 +722,10 @@ func TestNodeJoinAndRenew(t *testing.T) {
 			_, err = anon.RenewNodeCertificate(ctx, connect.NewRequest(&torporv1.RenewNodeCertificateRequest{Csr: csr}))
 			wantCode(t, err, connect.CodeUnauthenticated, "node certificate")
 			_, err = nodeClient.CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN}))
-			wantCode(t, err, connect.CodePermissionDenied, "nodes may not create tokens")
-			_, err = anon.CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{}))
+			wantCode(t, err, connect.CodePermissionDenied, "only an admin")
+			_, err = anon.CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN}))
+			wantCode(t, err, connect.CodeUnauthenticated, "needs a credential")
+			_, err = admin.CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{}))
 			wantCode(t, err, connect.CodeInvalidArgument, "purpose")
 		})
 	}
@@ -743,16 +764,17 @@ func BenchmarkMintCert(b *testing.B) {
 }
 
 func TestIdentityIssuerFromListenAddress(t *testing.T) {
-	cases := []struct{ listen, issuer string }{
-		{"", "http://localhost"},
-		{"127.0.0.1:7070", "http://127.0.0.1:7070"},
-		{":7070", "http://localhost:7070"},
-		{"0.0.0.0:7070", "http://localhost:7070"},
-		{"[::]:7070", "http://localhost:7070"},
-		{"torpor.example:443", "http://torpor.example:443"},
+	cases := []struct{ listen, option, issuer string }{
+		{"", "", "https://localhost"},
+		{"127.0.0.1:7070", "", "https://127.0.0.1:7070"},
+		{":7070", "", "https://localhost:7070"},
+		{"0.0.0.0:7070", "", "https://localhost:7070"},
+		{"[::]:7070", "", "https://localhost:7070"},
+		{"torpor.example:443", "", "https://torpor.example:443"},
+		{"0.0.0.0:7070", "https://torpor.example", "https://torpor.example"},
 	}
 	for _, tc := range cases {
-		s := &Server{opts: Options{Listen: tc.listen}}
+		s := &Server{opts: Options{Listen: tc.listen, Issuer: tc.option}}
 		if got := s.identityConfig().Issuer; got != tc.issuer {
 			t.Errorf("listen %q: issuer %q, want %q", tc.listen, got, tc.issuer)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"connectrpc.com/connect"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 	"github.com/torpor-dev/torpor/internal/workflow"
@@ -31,10 +33,13 @@ func (s *nodeService) RegisterNode(ctx context.Context, req *connect.Request[tor
 	if err := validate.Name("node.metadata.name", n.GetMetadata().GetName()); err != nil {
 		return nil, apiError(err)
 	}
-	if n.GetAddress() == "" {
-		return nil, invalidArgument("node.address", "required")
-	}
 	name := n.GetMetadata().GetName()
+	if err := callerIs(ctx, name); err != nil {
+		return nil, err
+	}
+	if u, err := url.Parse(n.GetAddress()); n.GetAddress() == "" || err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, invalidArgument("node.address", "%q is not an https URL (node agents serve over TLS)", n.GetAddress())
+	}
 	reported := map[string]bool{}
 	for i, w := range req.Msg.GetWorkers() {
 		if err := validate.Worker(w); err != nil {
@@ -61,6 +66,19 @@ func (s *nodeService) RegisterNode(ctx context.Context, req *connect.Request[tor
 		return nil, apiError(err)
 	}
 	return connect.NewResponse(&torporv1.RegisterNodeResponse{Node: node, Workers: workers}), nil
+}
+
+// callerIs lets a node act only for itself: the caller's certificate
+// must name node.
+func callerIs(ctx context.Context, node string) error {
+	caller, ok := identity.CallerNode(ctx)
+	if !ok {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("a node certificate is required"))
+	}
+	if caller != node {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("node %s may not act for node %s", caller, node))
+	}
+	return nil
 }
 
 func (s *nodeService) upsertNode(ctx context.Context, n *torporv1.Node) (*torporv1.Node, error) {
@@ -160,6 +178,9 @@ func (s *nodeService) Heartbeat(ctx context.Context, req *connect.Request[torpor
 	name := req.Msg.GetNode()
 	if err := validate.Name("node", name); err != nil {
 		return nil, apiError(err)
+	}
+	if err := callerIs(ctx, name); err != nil {
+		return nil, err
 	}
 	for range 10 {
 		n, err := s.store.Nodes().Get(ctx, "", name)

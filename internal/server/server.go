@@ -4,11 +4,13 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -18,6 +20,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/workflow"
@@ -41,7 +44,23 @@ type Options struct {
 	// RecoverAfter: a workflow step in flight for longer is re-driven by
 	// the periodic sweep (a starting server re-drives all). Default 2m.
 	RecoverAfter time.Duration
-	Logger       *slog.Logger
+	// TrustDomain of every identity the CA issues. Default
+	// identity.DefaultTrustDomain.
+	TrustDomain string
+	// Issuer is the iss of workload JWTs, the URL their verifiers find
+	// /.well-known/ under. Default https://<Listen> (localhost for an
+	// unspecified host).
+	Issuer string
+	// TLSNames are DNS names and IP addresses the server certificate
+	// carries besides the listen host, 127.0.0.1 and localhost: the names
+	// clients reach the API by.
+	TLSNames []string
+	// AdminTokenFile, when set, is where Run writes the admin token (mode
+	// 0600), and CAFile where it writes the CA certificate (PEM) clients
+	// verify the server with.
+	AdminTokenFile string
+	CAFile         string
+	Logger         *slog.Logger
 }
 
 // Server is the control plane over one store.
@@ -54,6 +73,12 @@ type Server struct {
 	// goldens wakes the golden builder when a template is created.
 	goldens chan struct{}
 	metrics *prometheus.Registry
+	// identity is the CA, loaded on first use.
+	identity *identity.Loader
+	admin    adminToken
+	// cert is the certificate the server serves the API with and presents
+	// to node agents (see ServeAPI); nil until it serves.
+	cert atomic.Pointer[identity.Keypair]
 }
 
 // New returns a server over st and the snapshot object store.
@@ -69,23 +94,33 @@ func New(st store.Store, objects snapshot.ObjectStore, opts Options) *Server {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newWorkersCollector(st))
-	agents := newNodeAgents(st, &http.Client{})
-	engine := workflow.New(st, agents, snapshotObjects{objects}, workflow.Options{
+	s := &Server{store: st, objects: objects, opts: opts, log: opts.Logger, goldens: make(chan struct{}, 1), metrics: reg}
+	s.identity = identity.NewLoader(st, s.identityConfig())
+	s.admin = adminToken{secrets: st}
+	s.engine = workflow.New(st, newNodeAgents(st, s.agentTLS), snapshotObjects{objects}, workflow.Options{
 		HeartbeatTimeout: opts.HeartbeatTimeout,
 		RecoverAfter:     opts.RecoverAfter,
 		Registerer:       reg,
 	}, opts.Logger)
-	return &Server{store: st, objects: objects, engine: engine, opts: opts, log: opts.Logger, goldens: make(chan struct{}, 1), metrics: reg}
+	return s
 }
 
 // Engine exposes the workflow engine (tests install hooks on it).
 func (s *Server) Engine() *workflow.Engine { return s.engine }
 
-// Handler serves the API.
+// Authority is the installation's CA (loaded from the store, or created by
+// the first server to need it).
+func (s *Server) Authority(ctx context.Context) (*identity.Authority, error) {
+	return s.identity.Authority(ctx)
+}
+
+// Handler serves the API. Every call but JoinNode needs a credential (see
+// auth.go): an API token, or a client certificate, which the TLS layer of
+// ServeAPI verifies.
 func (s *Server) Handler() http.Handler {
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(maxRequestBytes),
-		connect.WithInterceptors(logErrors(s.log)),
+		connect.WithInterceptors(logErrors(s.log), &gate{identity: s.identity, admin: &s.admin, log: s.log}),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store}, opts...))
@@ -99,7 +134,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /.well-known/", ids.authority.WellKnown(s.log))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	return mux
+	return identity.CallerMiddleware(s.identity.TrustDomain(), mux)
 }
 
 func (s *Server) wakeGoldens() {
@@ -197,27 +232,53 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("open snapshot storage %s: %w", opts.Snapshots, err)
 	}
+	srv := New(st, objects, opts)
+	if err := srv.writeClientFiles(ctx); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
 	}
-	srv := New(st, objects, opts)
-	logger.Info("serving API", "listen", ln.Addr().String(), "store", opts.Store, "snapshots", opts.Snapshots)
+	logger.Info("serving API", "listen", ln.Addr().String(), "store", opts.Store, "snapshots", opts.Snapshots,
+		"admin_token_file", opts.AdminTokenFile, "ca_file", opts.CAFile)
+	// The certificate comes first: the background work calls node agents
+	// with it.
+	tlsConfig, err := srv.TLSConfig(ctx, ln.Addr())
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("serve API: %w", err)
+	}
 	bg, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()
 	go srv.RunBackground(bg)
-	return Serve(ctx, ln, srv.Handler())
+	return Serve(ctx, ln, srv.Handler(), tlsConfig)
 }
 
-// Serve serves h on ln (HTTP/1.1 and cleartext HTTP/2 for gRPC) until ctx
-// is done, then drains in-flight requests.
-func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+// Serve serves h on ln until ctx is done, then drains in-flight requests:
+// over TLS (HTTP/2 and HTTP/1.1) with tlsConfig, or in cleartext
+// (HTTP/1.1 and HTTP/2 for gRPC) when it is nil.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, tlsConfig *tls.Config) error {
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: h, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
+	if tlsConfig != nil {
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
+	srv := &http.Server{Handler: h, Protocols: protocols, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second,
+		// A peer whose certificate is refused is the peer's problem, not
+		// the server's: the log says so at debug level.
+		ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug)}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if tlsConfig != nil {
+			// The certificate comes from tlsConfig (GetCertificate).
+			errc <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		return err

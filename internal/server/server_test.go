@@ -3,9 +3,8 @@ package server
 import (
 	"context"
 	"errors"
-	"log/slog"
+	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,8 +14,6 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
-	"github.com/torpor-dev/torpor/internal/snapshot"
-	"github.com/torpor-dev/torpor/internal/store"
 )
 
 const pinnedImage = "oci:/images/counter@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -29,29 +26,22 @@ type clients struct {
 	snapshots torporv1connect.SnapshotServiceClient
 }
 
-// startServer serves the API over a SQLite store in dbPath on a real HTTP
-// listener.
+// startServer serves the API over a SQLite store in dbPath over TLS, with
+// clients holding the admin token.
 func startServer(t *testing.T, dbPath string) clients {
 	t.Helper()
-	st, err := store.Open(context.Background(), "sqlite:"+dbPath)
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	objects, err := snapshot.NewDirStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(New(st, objects, Options{Logger: slog.New(slog.DiscardHandler)}).Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		st.Close()
-	})
+	r := startReplica(t, "sqlite:"+dbPath, io.Discard)
+	return r.clients(r.admin(t))
+}
+
+// clients are the API's clients over hc.
+func (r *replica) clients(hc *http.Client) clients {
 	return clients{
-		spaces:    torporv1connect.NewSpaceServiceClient(http.DefaultClient, srv.URL),
-		templates: torporv1connect.NewTemplateServiceClient(http.DefaultClient, srv.URL),
-		actors:    torporv1connect.NewActorServiceClient(http.DefaultClient, srv.URL),
-		workers:   torporv1connect.NewWorkerServiceClient(http.DefaultClient, srv.URL),
-		snapshots: torporv1connect.NewSnapshotServiceClient(http.DefaultClient, srv.URL),
+		spaces:    torporv1connect.NewSpaceServiceClient(hc, r.url),
+		templates: torporv1connect.NewTemplateServiceClient(hc, r.url),
+		actors:    torporv1connect.NewActorServiceClient(hc, r.url),
+		workers:   torporv1connect.NewWorkerServiceClient(hc, r.url),
+		snapshots: torporv1connect.NewSnapshotServiceClient(hc, r.url),
 	}
 }
 

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const testCA = "-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIBATAKBggqhkjOPQQDAjAAMB4XDTI2MDEwMTAwMDAwMFoX\n-----END CERTIFICATE-----\n"
+
+func TestResolveConnection(t *testing.T) {
+	tests := []struct {
+		name                     string
+		serverFlag, caFlag, tok  string
+		env                      map[string]string
+		config                   string // client config file contents; "" writes none
+		files                    map[string]string
+		wantServer, wantCA, want string // want: the token
+	}{
+		{name: "default", wantServer: defaultServer},
+		{name: "flag host:port", serverFlag: "127.0.0.1:9000", env: map[string]string{envServer: "https://env:1"}, wantServer: "https://127.0.0.1:9000"},
+		{name: "flag URL with slash", serverFlag: "https://api.example/", wantServer: "https://api.example"},
+		{name: "environment", env: map[string]string{envServer: "env.example:7070", envToken: "env-token"}, config: "server: https://file:1\ntoken: file-token\n",
+			wantServer: "https://env.example:7070", want: "env-token"},
+		{name: "config file", config: "server: https://file.example:7070/\ntoken: file-token\nca: |\n  " + strings.ReplaceAll(strings.TrimSpace(testCA), "\n", "\n  ") + "\n",
+			wantServer: "https://file.example:7070", want: "file-token", wantCA: testCA},
+		{name: "config CA file relative to the config", config: "ca: ca.pem\n", files: map[string]string{"torpor/ca.pem": testCA},
+			wantServer: defaultServer, wantCA: testCA},
+		{name: "flags win", serverFlag: "https://flag", caFlag: "flag-ca.pem", tok: "flag-token", files: map[string]string{"flag-ca.pem": testCA},
+			env: map[string]string{envToken: "env-token", envCA: "/nonexistent"}, config: "token: file-token\nca: /nonexistent\n",
+			wantServer: "https://flag", want: "flag-token", wantCA: testCA},
+		{name: "CA from the environment", env: map[string]string{envCA: "env-ca.pem"}, files: map[string]string{"env-ca.pem": testCA}, config: "ca: /nonexistent\n",
+			wantServer: defaultServer, wantCA: testCA},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			t.Setenv("XDG_CONFIG_HOME", dir)
+			for _, k := range []string{envServer, envCA, envToken} {
+				t.Setenv(k, tt.env[k])
+			}
+			for name, content := range tt.files {
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.config != "" {
+				path := filepath.Join(dir, "torpor", "config.yaml")
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(tt.config), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := ResolveConnection(tt.serverFlag, tt.caFlag, tt.tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Server != tt.wantServer || got.Token != tt.want || strings.TrimSpace(string(got.CA)) != strings.TrimSpace(tt.wantCA) {
+				t.Fatalf("got server %q token %q CA %q; want %q %q %q", got.Server, got.Token, got.CA, tt.wantServer, tt.want, tt.wantCA)
+			}
+		})
+	}
+}
+
+func TestResolveConnectionErrors(t *testing.T) {
+	isolate(t)
+	if _, err := ResolveConnection("", "/nonexistent/ca.pem", ""); err == nil || !strings.Contains(err.Error(), "--ca") {
+		t.Errorf("missing --ca file: %v, want an error naming --ca", err)
+	}
+	if _, err := (Connection{Server: defaultServer, CA: []byte("not PEM")}).HTTPClient(); err == nil || !strings.Contains(err.Error(), "ca") {
+		t.Errorf("CA that is not PEM: %v, want an error naming ca", err)
+	}
+}
+
+// TestTokenNeverInTheClear: a token is not sent to an http:// server.
+func TestTokenNeverInTheClear(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Authorization"))
+	}))
+	t.Cleanup(srv.Close)
+	hc, err := Connection{Server: srv.URL, Token: "torpor-secret"}.HTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL, nil)
+	if _, err := hc.Do(req); err == nil || !strings.Contains(err.Error(), "plain HTTP") {
+		t.Errorf("request over http with a token: %v, want a refusal", err)
+	}
+	if len(got) != 0 {
+		t.Errorf("the server received %v", got)
+	}
+}

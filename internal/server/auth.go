@@ -1,0 +1,348 @@
+package server
+
+// API access. Every call presents a credential, checked here in one
+// interceptor (gate) against one table (accessRules):
+//
+//   - the admin token: everything except what only a node may call;
+//   - an API token (identity.PurposeAPI): templates, actors and snapshots
+//     of the spaces it names, and nothing else (spaces, workers and nodes
+//     are administration);
+//   - a node certificate, verified by the TLS layer: the calls a node
+//     agent makes for itself (registration, heartbeats, its certificate,
+//     its workloads' identities).
+//
+// Tokens travel as "Authorization: Bearer <token>". JoinNode needs none:
+// its join token is its credential. A call without a credential its rule
+// accepts is Unauthenticated; an authenticated caller beyond its rights
+// gets PermissionDenied.
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/store"
+)
+
+// access is who may make a call.
+type access int
+
+const (
+	// accessPublic: anyone (JoinNode, whose join token is checked by the
+	// call itself).
+	accessPublic access = iota + 1
+	// accessAdmin: the admin token.
+	accessAdmin
+	// accessSpace: the admin token, or an API token for the space the
+	// request names.
+	accessSpace
+	// accessNode: a node certificate (the call itself checks which node
+	// may do what).
+	accessNode
+)
+
+// accessRules gives every procedure of the API its access. A procedure
+// missing here is refused to everyone (TestEveryProcedureHasAnAccessRule
+// keeps the table complete).
+var accessRules = func() map[string]access {
+	rules := map[string]access{
+		torporv1connect.NodeServiceRegisterNodeProcedure:             accessNode,
+		torporv1connect.NodeServiceHeartbeatProcedure:                accessNode,
+		torporv1connect.NodeServiceGetNodeProcedure:                  accessAdmin,
+		torporv1connect.NodeServiceListNodesProcedure:                accessAdmin,
+		torporv1connect.IdentityServiceJoinNodeProcedure:             accessPublic,
+		torporv1connect.IdentityServiceRenewNodeCertificateProcedure: accessNode,
+		torporv1connect.IdentityServiceMintCertProcedure:             accessNode,
+		torporv1connect.IdentityServiceMintJWTProcedure:              accessNode,
+		torporv1connect.IdentityServiceCreateTokenProcedure:          accessAdmin,
+	}
+	byService := map[string]access{
+		torporv1connect.SpaceServiceName:    accessAdmin,
+		torporv1connect.WorkerServiceName:   accessAdmin,
+		torporv1connect.TemplateServiceName: accessSpace,
+		torporv1connect.ActorServiceName:    accessSpace,
+		torporv1connect.SnapshotServiceName: accessSpace,
+	}
+	for service, a := range byService {
+		for _, m := range methods(service) {
+			rules["/"+service+"/"+string(m.Name())] = a
+		}
+	}
+	return rules
+}()
+
+// methods are the methods of the named API service.
+func methods(service string) []protoreflect.MethodDescriptor {
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
+	if err != nil {
+		panic(fmt.Sprintf("service %s: %v", service, err))
+	}
+	ms := d.(protoreflect.ServiceDescriptor).Methods()
+	out := make([]protoreflect.MethodDescriptor, ms.Len())
+	for i := range out {
+		out[i] = ms.Get(i)
+	}
+	return out
+}
+
+// principal is what a call's credentials prove.
+type principal struct {
+	admin bool
+	// spaces an API token gives access to.
+	spaces []string
+	// node whose certificate the caller presented.
+	node string
+}
+
+func (p principal) anonymous() bool { return !p.admin && p.spaces == nil && p.node == "" }
+
+// gate authenticates and authorizes every call (connect.Interceptor).
+type gate struct {
+	identity *identity.Loader
+	admin    *adminToken
+	log      *slog.Logger
+}
+
+func (g *gate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := g.check(ctx, req.Spec().Procedure, req.Header(), req.Any()); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+// WrapStreamingHandler checks a stream before its first message, so a
+// rule that depends on the request's space admits only the admin.
+func (g *gate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := g.check(ctx, conn.Spec().Procedure, conn.RequestHeader(), nil); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}
+
+func (g *gate) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (g *gate) check(ctx context.Context, procedure string, header http.Header, msg any) error {
+	rule, ok := accessRules[procedure]
+	if !ok {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s has no access rule", procedure))
+	}
+	if rule == accessPublic {
+		return nil
+	}
+	p, err := g.authenticate(ctx, header)
+	if err != nil {
+		return err
+	}
+	if rule == accessNode && p.node == "" {
+		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s needs a node certificate", procedure))
+	}
+	if p.anonymous() {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("this call needs a credential: an API token (Authorization: Bearer <token>) or a client certificate"))
+	}
+	deny := func(format string, args ...any) error {
+		err := fmt.Errorf(format, args...)
+		g.log.WarnContext(ctx, "call refused", "procedure", procedure, "node", p.node, "spaces", p.spaces, "reason", err)
+		return connect.NewError(connect.CodePermissionDenied, err)
+	}
+	switch rule {
+	case accessAdmin:
+		if !p.admin {
+			return deny("only an admin may call %s", procedure)
+		}
+	case accessSpace:
+		if p.admin {
+			return nil
+		}
+		if p.spaces == nil {
+			return deny("%s needs an API token", procedure)
+		}
+		space, named := requestSpace(msg)
+		switch {
+		case !named:
+			return deny("%s: the request names no space the token could be checked against", procedure)
+		case space == "":
+			return deny("the token gives access to spaces %s only: name one (--space)", strings.Join(p.spaces, ", "))
+		case !slices.Contains(p.spaces, space):
+			return deny("the token gives no access to space %q", space)
+		}
+	}
+	return nil
+}
+
+// authenticate reads the credentials of a call: a bearer token (refused
+// when not valid) and the node certificate CallerMiddleware found.
+func (g *gate) authenticate(ctx context.Context, header http.Header) (principal, error) {
+	var p principal
+	p.node, _ = identity.CallerNode(ctx)
+	auth := header.Get("Authorization")
+	if auth == "" {
+		return p, nil
+	}
+	token, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || token == "" {
+		return p, connect.NewError(connect.CodeUnauthenticated, errors.New(`the Authorization header must be "Bearer <token>"`))
+	}
+	admin, err := g.admin.get(ctx)
+	if err != nil {
+		g.log.ErrorContext(ctx, "load the admin token", "err", err)
+		return p, connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot check tokens now, retry"))
+	}
+	if subtle.ConstantTimeCompare([]byte(token), []byte(admin)) == 1 {
+		p.admin = true
+		return p, nil
+	}
+	a, err := g.identity.Authority(ctx)
+	if err != nil {
+		g.log.ErrorContext(ctx, "load the identity authority", "err", err)
+		return p, connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot check tokens now, retry"))
+	}
+	spaces, err := a.AuthenticateAPIToken(ctx, token)
+	if errors.Is(err, identity.ErrInvalidToken) {
+		g.log.InfoContext(ctx, "API token refused", "reason", err)
+		return p, connect.NewError(connect.CodeUnauthenticated, errors.New("the API token is invalid or expired"))
+	}
+	if err != nil {
+		g.log.ErrorContext(ctx, "check an API token", "err", err)
+		return p, connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot check tokens now, retry"))
+	}
+	p.spaces = spaces
+	return p, nil
+}
+
+// requestSpace is the space a request acts on: its space field (Get,
+// List, Delete, ResumeActor), else the metadata.space of the object it
+// carries (Create, Update). named is false for a request with neither.
+func requestSpace(msg any) (space string, named bool) {
+	m, ok := msg.(interface{ ProtoReflect() protoreflect.Message })
+	if !ok {
+		return "", false
+	}
+	r := m.ProtoReflect()
+	fields := r.Descriptor().Fields()
+	if f := fields.ByName("space"); f != nil && f.Kind() == protoreflect.StringKind && !f.IsList() {
+		return r.Get(f).String(), true
+	}
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		if f.Kind() != protoreflect.MessageKind || f.IsList() || f.IsMap() {
+			continue
+		}
+		meta := f.Message().Fields().ByName("metadata")
+		if meta == nil || meta.Kind() != protoreflect.MessageKind {
+			continue
+		}
+		spaceField := meta.Message().Fields().ByName("space")
+		if spaceField == nil || spaceField.Kind() != protoreflect.StringKind {
+			continue
+		}
+		return r.Get(f).Message().Get(meta).Message().Get(spaceField).String(), true
+	}
+	return "", false
+}
+
+// adminTokenSecret keeps the admin token itself (not a hash): every
+// replica must be able to write it out for the operator (AdminTokenFile).
+const adminTokenSecret = "server/admin-token"
+
+// adminToken is the installation's admin token, made by the first server
+// that needs it and loaded once.
+type adminToken struct {
+	secrets store.Secrets
+
+	mu    sync.Mutex
+	value string
+}
+
+func (t *adminToken) get(ctx context.Context) (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.value != "" {
+		return t.value, nil
+	}
+	v, err := t.secrets.GetOrCreateSecret(ctx, adminTokenSecret, func() ([]byte, error) {
+		raw := make([]byte, 32)
+		rand.Read(raw)
+		return []byte("torpor-admin-" + base64.RawURLEncoding.EncodeToString(raw)), nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	t.value = string(v)
+	return t.value, nil
+}
+
+// AdminToken is the installation's admin token, created on first use.
+func (s *Server) AdminToken(ctx context.Context) (string, error) { return s.admin.get(ctx) }
+
+// writeClientFiles writes the admin token and the CA certificate where
+// Options say, for the operator's clients.
+func (s *Server) writeClientFiles(ctx context.Context) error {
+	if s.opts.AdminTokenFile != "" {
+		token, err := s.AdminToken(ctx)
+		if err != nil {
+			return err
+		}
+		if err := writePrivateFile(s.opts.AdminTokenFile, []byte(token+"\n"), 0o600); err != nil {
+			return fmt.Errorf("admin token file: %w", err)
+		}
+	}
+	if s.opts.CAFile != "" {
+		a, err := s.identity.Authority(ctx)
+		if err != nil {
+			return err
+		}
+		data := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.CACertificate().Raw})
+		if err := writePrivateFile(s.opts.CAFile, data, 0o644); err != nil {
+			return fmt.Errorf("CA file: %w", err)
+		}
+	}
+	return nil
+}
+
+// writePrivateFile replaces path with data by a rename, so the file never
+// exists with a looser mode or partial content.
+func writePrivateFile(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

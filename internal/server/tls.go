@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/torpor-dev/torpor/internal/identity"
+)
+
+// certRetry is how soon a failed renewal of the server certificate is
+// tried again.
+const certRetry = time.Minute
+
+// ServeAPI serves the API (Handler) over TLS on ln until ctx is done; see
+// TLSConfig.
+func (s *Server) ServeAPI(ctx context.Context, ln net.Listener) error {
+	cfg, err := s.TLSConfig(ctx, ln.Addr())
+	if err != nil {
+		return fmt.Errorf("serve API: %w", err)
+	}
+	return Serve(ctx, ln, s.Handler(), cfg)
+}
+
+// TLSConfig is what the API is served with on addr: a server certificate
+// from the CA for the names clients use (the listen host, Options.TLSNames,
+// 127.0.0.1 and localhost), renewed in the background until ctx is done,
+// and verification of the client certificates presented (node agents
+// present theirs). The server also presents the certificate to node
+// agents.
+func (s *Server) TLSConfig(ctx context.Context, addr net.Addr) (*tls.Config, error) {
+	a, err := s.identity.Authority(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The trust domain is the CA's: certificates of another one would not
+	// verify with it.
+	if uris := a.CACertificate().URIs; len(uris) != 1 || uris[0].Host != a.TrustDomain() {
+		return nil, fmt.Errorf("the CA in the store is for trust domain %v, not %s (the trust domain cannot change)", uris, a.TrustDomain())
+	}
+	names := s.certNames(addr)
+	cert, err := a.ServerCertificate(names)
+	if err != nil {
+		return nil, err
+	}
+	kp := identity.NewKeypair(cert)
+	s.cert.Store(kp)
+	go s.renewCertificate(ctx, a, kp, names)
+	return identity.ServerTLSConfig(kp, a.Roots()), nil
+}
+
+// certNames are the host names and addresses the server certificate
+// carries: those a local client uses, the listen host (unless it is a
+// wildcard address) and the configured ones.
+func (s *Server) certNames(addr net.Addr) []string {
+	names := []string{"127.0.0.1", "localhost"}
+	for _, listen := range []string{s.opts.Listen, addr.String()} {
+		host, _, err := net.SplitHostPort(listen)
+		if err != nil || host == "" {
+			continue
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			continue
+		}
+		names = append(names, host)
+	}
+	names = append(names, s.opts.TLSNames...)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// renewCertificate replaces the server certificate when two thirds of its
+// lifetime have passed, until ctx is done.
+func (s *Server) renewCertificate(ctx context.Context, a *identity.Authority, kp *identity.Keypair, names []string) {
+	for {
+		leaf := kp.Certificate().Leaf
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(leaf.NotAfter) * 2 / 3):
+		}
+		cert, err := a.ServerCertificate(names)
+		if err != nil {
+			s.log.Error("renew the server certificate", "err", err, "expires", leaf.NotAfter, "retry_in", certRetry)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(certRetry):
+			}
+			continue
+		}
+		kp.Set(cert)
+		s.log.Info("renewed the server certificate", "expires", cert.Leaf.NotAfter)
+	}
+}
+
+// agentTLS is how the server calls node: presenting its own certificate,
+// and accepting only a certificate of that node from the CA.
+func (s *Server) agentTLS(ctx context.Context, node string) (*tls.Config, error) {
+	kp := s.cert.Load()
+	if kp == nil {
+		return nil, errors.New("the control plane has no certificate to call node agents with: it does not serve the API over TLS")
+	}
+	a, err := s.identity.Authority(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return identity.ClientTLSConfig(kp, a.Roots(), identity.NodeID(a.TrustDomain(), node)), nil
+}
+
+// agentClient is an HTTP client (HTTP/2 over TLS) with cfg.
+func agentClient(cfg *tls.Config) *http.Client {
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second}}
+}
