@@ -244,12 +244,13 @@ func TestReregistrationDropsWorkloadsTheControlPlaneGaveUpOn(t *testing.T) {
 	// released its worker, and kept a1 where it is.
 	n.registry.forget(n.name, map[string]string{n.worker(0): "a1"})
 	waitFor(t, "re-registration", func() bool { return n.registry.registration(n.name) != nil })
-	waitFor(t, "a2's workload to go", func() bool { return n.stats(t, 1).GetActorUid() == "" })
+	// The slot is released before the volumes are removed: wait for both.
+	waitFor(t, "a2's workload and volumes to go", func() bool {
+		_, err := os.Stat(n.volumeDir("a2"))
+		return n.stats(t, 1).GetActorUid() == "" && os.IsNotExist(err)
+	})
 	if st := n.stats(t, 1); st.GetRunning() {
 		t.Fatalf("stats %v: a2's sandbox still runs", st)
-	}
-	if _, err := os.Stat(n.volumeDir("a2")); !os.IsNotExist(err) {
-		t.Fatalf("a2's volumes left: %v", err)
 	}
 	if st := n.stats(t, 0); !st.GetRunning() || st.GetActorUid() != "a1" {
 		t.Fatalf("stats %v: a1, still placed, was disturbed", st)
