@@ -232,6 +232,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Workloads outlive the agent; the next one renews their identities.
+	defer a.renewals.stopAll()
 	if err := a.open(ctx); err != nil {
 		return err
 	}
@@ -390,6 +392,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		switch {
 		case rec.Phase == phaseRunning && present[s.name()]:
 			log.Info("adopted running workload", "operation", rec.Operation)
+			a.adoptIdentity(s, rec)
 		case rec.ActorUID != "":
 			log.Warn("workload did not survive the agent's restart; removing it")
 			if err := a.vacate(ctx, s, rec); err != nil {

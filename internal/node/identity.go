@@ -310,6 +310,17 @@ func (a *Agent) keepIdentity(s *slot, w *torporv1.Workload) {
 	a.renewals.start(s.name(), func(ctx context.Context) { a.renewLoop(ctx, s, w) })
 }
 
+// adoptIdentity renews the identity of a workload a previous agent left
+// running on s.
+func (a *Agent) adoptIdentity(s *slot, rec slotRecord) {
+	w, err := rec.workload()
+	if err != nil {
+		a.log.Error("adopted workload's certificate will not be renewed", "worker", s.name(), "actor_uid", rec.ActorUID, "err", err)
+		return
+	}
+	a.keepIdentity(s, w)
+}
+
 // dropIdentity stops renewing s's identity and removes its files: the
 // workload is gone.
 func (a *Agent) dropIdentity(s *slot) error {

@@ -157,6 +157,7 @@ func (a *Agent) start(ctx context.Context, s *slot, op *torporv1.Operation, w *t
 		return err
 	}
 	s.stage(running)
+	a.keepIdentity(s, w)
 	a.ops.Go(func() { a.dropLocalCheckpoints(context.WithoutCancel(ctx), w) })
 	return nil
 }
@@ -224,9 +225,14 @@ func (a *Agent) boot(ctx context.Context, s *slot, w *torporv1.Workload, source 
 		return fmt.Errorf("actor %s/%s: durable volumes: %w", w.GetSpace(), w.GetActor(), err)
 	}
 	steps.done("volumes")
+	identityMounts, err := a.prepareIdentity(ctx, s, w)
+	if err != nil {
+		return err
+	}
+	steps.done("identity")
 	rw := runtime.Workload{
 		ActorUID: w.GetActorUid(), Space: w.GetSpace(), Actor: w.GetActor(),
-		Template: w.GetTemplate(), Rootfs: rootfs, Volumes: volumes,
+		Template: w.GetTemplate(), Rootfs: rootfs, Volumes: volumes, ExtraMounts: identityMounts,
 	}
 	if src.memory == "" {
 		err = a.rt.Run(ctx, s.rt, rw)
@@ -267,8 +273,9 @@ func (a *Agent) vacate(ctx context.Context, s *slot, cur slotRecord) error {
 // release frees a slot whose workload is gone and removes the actor's
 // volumes.
 func (a *Agent) release(s *slot, actorUID string) error {
+	identityErr := a.dropIdentity(s)
 	s.stage(slotRecord{})
-	return a.removeVolumes(actorUID)
+	return errors.Join(identityErr, a.removeVolumes(actorUID))
 }
 
 // stepTimer times the steps of an operation, for its debug log.
