@@ -98,7 +98,13 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	if err != nil {
 		return err
 	}
-	srv := server.New(st, objects, server.Options{Logger: logger, Listen: apiLn.Addr().String()})
+	srv := server.New(st, objects, server.Options{
+		Logger: logger, Listen: apiLn.Addr().String(),
+		AdminTokenFile: filepath.Join(f.dataDir, "admin-token"), CAFile: filepath.Join(f.dataDir, "ca.pem"),
+	})
+	if err := srv.WriteClientFiles(ctx); err != nil {
+		return err
+	}
 	// The parts authenticate to each other as separate processes would:
 	// the node joins with a token (made here, only if it has no
 	// certificate yet), the router and the CLI use the admin token.
@@ -206,10 +212,10 @@ func printWelcome(w io.Writer, apiURL, configPath, routerURL string, f upFlags) 
 	self := os.Args[0]
 	fmt.Fprintf(w, `
 Torpor is up.
-  API      %s   (the CLI finds it: %s)
+  API      %s   (the CLI finds it, its CA and the admin token: %s)
   router   %s   (actors answer at <actor>.<space>.%s)
   workers  %d gVisor slots
-  data     %s
+  data     %s   (admin-token and ca.pem for other clients)
 
 Next, in another terminal:
   %s template apply -f examples/counter/template.yaml --wait

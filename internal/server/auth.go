@@ -297,9 +297,9 @@ func (t *adminToken) get(ctx context.Context) (string, error) {
 // AdminToken is the installation's admin token, created on first use.
 func (s *Server) AdminToken(ctx context.Context) (string, error) { return s.admin.get(ctx) }
 
-// writeClientFiles writes the admin token and the CA certificate where
-// Options say, for the operator's clients.
-func (s *Server) writeClientFiles(ctx context.Context) error {
+// WriteClientFiles writes the admin token and the CA certificate where
+// Options say, for the operator's clients. Run does it on start.
+func (s *Server) WriteClientFiles(ctx context.Context) error {
 	if s.opts.AdminTokenFile != "" {
 		token, err := s.AdminToken(ctx)
 		if err != nil {

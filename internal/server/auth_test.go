@@ -392,7 +392,7 @@ func TestClientFiles(t *testing.T) {
 	dir := t.TempDir()
 	srv := newTestServer(t, Options{AdminTokenFile: filepath.Join(dir, "sub", "admin-token"), CAFile: filepath.Join(dir, "ca.pem")})
 	for range 2 { // a restart writes them again
-		if err := srv.writeClientFiles(ctx); err != nil {
+		if err := srv.WriteClientFiles(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

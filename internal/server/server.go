@@ -233,7 +233,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("open snapshot storage %s: %w", opts.Snapshots, err)
 	}
 	srv := New(st, objects, opts)
-	if err := srv.writeClientFiles(ctx); err != nil {
+	if err := srv.WriteClientFiles(ctx); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", opts.Listen)
