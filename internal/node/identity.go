@@ -248,39 +248,20 @@ func (a *Agent) writeIdentity(s *slot, files []identityFile) error {
 	}
 	dir := a.identityDir(s)
 	for _, f := range files {
-		// One staging name per worker and file: the slot's operations and
-		// its renewal never write at once, and a crash leaves nothing to
-		// collect.
+		// One staging name per worker and file (so one mode per name): the
+		// slot's operations and its renewal never write at once, and a
+		// crash leaves nothing to collect. Nothing is fsynced: the files
+		// matter only to sandboxes, which do not outlive the host, and
+		// the next start mints anew.
 		tmp := filepath.Join(staging, s.name()+"."+f.name)
-		if err := writeSynced(tmp, f.data, f.mode); err != nil {
+		if err := os.WriteFile(tmp, f.data, f.mode); err != nil {
 			return fmt.Errorf("write %s: %w", f.name, err)
 		}
 		if err := os.Rename(tmp, filepath.Join(dir, f.name)); err != nil {
 			return fmt.Errorf("install %s: %w", f.name, err)
 		}
 	}
-	return syncDir(dir)
-}
-
-func writeSynced(path string, data []byte, mode os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	// A file left by an earlier write keeps its mode through O_CREATE.
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return nil
 }
 
 // emptyDir makes dir an empty directory without replacing it.
