@@ -26,14 +26,16 @@ import (
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 )
 
-// The test network: own node name, bridge and subnet, so other packages'
-// tests on this host never collide with these.
-const (
-	testNode   = "gvtest"
-	testBridge = "tpgvtest"
-	testCIDR   = "10.253.0.0/24"
-	port       = 8080
+// The test network: a node name, bridge and subnet of this test process
+// alone, so other test processes on this host (another package, another
+// checkout) never collide with these.
+var (
+	testNode   = fmt.Sprintf("gv%05d", os.Getpid()%100000)
+	testBridge = "tp" + testNode
+	testCIDR   = fmt.Sprintf("10.253.%d.0/24", os.Getpid()%256)
 )
+
+const port = 8080
 
 // counterBinary is the static test workload, built once by TestMain.
 var counterBinary string
@@ -137,7 +139,11 @@ func (h *harness) workload(t testing.TB) runtime.Workload {
 	}
 }
 
-var client = &http.Client{Timeout: 2 * time.Second}
+// client opens a connection per request: a restored sandbox carries the
+// TCP state of the connections its original had, so a kept-alive
+// connection can reach a workload that moved and make the transport retry
+// a request the workload already counted.
+var client = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 func get(ip, path string) (string, error) {
 	resp, err := client.Get(fmt.Sprintf("http://%s:%d%s", ip, port, path))
