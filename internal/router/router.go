@@ -39,7 +39,11 @@ const (
 	DefaultParkTimeout       = 10 * time.Second
 	DefaultResumeTimeout     = 30 * time.Second
 	DefaultIdleCheckInterval = time.Second
-	DefaultEndpointTTL       = 5 * time.Second
+	// DefaultEndpointTTL asks the control plane on every request: a cached
+	// address can outlive the actor's placement (suspended through the API,
+	// its worker given to another actor) and send one actor's traffic to
+	// another.
+	DefaultEndpointTTL = 0
 )
 
 // defaultWorkloadPort is where a workload listens when its template names
@@ -67,7 +71,8 @@ type Config struct {
 	IdleCheckInterval time.Duration
 	// EndpointTTL bounds how long a running actor's address is reused
 	// without asking the control plane again; it bounds how long traffic can
-	// follow an actor that another party moved to a new worker. Default 5s.
+	// follow an actor that another party moved to a new worker, possibly to
+	// another actor's workload. Default 0: no reuse.
 	EndpointTTL time.Duration
 	// AdminOnIngress serves the admin endpoints (/metrics, /healthz) from
 	// ServeHTTP to requests that name no actor. Requests naming an actor
