@@ -156,3 +156,24 @@ func TestNoCapacityAnswers503(t *testing.T) {
 		t.Fatalf("the refused actor is %v, want SUSPENDED", st)
 	}
 }
+
+// TestRouterFollowsAnActorMovedBehindItsBack: c1 is suspended through the
+// API and its worker given to another actor; the router must not send c1's
+// next request to the address it last saw.
+func TestRouterFollowsAnActorMovedBehindItsBack(t *testing.T) {
+	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 2})
+	c.applyTemplate(counterTemplate(t, "counter", nil))
+	c.createActor("c1", "counter")
+	c.createActor("holder", "counter")
+	if code, _, body := c.routerGet("c1"); code != http.StatusOK || body != "count=1 lines=1" {
+		t.Fatalf("first request: %d %q", code, body)
+	}
+	first := c.actor("c1").GetStatus().GetWorker().GetName()
+	c.suspend("c1")
+	if got := c.mustResume("holder").GetStatus().GetWorker().GetName(); got != first {
+		t.Fatalf("holder took %s, the test needs it on c1's old worker %s", got, first)
+	}
+	if code, _, body := c.routerGet("c1"); code != http.StatusOK || body != "count=2 lines=2" {
+		t.Fatalf("request after c1 moved: %d %q, want c1's count=2 lines=2 (not the holder's workload)", code, body)
+	}
+}
