@@ -263,15 +263,15 @@ func (c *credentials) controlPlaneClient() *http.Client {
 // the TLS layer verified against the node's CA) is the control plane's.
 func (c *credentials) onlyControlPlane(next http.Handler) http.Handler {
 	want := identity.ServerID(c.trustDomain)
-	errors := connect.NewErrorWriter()
+	errWriter := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
-			errors.Write(w, r, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("the node agent API needs the control plane's client certificate (%s)", want)))
+			errWriter.Write(w, r, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("the node agent API needs the control plane's client certificate (%s)", want)))
 			return
 		}
 		leaf := r.TLS.VerifiedChains[0][0]
 		if len(leaf.URIs) != 1 || leaf.URIs[0].String() != want || !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
-			errors.Write(w, r, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("only the control plane (%s) may call the node agent API, not %v", want, leaf.URIs)))
+			errWriter.Write(w, r, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("only the control plane (%s) may call the node agent API, not %v", want, leaf.URIs)))
 			return
 		}
 		next.ServeHTTP(w, r)

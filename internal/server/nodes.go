@@ -73,7 +73,7 @@ func (s *nodeService) RegisterNode(ctx context.Context, req *connect.Request[tor
 func callerIs(ctx context.Context, node string) error {
 	caller, ok := identity.CallerNode(ctx)
 	if !ok {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New("a node certificate is required"))
+		return errNoNodeCertificate()
 	}
 	if caller != node {
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("node %s may not act for node %s", caller, node))

@@ -7,9 +7,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -267,9 +269,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, tlsConfig *tls.
 		protocols.SetUnencryptedHTTP2(true)
 	}
 	srv := &http.Server{Handler: h, Protocols: protocols, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second,
-		// A peer whose certificate is refused is the peer's problem, not
-		// the server's: the log says so at debug level.
-		ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug)}
+		ErrorLog: log.New(serverErrorLog{}, "", 0)}
 	errc := make(chan error, 1)
 	go func() {
 		if tlsConfig != nil {
@@ -293,6 +293,21 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, tlsConfig *tls.
 		return err
 	}
 	return nil
+}
+
+// serverErrorLog takes what http.Server reports. A failed TLS handshake
+// (a peer whose certificate was refused, a port scanner) is the peer's
+// problem: debug level. Anything else is an error.
+type serverErrorLog struct{}
+
+func (serverErrorLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelError
+	if strings.Contains(msg, "TLS handshake error") {
+		level = slog.LevelDebug
+	}
+	slog.Default().Log(context.Background(), level, msg)
+	return len(p), nil
 }
 
 // logErrors logs failed calls with their procedure; server-side faults at
