@@ -48,6 +48,8 @@ type env struct {
 	apiURL string
 	// apiClient calls the API with the admin token.
 	apiClient *http.Client
+	// caPEM is the installation's CA, for clients with other credentials.
+	caPEM     []byte
 	actors    torporv1connect.ActorServiceClient
 	templates torporv1connect.TemplateServiceClient
 	agent     *fakeAgent
@@ -106,8 +108,8 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 		t.Fatal(err)
 	}
 	e.apiURL = "https://" + apiLn.Addr().String()
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.CACertificate().Raw})
-	if e.apiClient, err = (cli.Connection{Server: e.apiURL, CA: caPEM, Token: adminToken}).HTTPClient(); err != nil {
+	e.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.CACertificate().Raw})
+	if e.apiClient, err = (cli.Connection{Server: e.apiURL, CA: e.caPEM, Token: adminToken}).HTTPClient(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -246,7 +248,10 @@ type testRouter struct {
 func (e *env) newRouter(cfg Config) *testRouter {
 	e.t.Helper()
 	reg := prometheus.NewRegistry()
-	cfg.Server, cfg.HTTPClient = e.apiURL, e.apiClient
+	cfg.Server = e.apiURL
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = e.apiClient
+	}
 	cfg.Registerer = reg
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

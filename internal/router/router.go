@@ -345,6 +345,8 @@ func (r *Router) writeError(w *recorder, req *http.Request, key ActorKey, err er
 		switch connect.CodeOf(err) {
 		case connect.CodeNotFound:
 			status = http.StatusNotFound
+		case connect.CodePermissionDenied:
+			status = http.StatusForbidden // the router's credentials do not cover the actor's space
 		case connect.CodeFailedPrecondition:
 			status = http.StatusConflict // e.g. the actor is being deleted
 		}

@@ -22,6 +22,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/cli"
 )
 
 // helloWorkload answers every path with the actor's name, and echoes POST
@@ -769,4 +770,32 @@ func TestClientLeavingDoesNotCancelTheSharedResume(t *testing.T) {
 	waitFor(t, "the leaving request to be counted", func() bool {
 		return tr.metric(t, "torpor_router_requests_total", map[string]string{"code": "499"}) == 1
 	})
+}
+
+// TestActorOutsideTheRoutersSpacesAnswers403: a router whose API token is
+// limited to other spaces cannot reach the actor, and says so.
+func TestActorOutsideTheRoutersSpacesAnswers403(t *testing.T) {
+	e := newEnv(t, 1, helloWorkload)
+	key := e.createActor("app", nil)
+	ids := torporv1connect.NewIdentityServiceClient(e.apiClient, e.apiURL)
+	resp, err := ids.CreateToken(context.Background(), connect.NewRequest(&torporv1.CreateTokenRequest{
+		Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_API, Spaces: []string{"elsewhere"},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scoped, err := (cli.Connection{Server: e.apiURL, CA: e.caPEM, Token: resp.Msg.GetToken()}).HTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := e.newRouter(Config{HTTPClient: scoped})
+	got, err := http.DefaultClient.Do(tr.request(t, http.MethodGet, key, "/", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(got.Body)
+	got.Body.Close()
+	if got.StatusCode != http.StatusForbidden {
+		t.Fatalf("got %d %q, want 403", got.StatusCode, body)
+	}
 }
