@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/jackc/pgx/v5"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
@@ -35,6 +34,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/server"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/store/storetest"
 )
 
 // backends are the stores every lifecycle test runs on.
@@ -93,7 +93,7 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 	ctx := context.Background()
 	c := &cluster{t: t, ctx: ctx}
 	var err error
-	c.store, err = store.Open(ctx, storeURL(t, opts.backend))
+	c.store, err = store.Open(ctx, storetest.URL(t, opts.backend))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,38 +259,6 @@ func (n *nodeAgent) shutdown(t testing.TB) {
 	if err := n.network.TeardownAll(ctx); err != nil {
 		t.Errorf("tear down network of %s: %v", n.name, err)
 	}
-}
-
-// storeURL gives each test a fresh SQLite file or PostgreSQL schema.
-func storeURL(t testing.TB, backend string) string {
-	switch backend {
-	case "sqlite":
-		return "sqlite:" + filepath.Join(t.TempDir(), "torpor.db")
-	case "postgres":
-		base := os.Getenv("TORPOR_TEST_POSTGRES")
-		if base == "" {
-			base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-		}
-		schema := "e2e_" + randomHex(6)
-		t.Cleanup(func() {
-			conn, err := pgx.Connect(context.Background(), base)
-			if err != nil {
-				t.Errorf("drop schema %s: %v", schema, err)
-				return
-			}
-			defer conn.Close(context.Background())
-			if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-				t.Errorf("drop schema %s: %v", schema, err)
-			}
-		})
-		sep := "?"
-		if strings.Contains(base, "?") {
-			sep = "&"
-		}
-		return base + sep + "search_path=" + schema
-	}
-	t.Fatalf("unknown backend %q", backend)
-	return ""
 }
 
 // shortTempDir is a temporary directory with a short path: runsc's control

@@ -1,79 +1,27 @@
 package store_test
 
 import (
-	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"net/url"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/store/storetest"
 )
 
 // backend makes fresh, empty stores of one kind for tests and benchmarks.
 type backend struct {
 	name string
-	// freshURL names a new, empty store that is removed when tb ends.
-	freshURL func(tb testing.TB) string
 }
 
-var backends = []backend{
-	{name: "sqlite", freshURL: func(tb testing.TB) string {
-		return "sqlite:" + filepath.Join(tb.TempDir(), "torpor.db")
-	}},
-	{name: "postgres", freshURL: postgresSchemaURL},
-}
+// freshURL names a new, empty store that is removed when tb ends.
+func (b backend) freshURL(tb testing.TB) string { return storetest.URL(tb, b.name) }
 
-const defaultTestPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
-// postgresSchemaURL points at a new random schema (Open creates it) of the
-// database in TORPOR_TEST_POSTGRES, dropped at the end. An unreachable
-// server fails the test: CI always has one.
-func postgresSchemaURL(tb testing.TB) string {
-	tb.Helper()
-	base := cmp.Or(os.Getenv("TORPOR_TEST_POSTGRES"), defaultTestPostgres)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		tb.Fatalf("PostgreSQL for tests (TORPOR_TEST_POSTGRES=%q) is unreachable: %v", base, err)
-	}
-	conn.Close(ctx)
-
-	suffix := make([]byte, 6)
-	rand.Read(suffix)
-	schema := "torpor_test_" + hex.EncodeToString(suffix)
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			tb.Errorf("drop test schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			tb.Errorf("drop test schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		tb.Fatalf("TORPOR_TEST_POSTGRES: %v", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
+var backends = []backend{{name: "sqlite"}, {name: "postgres"}}
 
 // openStore opens url and closes the store when tb ends.
 func openStore(tb testing.TB, ctx context.Context, url string) store.Store {

@@ -18,6 +18,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/store/storetest"
 )
 
 // TestConformance runs one suite against every backend: they must behave
@@ -961,7 +962,7 @@ func TestOpenPostgresSchemaNames(t *testing.T) {
 		func(s string) string { return strings.ToUpper(s) },
 		func(s string) string { return `"` + s + `", public` },
 	} {
-		base := postgresSchemaURL(t)
+		base := storetest.URL(t, "postgres")
 		u, err := url.Parse(base)
 		if err != nil {
 			t.Fatal(err)
