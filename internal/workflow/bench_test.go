@@ -1,27 +1,21 @@
 package workflow
 
 import (
-	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math"
-	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/store/storetest"
 )
 
 // The fleet the control-plane benchmark drives: many actors sharing fewer
@@ -42,17 +36,10 @@ const (
 //
 //	go test -run '^$' -bench ResumeSuspend -benchtime=3s ./internal/workflow
 func BenchmarkResumeSuspend(b *testing.B) {
-	backends := []struct {
-		name string
-		url  func(testing.TB) string
-	}{
-		{"sqlite", func(tb testing.TB) string { return "sqlite:" + filepath.Join(tb.TempDir(), "torpor.db") }},
-		{"postgres", postgresBenchURL},
-	}
-	for _, be := range backends {
+	for _, backend := range storetest.Backends {
 		for _, goroutines := range []int{1, 8} {
-			b.Run(fmt.Sprintf("%s/goroutines=%d", be.name, goroutines), func(b *testing.B) {
-				f := newBenchFleet(b, be.url(b))
+			b.Run(fmt.Sprintf("%s/goroutines=%d", backend, goroutines), func(b *testing.B) {
+				f := newBenchFleet(b, storetest.URL(b, backend))
 				f.run(b, goroutines)
 			})
 		}
@@ -236,35 +223,4 @@ func (l latencies) report(b *testing.B, name string) {
 	}
 	b.ReportMetric(at(0.50), name+"-p50-ms")
 	b.ReportMetric(at(0.99), name+"-p99-ms")
-}
-
-// postgresBenchURL points at a new schema (store.Open creates it) of the
-// database in TORPOR_TEST_POSTGRES, dropped when tb ends.
-func postgresBenchURL(tb testing.TB) string {
-	tb.Helper()
-	base := cmp.Or(os.Getenv("TORPOR_TEST_POSTGRES"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
-	u, err := url.Parse(base)
-	if err != nil {
-		tb.Fatalf("TORPOR_TEST_POSTGRES: %v", err)
-	}
-	suffix := make([]byte, 6)
-	rand.Read(suffix)
-	schema := "workflow_bench_" + hex.EncodeToString(suffix)
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
