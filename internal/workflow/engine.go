@@ -117,11 +117,13 @@ func newOperationID() string {
 }
 
 // newSnapshotName returns a DNS-label name that sorts by creation time, so
-// a list of an actor's snapshots is oldest first.
+// a list of an actor's snapshots is oldest first (retention relies on it).
+// Nanoseconds: an actor's checkpoints are serialized by its states, so two
+// of them never share a timestamp, however fast they follow each other.
 func newSnapshotName(now time.Time) string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
-	return fmt.Sprintf("s-%012x-%s", now.UnixMilli(), hex.EncodeToString(b))
+	return fmt.Sprintf("s-%016x-%s", now.UnixNano(), hex.EncodeToString(b))
 }
 
 func actorKey(a *torporv1.Actor) string {

@@ -428,7 +428,6 @@ func TestRetentionKeepsLastK(t *testing.T) {
 		if _, err := e.engine.Suspend(e.ctx, "default", "c1"); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Millisecond) // snapshot names order by millisecond
 	}
 	a := e.actor("c1")
 	snaps, err := e.engine.actorSnapshots(e.ctx, a)
