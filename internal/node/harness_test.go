@@ -23,6 +23,7 @@ import (
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/store/storetest"
 )
 
 // registry is a control plane reduced to what an agent calls: NodeService
@@ -55,8 +56,12 @@ func newRegistry(t testing.TB) *registry { return newRegistryWithCA(t, identity.
 func newRegistryWithCA(t testing.TB, cfg identity.Config) *registry {
 	t.Helper()
 	r := &registry{nodes: map[string]*torporv1.RegisterNodeRequest{}, heartbeats: map[string]int{}, changed: make(chan struct{}, 100)}
-	var err error
-	if r.ca, err = identity.Load(context.Background(), &memorySecrets{}, cfg); err != nil {
+	st, err := store.Open(context.Background(), storetest.URL(t, "sqlite"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if r.ca, err = identity.Load(context.Background(), st, cfg); err != nil {
 		t.Fatal(err)
 	}
 	r.roots = r.ca.Roots()
@@ -133,48 +138,6 @@ func (r *registry) RenewNodeCertificate(ctx context.Context, req *connect.Reques
 	}
 	r.renewals.Add(1)
 	return connect.NewResponse(&torporv1.IssuedCertificate{CertificateChain: issued.Chain, TrustBundle: r.ca.TrustBundle(), SpiffeId: issued.SPIFFEID}), nil
-}
-
-// memorySecrets keeps a test CA's secrets in memory.
-type memorySecrets struct {
-	mu sync.Mutex
-	m  map[string][]byte
-}
-
-func (s *memorySecrets) GetOrCreateSecret(_ context.Context, name string, create func() ([]byte, error)) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if v, ok := s.m[name]; ok {
-		return v, nil
-	}
-	v, err := create()
-	if err != nil {
-		return nil, err
-	}
-	if s.m == nil {
-		s.m = map[string][]byte{}
-	}
-	s.m[name] = v
-	return v, nil
-}
-
-func (s *memorySecrets) GetSecret(_ context.Context, name string) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if v, ok := s.m[name]; ok {
-		return v, nil
-	}
-	return nil, store.ErrNotFound
-}
-
-func (s *memorySecrets) DeleteSecret(_ context.Context, name string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.m[name]; !ok {
-		return store.ErrNotFound
-	}
-	delete(s.m, name)
-	return nil
 }
 
 func (r *registry) RegisterNode(_ context.Context, req *connect.Request[torporv1.RegisterNodeRequest]) (*connect.Response[torporv1.RegisterNodeResponse], error) {

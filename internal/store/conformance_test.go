@@ -49,6 +49,7 @@ func TestConformance(t *testing.T) {
 		{"reopen keeps records", testReopen},
 		{"concurrent opens migrate once", testConcurrentOpen},
 		{"secrets", testSecrets},
+		{"list secrets", testListSecrets},
 		{"concurrent secrets across replicas", testConcurrentSecrets},
 	}
 	for _, b := range backends {

@@ -67,3 +67,43 @@ func (v *view) DeleteSecret(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+// ListSecrets returns the secrets whose names start with prefix, by name.
+func (v *view) ListSecrets(ctx context.Context, prefix string) ([]Secret, error) {
+	if prefix == "" {
+		return nil, fmt.Errorf("list secrets: prefix is required: %w", ErrInvalidArgument)
+	}
+	// A range on the primary key rather than LIKE, so no character of the
+	// prefix is a pattern and the index serves it on both databases.
+	rows, err := v.ex.read.QueryContext(ctx,
+		"SELECT name, data, create_time FROM secrets WHERE name >= $1 AND name < $2 ORDER BY name", prefix, prefixEnd(prefix))
+	if err != nil {
+		return nil, fmt.Errorf("list secrets %s*: %w", prefix, err)
+	}
+	defer rows.Close()
+	var out []Secret
+	for rows.Next() {
+		var s Secret
+		if err := rows.Scan(&s.Name, &s.Data, &s.CreateTime); err != nil {
+			return nil, fmt.Errorf("list secrets %s*: %w", prefix, err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list secrets %s*: %w", prefix, err)
+	}
+	return out, nil
+}
+
+// prefixEnd is the least string greater than every string starting with
+// prefix (prefix has a byte below 0xff: names are text).
+func prefixEnd(prefix string) string {
+	end := []byte(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return string(end[:i+1])
+		}
+	}
+	return string(end) + "\xff"
+}

@@ -54,6 +54,43 @@ func testSecrets(t *testing.T, b backend) {
 	})
 }
 
+// testListSecrets lists by prefix: names sharing it and nothing else,
+// ordered, with no pattern characters in the prefix.
+func testListSecrets(t *testing.T, b backend) {
+	ctx, s := fresh(t, b)
+	for _, name := range []string{"client/b", "client/a", "client0", "clienta", "client_x/z", "token/1"} {
+		if _, err := s.GetOrCreateSecret(ctx, name, func() ([]byte, error) { return []byte("v-" + name), nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"client/", []string{"client/a", "client/b"}},
+		{"client_", []string{"client_x/z"}},
+		{"token/", []string{"token/1"}},
+		{"none/", nil},
+	} {
+		got, err := s.ListSecrets(ctx, tc.prefix)
+		if err != nil {
+			t.Fatalf("ListSecrets(%q): %v", tc.prefix, err)
+		}
+		var names []string
+		for _, sec := range got {
+			names = append(names, sec.Name)
+			if string(sec.Data) != "v-"+sec.Name || sec.CreateTime.IsZero() {
+				t.Errorf("ListSecrets(%q): %s = %q created %v", tc.prefix, sec.Name, sec.Data, sec.CreateTime)
+			}
+		}
+		if fmt.Sprint(names) != fmt.Sprint(tc.want) {
+			t.Errorf("ListSecrets(%q) = %v, want %v", tc.prefix, names, tc.want)
+		}
+	}
+	_, err := s.ListSecrets(ctx, "")
+	wantErr(t, err, store.ErrInvalidArgument, "prefix")
+}
+
 // testConcurrentSecrets has two stores on one database (two replicas)
 // create the same secret at once: all callers get one value. Deleting it
 // at once succeeds exactly once.

@@ -103,6 +103,16 @@ type Secrets interface {
 	// DeleteSecret returns ErrNotFound if absent: of concurrent deletes of
 	// one secret exactly one succeeds.
 	DeleteSecret(ctx context.Context, name string) error
+	// ListSecrets returns the secrets whose names start with prefix, by
+	// name.
+	ListSecrets(ctx context.Context, prefix string) ([]Secret, error)
+}
+
+// Secret is one stored secret.
+type Secret struct {
+	Name       string
+	Data       []byte
+	CreateTime time.Time
 }
 
 // Store is a Tx outside any transaction, plus transactions and secrets.
