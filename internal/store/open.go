@@ -100,15 +100,27 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 	case strings.ContainsAny(path, "?#"):
 		return nil, fmt.Errorf("store url: sqlite path %q must not contain '?' or '#'", path)
 	}
-	writer := sql.OpenDB(stmtCachingConnector{dsn: path + "?" + sqliteParams + "&_txlock=immediate", driver: &sqlite.Driver{}})
+	// The writer never checkpoints inside a commit: the checkpointer does,
+	// in the background, on a connection of its own (see checkpoint.go).
+	writer := sql.OpenDB(stmtCachingConnector{dsn: path + "?" + sqliteParams + "&_pragma=wal_autocheckpoint(0)&_txlock=immediate", driver: &sqlite.Driver{}})
 	writer.SetMaxOpenConns(1)
 	writer.SetMaxIdleConns(1)
 	readers := 2 * runtime.GOMAXPROCS(0)
 	reader := sql.OpenDB(stmtCachingConnector{dsn: path + "?" + sqliteParams + "&_pragma=query_only(1)", driver: &sqlite.Driver{}})
 	reader.SetMaxOpenConns(readers)
 	reader.SetMaxIdleConns(readers)
+	ckpt := sql.OpenDB(stmtCachingConnector{dsn: path + "?" + sqliteParams, driver: &sqlite.Driver{}})
+	ckpt.SetMaxOpenConns(1)
+	ckpt.SetMaxIdleConns(1)
+	var cp *checkpointer
 	s := newSQLStore(sqliteDialect, writer, reader, func() error {
-		return errors.Join(reader.Close(), writer.Close())
+		var err error
+		if cp != nil {
+			err = cp.close()
+		} else {
+			err = ckpt.Close()
+		}
+		return errors.Join(err, reader.Close(), writer.Close())
 	})
 	// The writer migrates first: it also switches a new file to WAL before
 	// any reader connects.
@@ -116,6 +128,9 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("sqlite %s: %w", path, err)
 	}
+	cp = startCheckpointer(ckpt)
+	s.wrote = cp.wrote
+	s.view = newView(executor{read: reader, write: countingWriter{db: writer, wrote: cp.wrote}})
 	return s, nil
 }
 

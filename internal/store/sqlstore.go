@@ -58,7 +58,9 @@ type sqlStore struct {
 	dialect *dialect
 	// writer runs transactions (and, on SQLite, every write).
 	writer *sql.DB
-	close  func() error
+	// wrote, when set, is told of every commit (SQLite's checkpointer).
+	wrote func()
+	close func() error
 }
 
 func newSQLStore(d *dialect, writer, reader *sql.DB, close func() error) *sqlStore {
@@ -91,6 +93,9 @@ func (s *sqlStore) InTx(ctx context.Context, fn func(tx Tx) error) error {
 		return fmt.Errorf("commit transaction: %w", err)
 	}
 	committed = true
+	if s.wrote != nil {
+		s.wrote()
+	}
 	return nil
 }
 
