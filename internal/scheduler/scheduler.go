@@ -22,6 +22,11 @@ type Request struct {
 	// CachedOn lists nodes that hold the actor's snapshot in their cache;
 	// they are preferred.
 	CachedOn []string
+	// Claiming, when set, reports the free workers that other placements
+	// of this control plane are claiming right now. They are picked last:
+	// only one claim of a worker can win, so concurrent resumes that all
+	// picked the same worker would all but one fail and start over.
+	Claiming func(*torporv1.Worker) bool
 }
 
 // NoWorkerError says which constraint left no worker.
@@ -31,7 +36,11 @@ func (e *NoWorkerError) Error() string { return "no free worker: " + e.Reason }
 
 // Pick chooses among free workers on live nodes. Candidates are filtered one
 // constraint at a time so the error names the one that emptied the set.
-// Among equals the choice is stable (by name) so placement is predictable.
+// Among the candidates it prefers, in order: a worker no other placement
+// is claiming (Request.Claiming), a node that caches the snapshot
+// (Request.CachedOn), the lowest name. So without concurrent claims the
+// choice is stable (by name) and placement is predictable; concurrent
+// claims spread over the free workers instead of racing for the first.
 func Pick(free []*torporv1.Worker, live func(node string) bool, req Request) (*torporv1.Worker, error) {
 	steps := []struct {
 		what string
@@ -60,15 +69,20 @@ func Pick(free []*torporv1.Worker, live func(node string) bool, req Request) (*t
 	}
 	best := candidates[0]
 	for _, w := range candidates[1:] {
-		if better(w, best, req.CachedOn) {
+		if better(w, best, req) {
 			best = w
 		}
 	}
 	return best, nil
 }
 
-func better(a, b *torporv1.Worker, cachedOn []string) bool {
-	ac, bc := slices.Contains(cachedOn, a.GetSpec().GetNode()), slices.Contains(cachedOn, b.GetSpec().GetNode())
+func better(a, b *torporv1.Worker, req Request) bool {
+	if req.Claiming != nil {
+		if ac, bc := req.Claiming(a), req.Claiming(b); ac != bc {
+			return bc
+		}
+	}
+	ac, bc := slices.Contains(req.CachedOn, a.GetSpec().GetNode()), slices.Contains(req.CachedOn, b.GetSpec().GetNode())
 	if ac != bc {
 		return ac
 	}

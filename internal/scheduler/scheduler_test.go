@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,10 @@ func worker(name, node, class, pool string, labels map[string]string) *torporv1.
 		Metadata: &torporv1.ObjectMeta{Name: name, Space: "torpor-system", Labels: labels},
 		Spec:     &torporv1.WorkerSpec{Node: node, SandboxClass: class, Pool: pool},
 	}
+}
+
+func claiming(names ...string) func(*torporv1.Worker) bool {
+	return func(w *torporv1.Worker) bool { return slices.Contains(names, w.GetMetadata().GetName()) }
 }
 
 func TestPick(t *testing.T) {
@@ -35,6 +40,10 @@ func TestPick(t *testing.T) {
 		{"pool is matched by selector", workers, Request{SandboxClass: "gvisor", Selector: map[string]string{"pool": "big"}}, "w-c", ""},
 		{"required node", workers, Request{SandboxClass: "gvisor", RequireNode: "n2"}, "w-c", ""},
 		{"cache locality preferred", workers, Request{SandboxClass: "gvisor", CachedOn: []string{"n2"}}, "w-c", ""},
+		{"a worker being claimed is picked last", workers, Request{SandboxClass: "gvisor", Claiming: claiming("w-a")}, "w-b", ""},
+		{"before cache locality", workers, Request{SandboxClass: "gvisor", CachedOn: []string{"n2"}, Claiming: claiming("w-c")}, "w-a", ""},
+		{"but still picked when nothing else fits", workers, Request{SandboxClass: "gvisor", RequireNode: "n2", Claiming: claiming("w-c")}, "w-c", ""},
+		{"by name among the claimed", workers, Request{SandboxClass: "gvisor", Claiming: claiming("w-a", "w-b", "w-c")}, "w-a", ""},
 		{"dead node never chosen", workers[3:], Request{SandboxClass: "gvisor"}, "", "live node"},
 		{"class", workers, Request{SandboxClass: "microvm"}, "", `sandbox class "microvm"`},
 		{"selector fails", workers, Request{SandboxClass: "gvisor", Selector: map[string]string{"tier": "silver"}}, "", "selector tier=silver"},

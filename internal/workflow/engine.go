@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -65,6 +66,45 @@ type Engine struct {
 	now     func() time.Time
 	hooks   Hooks
 	metrics *metrics
+	// claiming holds the workers this engine's resumes are claiming.
+	claiming claimSet
+}
+
+// claimSet is the workers that claims of this engine have picked and not
+// yet committed or given up. It only steers the scheduler away from a
+// worker another resume is about to take (scheduler.Request.Claiming); it
+// is never an authority: the claim's compare-and-set on the worker decides.
+type claimSet struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func workerKey(w *torporv1.Worker) string {
+	return w.GetMetadata().GetSpace() + "/" + w.GetMetadata().GetName()
+}
+
+// pick runs pick with the set locked, so two claims never pick the same
+// worker for lack of seeing each other, and adds the worker it returns.
+// The caller releases it once its claim is committed or abandoned.
+func (c *claimSet) pick(pick func(claiming func(*torporv1.Worker) bool) (*torporv1.Worker, error)) (*torporv1.Worker, func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, err := pick(func(w *torporv1.Worker) bool { return c.m[workerKey(w)] > 0 })
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.m == nil {
+		c.m = map[string]int{}
+	}
+	key := workerKey(w)
+	c.m[key]++
+	return w, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.m[key]--; c.m[key] <= 0 {
+			delete(c.m, key)
+		}
+	}, nil
 }
 
 // Hooks let tests interleave deterministically with a workflow. Each runs,

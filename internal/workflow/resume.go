@@ -149,11 +149,14 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	if err != nil {
 		return nil, err
 	}
-	w, err := scheduler.Pick(free, live, scheduler.Request{
-		SandboxClass: tmpl.GetSpec().GetSandboxClass(),
-		Selector:     a.GetSpec().GetWorkerSelector(),
-		RequireNode:  src.requireNode,
-		CachedOn:     cachedOn(src, plan),
+	w, picked, err := e.claiming.pick(func(claiming func(*torporv1.Worker) bool) (*torporv1.Worker, error) {
+		return scheduler.Pick(free, live, scheduler.Request{
+			SandboxClass: tmpl.GetSpec().GetSandboxClass(),
+			Selector:     a.GetSpec().GetWorkerSelector(),
+			RequireNode:  src.requireNode,
+			CachedOn:     cachedOn(src, plan),
+			Claiming:     claiming,
+		})
 	})
 	var noWorker *scheduler.NoWorkerError
 	if errors.As(err, &noWorker) {
@@ -162,6 +165,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	if err != nil {
 		return nil, err
 	}
+	defer picked()
 
 	from := a.GetStatus().GetState()
 	op := &torporv1.ActorOperation{

@@ -467,3 +467,40 @@ func TestResumePrefersTheNodeThatWroteTheSnapshot(t *testing.T) {
 		t.Fatalf("resumed on %s, want n2 which wrote (and caches) the snapshot", got)
 	}
 }
+
+// TestConcurrentResumesClaimDifferentWorkers: a resume that picks its
+// worker while another resume of this engine is claiming one picks another,
+// so neither loses its claim and starts over. Without concurrency the
+// choice stays the lowest name.
+func TestConcurrentResumesClaimDifferentWorkers(t *testing.T) {
+	e := newEnv(t, 2, "n1")
+	e.createActor("c1")
+	e.createActor("c2")
+	claims := map[string]int{}
+	var inner *torporv1.Actor
+	e.engine.SetHooks(Hooks{BeforeResumeClaim: func(a *torporv1.Actor) {
+		claims[a.GetMetadata().GetName()]++
+		if a.GetMetadata().GetName() != "c1" || inner != nil {
+			return
+		}
+		// c1 has picked its worker and not committed the claim yet.
+		var err error
+		if inner, err = e.engine.Resume(e.ctx, "default", "c2", ResumeOptions{}); err != nil {
+			t.Errorf("resume c2 during c1's claim: %v", err)
+		}
+	}})
+	c1, err := e.engine.Resume(e.ctx, "default", "c1", ResumeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c1.GetStatus().GetWorker().GetName(); got != "n1-w0" {
+		t.Errorf("c1 runs on %s, want n1-w0 (lowest name, picked first)", got)
+	}
+	if got := inner.GetStatus().GetWorker().GetName(); got != "n1-w1" {
+		t.Errorf("c2 runs on %s, want n1-w1 (n1-w0 was being claimed by c1)", got)
+	}
+	if claims["c1"] != 1 || claims["c2"] != 1 {
+		t.Errorf("claim attempts %v, want one each", claims)
+	}
+	e.checkPlacement()
+}
