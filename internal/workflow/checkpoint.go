@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -165,41 +166,63 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
 		snap.Node = st.GetWorker().GetNode()
 	}
-	var out, lost *torporv1.Actor
-	err = e.store.InTx(ctx, func(tx store.Tx) error {
-		cur, err := tx.Actors().Get(ctx, space, a.GetMetadata().GetName())
-		if err != nil {
-			return err
-		}
-		if cur.GetMetadata().GetUid() != a.GetMetadata().GetUid() || cur.GetStatus().GetOperation().GetId() != op.GetId() {
-			if cur.GetStatus().GetState() == kind.done && (cur.GetStatus().GetLatestSnapshot() == snap.GetMetadata().GetName() || cur.GetStatus().GetLocalCheckpoint() == snap.GetMetadata().GetName()) {
-				out = cur // another driver of this operation finished it
-				return nil
-			}
-			lost = cur
-			return nil
-		}
-		// The record is written only now that the manifest exists
-		// (invariant 5); the previous snapshot stays until this commits.
-		if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
-			return err
-		}
+	// finish ends the step in cur and returns the worker it releases.
+	finish := func(cur *torporv1.Actor) *torporv1.WorkerRef {
 		if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
 			cur.Status.LocalCheckpoint = snap.GetMetadata().GetName()
 		} else {
 			cur.Status.LatestSnapshot = snap.GetMetadata().GetName()
 		}
-		t := transition{from: kind.during, to: kind.done, reason: fmt.Sprintf("%s: %s snapshot %s (%d bytes)", stateName(kind.done), scopeName(snap.GetScope()), snap.GetMetadata().GetName(), snap.GetSizeBytes()), op: op, worker: cur.GetStatus().GetWorker(), since: op.GetStartTime().AsTime()}
-		if err := releaseWorker(ctx, tx, cur.GetStatus().GetWorker(), cur.GetMetadata().GetUid()); err != nil {
-			return err
-		}
+		worker := cur.Status.Worker
 		cur.Status.Worker = nil
 		cur.Status.Operation = nil
 		e.setState(cur, kind.done)
-		if out, err = tx.Actors().Update(ctx, cur); err != nil {
+		return worker
+	}
+	var out, lost *torporv1.Actor
+	var expired []*torporv1.Snapshot
+	err = e.store.InTx(ctx, func(tx store.Tx) error {
+		out, lost, expired = nil, nil, nil
+		next := proto.CloneOf(a)
+		worker := finish(next)
+		written, cur, err := updateClaimed(ctx, tx, next)
+		if err != nil {
 			return err
 		}
-		return e.record(ctx, tx, cur.GetMetadata().GetUid(), t)
+		if written == nil {
+			// Changed since the claim: decide on the stored record.
+			if cur.GetMetadata().GetUid() != a.GetMetadata().GetUid() || cur.GetStatus().GetOperation().GetId() != op.GetId() {
+				if cur.GetStatus().GetState() == kind.done && (cur.GetStatus().GetLatestSnapshot() == snap.GetMetadata().GetName() || cur.GetStatus().GetLocalCheckpoint() == snap.GetMetadata().GetName()) {
+					out = cur // another driver of this operation finished it
+					return nil
+				}
+				lost = cur
+				return nil
+			}
+			worker = finish(cur)
+			if written, err = tx.Actors().Update(ctx, cur); err != nil {
+				return err
+			}
+		}
+		out = written
+		// The record is written only now that the manifest exists
+		// (invariant 5), in the transaction that points the actor at it;
+		// the previous snapshot stays until this commits.
+		if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
+			return err
+		}
+		if err := releaseWorker(ctx, tx, worker, written.GetMetadata().GetUid()); err != nil {
+			return err
+		}
+		if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE {
+			if expired, err = e.expireInTx(ctx, tx, written); err != nil {
+				return err
+			}
+		}
+		return e.record(ctx, tx, written.GetMetadata().GetUid(), transition{
+			from: kind.during, to: kind.done, op: op, worker: worker, since: op.GetStartTime().AsTime(),
+			reason: fmt.Sprintf("%s: %s snapshot %s (%d bytes)", stateName(kind.done), scopeName(snap.GetScope()), snap.GetMetadata().GetName(), snap.GetSizeBytes()),
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("finalize %s of actor %s: %w", stateName(kind.done), actorKey(a), err)
@@ -208,8 +231,12 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 		return nil, codeError(connect.CodeAborted, "actor %s became %s while checkpointing: %s", actorKey(a), stateName(lost.GetStatus().GetState()), lost.GetStatus().GetCrashReason())
 	}
 	e.metrics.snapshotBytes.WithLabelValues(kind.metric()).Add(float64(snap.GetSizeBytes()))
-	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE {
-		e.retain(ctx, out)
+	// Retention removed the records in the transaction; the files go now
+	// that nothing points at them.
+	for _, s := range expired {
+		if err := e.removeSnapshotFiles(ctx, s); err != nil {
+			e.logger(a).Warn("remove old snapshot", "snapshot", s.GetMetadata().GetName(), "err", err)
+		}
 	}
 	e.logger(a).Info("actor checkpointed", "state", stateName(kind.done), "snapshot", snap.GetMetadata().GetName(), "bytes", snap.GetSizeBytes())
 	return out, nil
@@ -258,33 +285,41 @@ func scopeName(s torporv1.SnapshotScope) string {
 	return s.String()
 }
 
-// retain keeps the actor's newest K durable snapshots (its template's keep)
-// and removes older ones: the record first, so nothing points at files
-// that are going away, then the files.
-func (e *Engine) retain(ctx context.Context, a *torporv1.Actor) {
+// expireInTx applies retention within the transaction that commits a new
+// durable snapshot of a: it keeps the actor's newest K durable snapshots
+// (its template's keep, never the latest) and deletes the records of older
+// ones, which it returns: their files are removed after the commit, so
+// nothing ever points at files that are going away.
+func (e *Engine) expireInTx(ctx context.Context, tx store.Tx, a *torporv1.Actor) ([]*torporv1.Snapshot, error) {
 	keep := int(a.GetStatus().GetCurrentTemplateSpec().GetSnapshotPolicy().GetKeep())
 	if keep <= 0 {
 		keep = 2
 	}
-	snaps, err := e.actorSnapshots(ctx, a)
+	snaps, err := listAll(ctx, tx.Snapshots(), store.ListOptions{Space: a.GetMetadata().GetSpace(), Filter: store.Filter{"actor_uid": a.GetMetadata().GetUid()}})
 	if err != nil {
-		e.logger(a).Warn("list snapshots for retention", "err", err)
-		return
+		return nil, err
 	}
-	var durable []*torporv1.Snapshot
+	var durable, expired []*torporv1.Snapshot
 	for _, s := range snaps {
 		if s.GetNode() == "" {
 			durable = append(durable, s)
 		}
 	}
 	for i := 0; i < len(durable)-keep; i++ {
-		if name := durable[i].GetMetadata().GetName(); name == a.GetStatus().GetLatestSnapshot() {
+		m := durable[i].GetMetadata()
+		if m.GetName() == a.GetStatus().GetLatestSnapshot() {
 			continue
 		}
-		if err := e.removeSnapshot(ctx, durable[i]); err != nil {
-			e.logger(a).Warn("remove old snapshot", "snapshot", durable[i].GetMetadata().GetName(), "err", err)
+		err := tx.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), 0)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			continue // removed meanwhile, with its files
+		case err != nil:
+			return nil, err
 		}
+		expired = append(expired, durable[i])
 	}
+	return expired, nil
 }
 
 // actorSnapshots lists an actor's snapshots, oldest first (names sort by
@@ -312,6 +347,11 @@ func (e *Engine) removeSnapshot(ctx context.Context, s *torporv1.Snapshot) error
 	if err := e.store.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), 0); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
+	return e.removeSnapshotFiles(ctx, s)
+}
+
+// removeSnapshotFiles removes the files of a snapshot whose record is gone.
+func (e *Engine) removeSnapshotFiles(ctx context.Context, s *torporv1.Snapshot) error {
 	if s.GetNode() != "" || e.objects == nil {
 		return nil
 	}

@@ -237,6 +237,21 @@ func releaseWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef, ac
 	return err
 }
 
+// updateClaimed writes next, the actor as a step claimed it plus the
+// step's outcome, within tx, as a compare-and-set on the claimed version.
+// If that version is still stored, nothing has changed since the claim:
+// the actor is still in the step's -ING state with the step's operation,
+// and no read is needed. Otherwise nothing is written and the stored
+// record is returned as cur, for the caller to decide on (invariant 2).
+func updateClaimed(ctx context.Context, tx store.Tx, next *torporv1.Actor) (written, cur *torporv1.Actor, err error) {
+	written, err = tx.Actors().Update(ctx, next)
+	if !errors.Is(err, store.ErrConflict) {
+		return written, nil, err
+	}
+	cur, err = tx.Actors().Get(ctx, next.GetMetadata().GetSpace(), next.GetMetadata().GetName())
+	return nil, cur, err
+}
+
 // codeError wraps err with a status code a user can act on.
 func codeError(code connect.Code, format string, args ...any) error {
 	return connect.NewError(code, fmt.Errorf(format, args...))

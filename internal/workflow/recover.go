@@ -44,7 +44,7 @@ func (e *Engine) redrive(ctx context.Context, a *torporv1.Actor) error {
 	var err error
 	switch a.GetStatus().GetState() {
 	case torporv1.ActorState_ACTOR_STATE_RESUMING:
-		_, err = e.driveResume(ctx, a)
+		_, err = e.driveResume(ctx, a, nil)
 	case torporv1.ActorState_ACTOR_STATE_SUSPENDING, torporv1.ActorState_ACTOR_STATE_PAUSING:
 		_, err = e.driveCheckpoint(ctx, a)
 	case torporv1.ActorState_ACTOR_STATE_DELETING:

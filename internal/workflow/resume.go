@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -47,14 +48,14 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 		case torporv1.ActorState_ACTOR_STATE_DELETING:
 			return nil, codeError(connect.CodeFailedPrecondition, "actor %s is being deleted", actorKey(a))
 		}
-		claimed, err := e.claimResume(ctx, a, opts)
+		claimed, src, err := e.claimResume(ctx, a, opts)
 		if errors.Is(err, errRetry) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		return e.driveResume(ctx, claimed)
+		return e.driveResume(ctx, claimed, src)
 	}
 	return nil, codeError(connect.CodeAborted, "actor %s/%s: too many concurrent changes, retry", space, name)
 }
@@ -114,23 +115,25 @@ func (e *Engine) resumeSource(ctx context.Context, a *torporv1.Actor, opts Resum
 // claimResume decides the restore and commits the RESUMING intent together
 // with the worker claim, in one transaction. The actor's version guards the
 // claim: a concurrent repoint or resume makes it fail and start over, so the
-// template and snapshot read here are the ones the claim is based on.
-func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts ResumeOptions) (*torporv1.Actor, error) {
+// template and snapshot read here are the ones the claim is based on. It
+// returns the claimed actor and the source snapshot's record, when the
+// restore uses one (records are immutable: the node call can use it as is).
+func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts ResumeOptions) (*torporv1.Actor, *torporv1.Snapshot, error) {
 	space := a.GetMetadata().GetSpace()
 	tmpl, err := e.store.Templates().Get(ctx, space, a.GetSpec().GetTemplate())
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, codeError(connect.CodeFailedPrecondition, "actor %s: template %s/%s does not exist", actorKey(a), space, a.GetSpec().GetTemplate())
+		return nil, nil, codeError(connect.CodeFailedPrecondition, "actor %s: template %s/%s does not exist", actorKey(a), space, a.GetSpec().GetTemplate())
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	live, err := e.liveNodes(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	src, err := e.resumeSource(ctx, a, opts, live)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	golden := ""
 	if tmpl.GetStatus().GetPhase() == torporv1.TemplatePhase_TEMPLATE_PHASE_READY {
@@ -147,7 +150,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	})
 	free, err := e.freeWorkers(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	w, picked, err := e.claiming.pick(func(claiming func(*torporv1.Worker) bool) (*torporv1.Worker, error) {
 		return scheduler.Pick(free, live, scheduler.Request{
@@ -160,10 +163,10 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	})
 	var noWorker *scheduler.NoWorkerError
 	if errors.As(err, &noWorker) {
-		return nil, codeError(connect.CodeResourceExhausted, "actor %s: %v", actorKey(a), err)
+		return nil, nil, codeError(connect.CodeResourceExhausted, "actor %s: %v", actorKey(a), err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer picked()
 
@@ -211,12 +214,15 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 		})
 	})
 	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
-		return nil, errRetry
+		return nil, nil, errRetry
 	}
 	if err != nil {
-		return nil, fmt.Errorf("claim worker %s for actor %s: %w", w.GetMetadata().GetName(), actorKey(a), err)
+		return nil, nil, fmt.Errorf("claim worker %s for actor %s: %w", w.GetMetadata().GetName(), actorKey(a), err)
 	}
-	return claimed, nil
+	if !plan.UseSource {
+		return claimed, nil, nil
+	}
+	return claimed, src.snap, nil
 }
 
 // cachedOn names the nodes likely to hold the plan's snapshots in their
@@ -256,50 +262,65 @@ func restoreScopeName(s torporv1.RestoreScope) string {
 // driveResume issues the node call of a committed RESUMING intent and
 // finalizes it. It is also how Recover finishes a resume a crashed control
 // plane left behind: the node call is idempotent on the operation id.
-func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor) (*torporv1.Actor, error) {
+// source, when not nil, is the record of the operation's source snapshot
+// as the claim read it.
+func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *torporv1.Snapshot) (*torporv1.Actor, error) {
 	if h := e.hooks.AfterResumeClaim; h != nil {
 		h(a)
 	}
 	st, op := a.GetStatus(), a.GetStatus().GetOperation()
 	log := e.logger(a)
-	if err := e.callRestore(ctx, a); err != nil {
+	if err := e.callRestore(ctx, a, source); err != nil {
 		log.Warn("resume failed", "err", err)
 		return nil, e.failResume(ctx, a, err)
 	}
 	if h := e.hooks.BeforeResumeFinalize; h != nil {
 		h(a)
 	}
-	var out *torporv1.Actor
-	var lost *torporv1.Actor
-	err := e.store.InTx(ctx, func(tx store.Tx) error {
-		cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
-		if err != nil {
-			return err
-		}
-		if cur.GetMetadata().GetUid() != a.GetMetadata().GetUid() || cur.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_RESUMING || cur.GetStatus().GetOperation().GetId() != op.GetId() {
-			if cur.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING && cur.GetStatus().GetWorker().GetUid() == st.GetWorker().GetUid() {
-				out = cur // another driver of this operation finished it
-				return nil
-			}
-			lost = cur
-			return nil
-		}
-		// Any resume moves the actor past its local checkpoint.
-		if local := cur.Status.LocalCheckpoint; local != "" {
-			if err := tx.Snapshots().Delete(ctx, cur.GetMetadata().GetSpace(), local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
-				return err
-			}
-			cur.Status.LocalCheckpoint = ""
-		}
+	// finish makes cur RUNNING and returns the local checkpoint it moved
+	// past: any resume does.
+	finish := func(cur *torporv1.Actor) (local string) {
+		local = cur.Status.LocalCheckpoint
+		cur.Status.LocalCheckpoint = ""
 		cur.Status.CrashReason = ""
 		e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING)
 		cur.Status.Operation = nil
-		if out, err = tx.Actors().Update(ctx, cur); err != nil {
+		return local
+	}
+	var out *torporv1.Actor
+	var lost *torporv1.Actor
+	err := e.store.InTx(ctx, func(tx store.Tx) error {
+		out, lost = nil, nil
+		next := proto.CloneOf(a)
+		local := finish(next)
+		written, cur, err := updateClaimed(ctx, tx, next)
+		if err != nil {
 			return err
 		}
-		return e.record(ctx, tx, cur.GetMetadata().GetUid(), transition{
+		if written == nil {
+			// Changed since the claim: decide on the stored record.
+			if cur.GetMetadata().GetUid() != a.GetMetadata().GetUid() || cur.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_RESUMING || cur.GetStatus().GetOperation().GetId() != op.GetId() {
+				if cur.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING && cur.GetStatus().GetWorker().GetUid() == st.GetWorker().GetUid() {
+					out = cur // another driver of this operation finished it
+					return nil
+				}
+				lost = cur
+				return nil
+			}
+			local = finish(cur)
+			if written, err = tx.Actors().Update(ctx, cur); err != nil {
+				return err
+			}
+		}
+		out = written
+		if local != "" {
+			if err := tx.Snapshots().Delete(ctx, written.GetMetadata().GetSpace(), local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
+		return e.record(ctx, tx, written.GetMetadata().GetUid(), transition{
 			from: torporv1.ActorState_ACTOR_STATE_RESUMING, to: torporv1.ActorState_ACTOR_STATE_RUNNING,
-			reason: "resumed (" + restoreScopeName(op.GetRestoreScope()) + ")", op: op, worker: cur.GetStatus().GetWorker(), since: op.GetStartTime().AsTime(),
+			reason: "resumed (" + restoreScopeName(op.GetRestoreScope()) + ")", op: op, worker: written.GetStatus().GetWorker(), since: op.GetStartTime().AsTime(),
 		})
 	})
 	if err == nil && lost != nil {
@@ -316,7 +337,7 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor) (*torporv1.
 	return out, nil
 }
 
-func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor) error {
+func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor, source *torporv1.Snapshot) error {
 	st, op := a.GetStatus(), a.GetStatus().GetOperation()
 	agent, err := e.agents.Agent(ctx, st.GetWorker().GetNode())
 	if err != nil {
@@ -333,23 +354,28 @@ func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor) error {
 	}
 	req := &torporv1.RestoreRequest{Op: nodeOp, Workload: workload, Scope: op.GetRestoreScope()}
 	space := a.GetMetadata().GetSpace()
-	if req.Snapshot, err = e.snapshotSource(ctx, space, op.GetSourceSnapshot()); err != nil {
+	if req.Snapshot, err = e.snapshotSource(ctx, space, op.GetSourceSnapshot(), source); err != nil {
 		return err
 	}
-	if req.Golden, err = e.snapshotSource(ctx, space, op.GetGoldenSnapshot()); err != nil {
+	if req.Golden, err = e.snapshotSource(ctx, space, op.GetGoldenSnapshot(), nil); err != nil {
 		return err
 	}
 	_, err = agent.Restore(ctx, connect.NewRequest(req))
 	return err
 }
 
-func (e *Engine) snapshotSource(ctx context.Context, space, name string) (*torporv1.SnapshotSource, error) {
+// snapshotSource is where the node finds snapshot name: from known when
+// that is its record, read from the store otherwise.
+func (e *Engine) snapshotSource(ctx context.Context, space, name string, known *torporv1.Snapshot) (*torporv1.SnapshotSource, error) {
 	if name == "" {
 		return nil, nil
 	}
-	snap, err := e.store.Snapshots().Get(ctx, space, name)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot %s/%s: %w", space, name, err)
+	snap := known
+	if m := known.GetMetadata(); m.GetSpace() != space || m.GetName() != name {
+		var err error
+		if snap, err = e.store.Snapshots().Get(ctx, space, name); err != nil {
+			return nil, fmt.Errorf("snapshot %s/%s: %w", space, name, err)
+		}
 	}
 	return &torporv1.SnapshotSource{Location: snap.GetLocation(), ManifestDigest: snap.GetManifestDigest(), Node: snap.GetNode()}, nil
 }

@@ -504,3 +504,32 @@ func TestConcurrentResumesClaimDifferentWorkers(t *testing.T) {
 	}
 	e.checkPlacement()
 }
+
+// TestResumeFinalizesOverAnUnrelatedWrite: the finalize compare-and-sets
+// the actor as claimed; when another write changed it meanwhile without
+// touching the step, the finalize reads it again and still completes,
+// keeping that write.
+func TestResumeFinalizesOverAnUnrelatedWrite(t *testing.T) {
+	e := newEnv(t, 1, "n1")
+	e.createActor("c1")
+	e.engine.SetHooks(Hooks{BeforeResumeFinalize: func(a *torporv1.Actor) {
+		cur, err := e.store.Actors().Get(e.ctx, "default", "c1")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		cur.Metadata.Labels = map[string]string{"touched": "yes"}
+		if _, err := e.store.Actors().Update(e.ctx, cur); err != nil {
+			t.Error(err)
+		}
+	}})
+	a, err := e.engine.Resume(e.ctx, "default", "c1", ResumeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, a, torporv1.ActorState_ACTOR_STATE_RUNNING)
+	if got := e.actor("c1").GetMetadata().GetLabels()["touched"]; got != "yes" {
+		t.Fatalf("the finalize overwrote a concurrent write: labels %v", e.actor("c1").GetMetadata().GetLabels())
+	}
+	e.checkPlacement()
+}
