@@ -26,6 +26,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
 	"github.com/torpor-dev/torpor/internal/router"
@@ -140,7 +141,8 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 	for range opts.nodes {
 		c.addNode(opts.workersPerNode)
 	}
-	c.router, err = router.New(router.Config{Server: c.api, HTTPClient: c.http, Logger: logger, ParkTimeout: opts.parkTimeout})
+	// The router is an API client of its own, over mutual TLS.
+	c.router, err = router.New(router.Config{Server: c.api, HTTPClient: c.joinRouter("e2e-router"), Logger: logger, ParkTimeout: opts.parkTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,13 +174,36 @@ func (c *cluster) connect(conn cli.Connection) {
 // does, and returns it with the CA fingerprint the node must pin.
 func (c *cluster) joinToken(node string) (token, caFingerprint string) {
 	c.t.Helper()
-	resp, err := torporv1connect.NewIdentityServiceClient(c.http, c.api).CreateToken(c.ctx, connect.NewRequest(&torporv1.CreateTokenRequest{
-		Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN, Node: node,
-	}))
+	return c.createJoinToken(&torporv1.CreateTokenRequest{Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN, Name: node})
+}
+
+func (c *cluster) createJoinToken(req *torporv1.CreateTokenRequest) (token, caFingerprint string) {
+	c.t.Helper()
+	resp, err := torporv1connect.NewIdentityServiceClient(c.http, c.api).CreateToken(c.ctx, connect.NewRequest(req))
 	if err != nil {
-		c.t.Fatalf("join token for node %s: %v", node, err)
+		c.t.Fatalf("join token for %s: %v", req.GetName(), err)
 	}
 	return resp.Msg.GetToken(), resp.Msg.GetCaFingerprint()
+}
+
+// joinRouter joins router client name (role router, every space) as
+// torpor router does, and returns its client of the API.
+func (c *cluster) joinRouter(name string) *http.Client {
+	c.t.Helper()
+	token, fingerprint := c.createJoinToken(&torporv1.CreateTokenRequest{
+		Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_CLIENT_JOIN, Name: name, Role: torporv1.ClientRole_CLIENT_ROLE_ROUTER,
+	})
+	m := &identity.Member{
+		Kind: identity.MemberClient, Name: name, ServerURL: c.api, File: filepath.Join(c.t.TempDir(), "router-credentials.json"),
+		CAFingerprint: fingerprint, JoinToken: func(context.Context) (string, error) { return token, nil }, Logger: testLogger(),
+	}
+	creds, err := m.Credentials(c.ctx)
+	if err != nil {
+		c.t.Fatalf("router %s joins: %v", name, err)
+	}
+	hc := creds.ControlPlaneClient()
+	c.t.Cleanup(hc.CloseIdleConnections)
+	return hc
 }
 
 // addNode starts a node agent with its own bridge and subnet, so tests

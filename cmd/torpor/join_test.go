@@ -16,10 +16,9 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor/internal/identity"
-	"github.com/torpor-dev/torpor/internal/node"
 )
 
-func TestCompleteJoin(t *testing.T) {
+func TestJoinFlags(t *testing.T) {
 	caFile, der := writeCA(t)
 	fingerprint := identity.Fingerprint(der)
 	notPEM := filepath.Join(t.TempDir(), "junk")
@@ -27,28 +26,26 @@ func TestCompleteJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		name        string
-		flags       nodeFlags
-		fingerprint string
-		env         string
-		want        string // fingerprint after, or the error's text
-		wantToken   string
-		wantErr     bool
+		name      string
+		flags     joinFlags
+		env       string
+		want      string // fingerprint after, or the error's text
+		wantToken string
+		wantErr   bool
 	}{
-		{name: "token and fingerprint", flags: nodeFlags{joinToken: "torpor-t"}, fingerprint: fingerprint, want: fingerprint, wantToken: "torpor-t"},
-		{name: "token and CA file", flags: nodeFlags{joinToken: "torpor-t", caFile: caFile}, want: fingerprint, wantToken: "torpor-t"},
-		{name: "token from the environment", env: "torpor-env", fingerprint: fingerprint, want: fingerprint, wantToken: "torpor-env"},
+		{name: "token and fingerprint", flags: joinFlags{token: "torpor-t", caFingerprint: fingerprint}, want: fingerprint, wantToken: "torpor-t"},
+		{name: "token and CA file", flags: joinFlags{token: "torpor-t", caFile: caFile}, want: fingerprint, wantToken: "torpor-t"},
+		{name: "token from the environment", env: "torpor-env", flags: joinFlags{caFingerprint: fingerprint}, want: fingerprint, wantToken: "torpor-env"},
 		{name: "no token: a restart on a saved certificate", want: ""},
-		{name: "token without a pin", flags: nodeFlags{joinToken: "torpor-t"}, want: "--ca-fingerprint", wantErr: true},
-		{name: "both pins", flags: nodeFlags{caFile: caFile}, fingerprint: fingerprint, want: "give one", wantErr: true},
-		{name: "CA file that is no PEM", flags: nodeFlags{caFile: notPEM}, want: "no PEM CERTIFICATE", wantErr: true},
-		{name: "missing CA file", flags: nodeFlags{caFile: "/nonexistent.pem"}, want: "--ca", wantErr: true},
+		{name: "token without a pin", flags: joinFlags{token: "torpor-t"}, want: "--ca-fingerprint", wantErr: true},
+		{name: "both pins", flags: joinFlags{caFile: caFile, caFingerprint: fingerprint}, want: "give one", wantErr: true},
+		{name: "CA file that is no PEM", flags: joinFlags{caFile: notPEM}, want: "no PEM CERTIFICATE", wantErr: true},
+		{name: "missing CA file", flags: joinFlags{caFile: "/nonexistent.pem"}, want: "--ca", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("TORPOR_JOIN_TOKEN", tt.env)
-			cfg := node.Config{CAFingerprint: tt.fingerprint}
-			err := completeJoin(&cfg, &tt.flags)
+			fingerprint, token, err := tt.flags.resolve()
 			if tt.wantErr {
 				if err == nil || !strings.Contains(err.Error(), tt.want) {
 					t.Fatalf("error %v, want one containing %q", err, tt.want)
@@ -58,16 +55,16 @@ func TestCompleteJoin(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.CAFingerprint != tt.want {
-				t.Errorf("fingerprint %q, want %q", cfg.CAFingerprint, tt.want)
+			if fingerprint != tt.want {
+				t.Errorf("fingerprint %q, want %q", fingerprint, tt.want)
 			}
 			if tt.wantToken == "" {
-				if cfg.JoinToken != nil {
+				if token != nil {
 					t.Error("a join token function without a token")
 				}
 				return
 			}
-			if tok, err := cfg.JoinToken(context.Background()); err != nil || tok != tt.wantToken {
+			if tok, err := token(context.Background()); err != nil || tok != tt.wantToken {
 				t.Errorf("token %q (%v), want %q", tok, err, tt.wantToken)
 			}
 		})

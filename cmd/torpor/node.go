@@ -1,9 +1,6 @@
 package main
 
 import (
-	"cmp"
-	"context"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
-	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
@@ -32,8 +28,7 @@ type nodeFlags struct {
 	runsc     string
 	bridge    string
 	cidr      string
-	joinToken string
-	caFile    string
+	join      joinFlags
 }
 
 func newNodeCommand() *cobra.Command {
@@ -72,9 +67,7 @@ certificate, to the control plane only.`,
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&cfg.ServerURL, "server", "https://127.0.0.1:7070", "control plane URL")
-	flags.StringVar(&f.joinToken, "join-token", "", "join token for the first start (default $TORPOR_JOIN_TOKEN; see torpor token create --node)")
-	flags.StringVar(&cfg.CAFingerprint, "ca-fingerprint", "", "sha256:<hex> of the control plane's CA, printed with the join token")
-	flags.StringVar(&f.caFile, "ca", "", "file of the control plane's CA certificate (PEM), instead of --ca-fingerprint")
+	f.join.register(flags, "torpor token create --node")
 	flags.StringVar(&cfg.Name, "name", defaultNodeName(), "node name (a DNS-1123 label); workers are <name>-w<i>")
 	flags.IntVar(&cfg.Workers, "workers", 2, "number of worker slots")
 	flags.StringVar(&cfg.Pool, "pool", "default", "worker pool of this node's workers")
@@ -92,7 +85,8 @@ certificate, to the control plane only.`,
 
 func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) error {
 	cfg.Logger = logger
-	if err := completeJoin(cfg, f); err != nil {
+	var err error
+	if cfg.CAFingerprint, cfg.JoinToken, err = f.join.resolve(); err != nil {
 		return err
 	}
 	labels, err := parseLabels(f.labels)
@@ -127,34 +121,6 @@ func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) err
 	}
 	cfg.Runtime, err = gvisor.New(gvisor.Config{Runsc: runsc, RootDir: filepath.Join(cfg.StateDir, "gvisor"), Logger: logger})
 	return err
-}
-
-// completeJoin sets what the node joins with: the token (flag or
-// environment) and the CA it pins (fingerprint, or the certificate file's).
-func completeJoin(cfg *node.Config, f *nodeFlags) error {
-	if f.caFile != "" {
-		if cfg.CAFingerprint != "" {
-			return errors.New("--ca and --ca-fingerprint: give one")
-		}
-		data, err := os.ReadFile(f.caFile)
-		if err != nil {
-			return fmt.Errorf("--ca: %w", err)
-		}
-		block, _ := pem.Decode(data)
-		if block == nil || block.Type != "CERTIFICATE" {
-			return fmt.Errorf("--ca %s: no PEM CERTIFICATE block", f.caFile)
-		}
-		cfg.CAFingerprint = identity.Fingerprint(block.Bytes)
-	}
-	token := cmp.Or(f.joinToken, os.Getenv("TORPOR_JOIN_TOKEN"))
-	if token == "" {
-		return nil // a node with a certificate needs none; one without says so
-	}
-	if cfg.CAFingerprint == "" {
-		return errors.New("--join-token needs --ca-fingerprint or --ca: the node must know which control plane to trust before it sends the token")
-	}
-	cfg.JoinToken = func(context.Context) (string, error) { return token, nil }
-	return nil
 }
 
 // parseLabels reads k=v,k2=v2.

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/router"
 	"github.com/torpor-dev/torpor/internal/server"
 )
@@ -19,6 +22,9 @@ func init() { register(newRouterCommand) }
 func newRouterCommand() *cobra.Command {
 	var (
 		cfg           router.Config
+		member        = identity.Member{Kind: identity.MemberClient}
+		join          joinFlags
+		stateDir      string
 		listen        string
 		metricsListen string
 	)
@@ -38,30 +44,45 @@ Prometheus metrics are served at /metrics (with /healthz) on
 no actor (any other Host, no Torpor-Actor header), so they never shadow an
 actor's own paths.
 
-The control plane is found, trusted and authenticated to like the CLI does
-it: --server, --ca and --token, then $TORPOR_SERVER, $TORPOR_CA and
-$TORPOR_TOKEN, then the client config file (server defaults to
-https://127.0.0.1:7070). The token must reach every space whose actors the
-router serves: the admin token, or an API token for those spaces.`,
+The router talks to the control plane over mutual TLS, as API client --name
+with the router role. The first start joins with a token an admin made for
+it, trusting only a server of the CA that --ca-fingerprint (or the
+certificate in --ca) pins:
+
+  torpor token create --client NAME --role router [--spaces A,B]
+  torpor router --name NAME --server https://HOST:7070 --join-token T --ca-fingerprint sha256:...
+
+The router then reaches the actors of those spaces (of every space without
+--spaces); others answer 403. The certificate is kept (and renewed) in
+--state-dir, so later starts need no token; torpor client delete NAME
+revokes it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			conn, err := cli.ResolveConnection(cmd.Flag("server").Value.String(), cmd.Flag("ca").Value.String(), cmd.Flag("token").Value.String())
-			if err != nil {
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			var err error
+			if member.CAFingerprint, member.JoinToken, err = join.resolve(); err != nil {
 				return err
 			}
-			if conn.Token == "" {
-				return errors.New("the router needs an API token: --token, $TORPOR_TOKEN or token: in the client config file")
+			if stateDir == "" {
+				dir, err := cli.DataDir()
+				if err != nil {
+					return err
+				}
+				stateDir = filepath.Join(dir, "router", member.Name)
 			}
-			if cfg.HTTPClient, err = conn.HTTPClient(); err != nil {
-				return err
-			}
-			cfg.Server = conn.Server
-			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			member.File = filepath.Join(stateDir, routerCredentialsFile)
+			member.Logger = logger.With("router", member.Name)
+			cfg.Server = member.ServerURL
+			cfg.Logger = logger
 			cfg.AdminOnIngress = metricsListen == ""
-			return runRouter(cmd.Context(), cfg, listen, metricsListen)
+			return runRouter(cmd.Context(), cfg, &member, listen, metricsListen)
 		},
 	}
 	flags := cmd.Flags()
+	flags.StringVar(&member.ServerURL, "server", "https://127.0.0.1:7070", "control plane URL")
+	flags.StringVar(&member.Name, "name", defaultNodeName(), "the router's client name (a DNS-1123 label), as its join token names it")
+	join.register(flags, "torpor token create --client NAME --role router")
+	flags.StringVar(&stateDir, "state-dir", "", "where the router keeps its certificate (default <data dir>/router/<name>)")
 	flags.StringVar(&listen, "listen", "127.0.0.1:7080", "address to serve actors' traffic on")
 	flags.StringVar(&cfg.Domain, "domain", router.DefaultDomain, "parent domain of actor host names: <actor>.<space>.<domain>")
 	flags.DurationVar(&cfg.ParkTimeout, "park-timeout", router.DefaultParkTimeout, "how long requests wait for a free worker before 503")
@@ -70,9 +91,33 @@ router serves: the admin token, or an API token for those spaces.`,
 	return cmd
 }
 
+// routerCredentialsFile, in the router's state directory, keeps its key,
+// certificate and CA.
+const routerCredentialsFile = "router-credentials.json"
+
+// routerAPI gets the router's certificate (joining if it has none) and
+// returns the client it calls the control plane with; keep renews the
+// certificate until its context ends.
+func routerAPI(ctx context.Context, member *identity.Member) (client *http.Client, keep func(context.Context) error, err error) {
+	creds, err := member.Credentials(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	keep = func(ctx context.Context) error {
+		member.KeepRenewed(ctx, creds)
+		return nil
+	}
+	return creds.ControlPlaneClient(), keep, nil
+}
+
 // runRouter serves the router (and its metrics listener, if any) and applies
 // idle policies until ctx is done; the first part to fail stops the rest.
-func runRouter(ctx context.Context, cfg router.Config, listen, metricsListen string) error {
+func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, listen, metricsListen string) error {
+	api, keepCertificate, err := routerAPI(ctx, member)
+	if err != nil {
+		return err
+	}
+	cfg.HTTPClient = api
 	rt, err := router.New(cfg)
 	if err != nil {
 		return err
@@ -84,6 +129,7 @@ func runRouter(ctx context.Context, cfg router.Config, listen, metricsListen str
 	parts := map[string]func(context.Context) error{
 		"router":      func(ctx context.Context) error { return server.Serve(ctx, ln, rt, nil) },
 		"idle policy": func(ctx context.Context) error { return rt.Run(ctx) },
+		"certificate": keepCertificate,
 	}
 	logAttrs := []any{"listen", ln.Addr().String(), "server", cfg.Server, "domain", rt.Domain()}
 	if metricsListen != "" {

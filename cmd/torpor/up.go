@@ -106,8 +106,9 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 		return err
 	}
 	// The parts authenticate to each other as separate processes would:
-	// the node joins with a token (made here, only if it has no
-	// certificate yet), the router and the CLI use the admin token.
+	// the node and the router join with tokens (made here, only when they
+	// have no certificate yet) and then talk mutual TLS; the CLI uses the
+	// admin token.
 	ca, err := srv.Authority(ctx)
 	if err != nil {
 		return err
@@ -116,11 +117,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	if err != nil {
 		return err
 	}
-	conn := cli.Connection{Server: apiURL, CA: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.CACertificate().Raw}), Token: adminToken}
-	apiClient, err := conn.HTTPClient()
-	if err != nil {
-		return err
-	}
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.CACertificate().Raw})
 
 	nodeCfg := node.Config{
 		Name:          defaultNodeName(),
@@ -132,7 +129,17 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 		CAFingerprint: ca.CAFingerprint(),
 	}
 	nodeCfg.JoinToken = func(ctx context.Context) (string, error) {
-		tok, err := ca.CreateToken(ctx, identity.TokenRequest{Purpose: identity.PurposeNodeJoin, Node: nodeCfg.Name, TTL: 10 * time.Minute})
+		tok, err := ca.CreateToken(ctx, identity.TokenRequest{Purpose: identity.PurposeNodeJoin, Name: nodeCfg.Name, TTL: 10 * time.Minute})
+		return tok.Secret, err
+	}
+	routerMember := &identity.Member{
+		Kind: identity.MemberClient, Name: "router", ServerURL: apiURL,
+		File:          filepath.Join(f.dataDir, "router", routerCredentialsFile),
+		CAFingerprint: ca.CAFingerprint(),
+		Logger:        logger,
+	}
+	routerMember.JoinToken = func(ctx context.Context) (string, error) {
+		tok, err := ca.CreateToken(ctx, identity.TokenRequest{Purpose: identity.PurposeClientJoin, Name: routerMember.Name, Role: identity.RoleRouter, TTL: 10 * time.Minute})
 		return tok.Secret, err
 	}
 	f.node.runtime = gvisor.Class
@@ -143,10 +150,6 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	if err != nil {
 		return err
 	}
-	rt, err := router.New(router.Config{Server: apiURL, HTTPClient: apiClient, Domain: f.domain, Logger: logger, AdminOnIngress: true})
-	if err != nil {
-		return err
-	}
 
 	// Each part stops on its own context, so shutdown can suspend actors
 	// while the API and the node agent still run.
@@ -154,7 +157,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	nodeCtx, stopNode := context.WithCancel(context.WithoutCancel(ctx))
 	routerCtx, stopRouter := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 6)
 	run := func(what string, fn func() error) {
 		wg.Add(1)
 		go func() {
@@ -176,12 +179,23 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	run("API", func() error { return server.Serve(apiCtx, apiLn, srv.Handler(), apiTLS) })
 	go srv.RunBackground(apiCtx)
 	run("node agent", func() error { return agent.Run(nodeCtx) })
-	run("router", func() error { return server.Serve(routerCtx, routerLn, rt, nil) })
-	run("router idle policy", func() error { return rt.Run(routerCtx) })
+	// The router joins over the API, so it starts once the API serves.
+	api, keepRouterCertificate, err := routerAPI(ctx, routerMember)
+	if err == nil {
+		var rt *router.Router
+		if rt, err = router.New(router.Config{Server: apiURL, HTTPClient: api, Domain: f.domain, Logger: logger, AdminOnIngress: true}); err == nil {
+			run("router", func() error { return server.Serve(routerCtx, routerLn, rt, nil) })
+			run("router idle policy", func() error { return rt.Run(routerCtx) })
+			run("router certificate", func() error { return keepRouterCertificate(routerCtx) })
+		}
+	}
+	if err != nil {
+		errc <- fmt.Errorf("router: %w", err)
+	}
 
 	configPath, err := cli.ConfigPath()
 	if err == nil {
-		err = cli.WriteClientConfig(configPath, cli.ClientConfig{Server: apiURL, CA: string(conn.CA), Token: adminToken})
+		err = cli.WriteClientConfig(configPath, cli.ClientConfig{Server: apiURL, CA: string(caPEM), Token: adminToken})
 	}
 	if err != nil {
 		logger.Warn("write client config", "err", err)

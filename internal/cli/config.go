@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/torpor-dev/torpor/internal/atomicfile"
 )
 
 // defaultServer is where a client looks when nothing else names a server:
@@ -71,23 +73,8 @@ func WriteClientConfig(path string, cfg ClientConfig) error {
 	if err != nil {
 		return fmt.Errorf("encode client config: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("create client config directory: %w", err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".config-*.yaml")
-	if err != nil {
-		return fmt.Errorf("write client config: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	_, err = tmp.Write(data)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("write client config: %w", err)
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
+		return fmt.Errorf("client config: %w", err)
 	}
 	return nil
 }

@@ -98,6 +98,7 @@ func NewRoot() *cobra.Command {
 		newWorkerCommand(a),
 		newSnapshotCommand(a),
 		newTokenCommand(a),
+		newClientCommand(a),
 	)
 	return root
 }

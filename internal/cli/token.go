@@ -15,36 +15,67 @@ import (
 func newTokenCommand(a *app) *cobra.Command {
 	noun := &cobra.Command{
 		Use:   "token",
-		Short: "Make tokens: API tokens for spaces, join tokens for nodes (admin only)",
+		Short: "Make, list and revoke tokens: join tokens for nodes and clients, API tokens for spaces (admin only)",
 	}
+	noun.AddCommand(newTokenCreateCommand(a), newTokenListCommand(a), newTokenRevokeCommand(a))
+	return noun
+}
+
+// clientRoles are the --role values.
+var clientRoles = map[string]torporv1.ClientRole{
+	"admin":  torporv1.ClientRole_CLIENT_ROLE_ADMIN,
+	"router": torporv1.ClientRole_CLIENT_ROLE_ROUTER,
+	"user":   torporv1.ClientRole_CLIENT_ROLE_USER,
+}
+
+func newTokenCreateCommand(a *app) *cobra.Command {
 	var (
-		node   string
-		spaces []string
-		ttl    time.Duration
+		node, client, role string
+		spaces             []string
+		ttl                time.Duration
 	)
 	create := &cobra.Command{
-		Use:   "create (--node NAME | --spaces A,B) [--ttl DURATION]",
-		Short: "Create a node join token or an API token and print it",
+		Use:   "create (--node NAME | --client NAME --role ROLE [--spaces A,B] | --spaces A,B) [--ttl DURATION]",
+		Short: "Create a join token or an API token and print it",
 		Long: `Create a token and print it; the server keeps only its hash, so this is the
 only time it is shown.
 
   --node NAME     a join token for node NAME: it buys that node its first
                   certificate, once (torpor node --join-token ... --ca-fingerprint ...).
-                  Default lifetime 1h.
-  --spaces A,B    an API token for the templates, actors and snapshots of
-                  spaces A and B (torpor --token ...). Default lifetime 24h.`,
+  --client NAME   a join token for API client NAME with --role:
+                    router  get, resume, suspend and pause actors of --spaces
+                            (of every space without --spaces): for torpor router
+                    user    templates, actors and snapshots of --spaces
+                    admin   everything the admin token may do
+                  The client gets a certificate once (torpor router, or torpor
+                  login for the CLI) and renews it; torpor client delete revokes it.
+  --spaces A,B    alone: an API token for the templates, actors and snapshots of
+                  spaces A and B (torpor --token ...).
+
+Join tokens last 1h by default, API tokens 24h.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := &torporv1.CreateTokenRequest{}
+			req := &torporv1.CreateTokenRequest{Spaces: spaces}
 			switch {
-			case node != "" && len(spaces) > 0:
-				return fmt.Errorf("--node and --spaces: a token is either a node's join token or an API token")
+			case node != "" && client != "":
+				return fmt.Errorf("--node and --client: a join token is for one member")
 			case node != "":
-				req.Purpose, req.Node = torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN, node
+				if len(spaces) > 0 || role != "" {
+					return fmt.Errorf("--node: a node join token takes no --spaces or --role")
+				}
+				req.Purpose, req.Name = torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN, node
+			case client != "":
+				r, ok := clientRoles[role]
+				if !ok {
+					return fmt.Errorf("--role %q: want router, user or admin", role)
+				}
+				req.Purpose, req.Name, req.Role = torporv1.TokenPurpose_TOKEN_PURPOSE_CLIENT_JOIN, client, r
+			case role != "":
+				return fmt.Errorf("--role goes with --client NAME")
 			case len(spaces) > 0:
-				req.Purpose, req.Spaces = torporv1.TokenPurpose_TOKEN_PURPOSE_API, spaces
+				req.Purpose = torporv1.TokenPurpose_TOKEN_PURPOSE_API
 			default:
-				return fmt.Errorf("name --node NAME (a node join token) or --spaces A,B (an API token)")
+				return fmt.Errorf("name --node NAME (a node join token), --client NAME --role ROLE (a client join token) or --spaces A,B (an API token)")
 			}
 			if ttl < 0 {
 				return fmt.Errorf("--ttl %s: must be positive", ttl)
@@ -64,19 +95,82 @@ only time it is shown.
 			if a.output != formatTable {
 				return printMessages(w, a.output, []proto.Message{resp}, false)
 			}
-			fmt.Fprintf(w, "token:          %s\nexpires:        %s\n", resp.GetToken(), resp.GetExpireTime().AsTime().Format(time.RFC3339))
-			if node == "" {
+			fmt.Fprintf(w, "token:          %s\nid:             %s\nexpires:        %s\n", resp.GetToken(), resp.GetId(), resp.GetExpireTime().AsTime().Format(time.RFC3339))
+			switch {
+			case node != "":
+				fmt.Fprintf(w, "ca-fingerprint: %s\n\nJoin the node (once; it keeps its certificate in its state directory):\n  torpor node --name %s --join-token %s --ca-fingerprint %s\n",
+					resp.GetCaFingerprint(), node, resp.GetToken(), resp.GetCaFingerprint())
+			case role == "router":
+				fmt.Fprintf(w, "ca-fingerprint: %s\n\nStart the router (once with the token; it keeps its certificate in its state directory):\n  torpor router --name %s --join-token %s --ca-fingerprint %s\n",
+					resp.GetCaFingerprint(), client, resp.GetToken(), resp.GetCaFingerprint())
+			case client != "":
+				fmt.Fprintf(w, "ca-fingerprint: %s\n\nLog the CLI in as %s (once; it keeps the certificate next to its config file):\n  torpor login --name %s --join-token %s --ca-fingerprint %s\n",
+					resp.GetCaFingerprint(), client, client, resp.GetToken(), resp.GetCaFingerprint())
+			default:
 				fmt.Fprintf(w, "\nUse it for spaces %s: torpor --token %s ...\n", strings.Join(spaces, ", "), resp.GetToken())
-				return nil
 			}
-			fmt.Fprintf(w, "ca-fingerprint: %s\n\nJoin the node (once; it keeps its certificate in its state directory):\n  torpor node --name %s --join-token %s --ca-fingerprint %s\n",
-				resp.GetCaFingerprint(), node, resp.GetToken(), resp.GetCaFingerprint())
 			return nil
 		},
 	}
-	create.Flags().StringVar(&node, "node", "", "make a join token for this node")
-	create.Flags().StringSliceVar(&spaces, "spaces", nil, "make an API token for these spaces (comma-separated)")
-	create.Flags().DurationVar(&ttl, "ttl", 0, "lifetime (default 1h for a join token, 24h for an API token; at most 8760h)")
-	noun.AddCommand(create)
-	return noun
+	flags := create.Flags()
+	flags.StringVar(&node, "node", "", "make a join token for this node")
+	flags.StringVar(&client, "client", "", "make a join token for this API client (with --role)")
+	flags.StringVar(&role, "role", "", "the client's role: router, user or admin")
+	flags.StringSliceVar(&spaces, "spaces", nil, "spaces of the API token or client (comma-separated)")
+	flags.DurationVar(&ttl, "ttl", 0, "lifetime (default 1h for a join token, 24h for an API token; at most 8760h)")
+	return create
+}
+
+func newTokenListCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the tokens that are neither used nor expired (never their secrets)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := call(cmd.Context(), c.identity.ListTokens, &torporv1.ListTokensRequest{})
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if a.output != formatTable {
+				return printMessages(w, a.output, []proto.Message{resp}, false)
+			}
+			now := time.Now()
+			rows := make([][]string, 0, len(resp.GetTokens()))
+			for _, t := range resp.GetTokens() {
+				rows = append(rows, []string{
+					shortID(t.GetId()), enumName(t.GetPurpose()), t.GetName(), strings.ToLower(enumName(t.GetRole())),
+					strings.Join(t.GetSpaces(), ","), age(t.GetCreateTime(), now), t.GetExpireTime().AsTime().Format(time.RFC3339),
+				})
+			}
+			return printTable(w, []string{"ID", "PURPOSE", "NAME", "ROLE", "SPACES", "AGE", "EXPIRES"}, rows)
+		},
+	}
+}
+
+// shortID is enough of a token's id to revoke it by.
+func shortID(id string) string { return id[:min(len(id), 12)] }
+
+func newTokenRevokeCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke a token before it is used or expires (ID as torpor token list shows it)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := call(cmd.Context(), c.identity.RevokeToken, &torporv1.RevokeTokenRequest{Id: args[0]})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "token %s (%s) revoked\n", shortID(resp.GetToken().GetId()), strings.ToLower(enumName(resp.GetToken().GetPurpose())))
+			return nil
+		},
+	}
 }

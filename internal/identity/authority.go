@@ -9,6 +9,7 @@
 // URI SAN:
 //
 //	spiffe://<trust-domain>/node/<node>               node agents (client and server auth)
+//	spiffe://<trust-domain>/client/<name>             API clients such as routers (client auth)
 //	spiffe://<trust-domain>/server                    control plane replicas (plus DNS/IP SANs)
 //	spiffe://<trust-domain>/space/<space>/actor/<name> actors (workloads)
 //
@@ -16,6 +17,7 @@
 // carries its actor's UID in the subject's serialNumber attribute (OID
 // 2.5.4.5): the SPIFFE ID names the actor, the UID tells this incarnation
 // of the name from a deleted and re-created one. See WorkloadFromCertificate.
+// Client certificates carry their client's UID the same way.
 //
 // Minting for an actor is authorized against the store on every call
 // (AuthorizeWorkload), never against a cache (DESIGN invariant 4).
@@ -49,7 +51,7 @@ const DefaultTrustDomain = "torpor.local"
 
 // Lifetimes a zero Config field stands for.
 const (
-	DefaultNodeCertTTL     = 24 * time.Hour
+	DefaultMemberCertTTL   = 24 * time.Hour
 	DefaultServerCertTTL   = 7 * 24 * time.Hour
 	DefaultWorkloadCertTTL = time.Hour
 	DefaultJWTTTL          = 10 * time.Minute
@@ -70,8 +72,9 @@ type Config struct {
 	TrustDomain string
 	// Issuer is the iss of JWTs: the control plane's URL, under which
 	// WellKnown is served.
-	Issuer          string
-	NodeCertTTL     time.Duration
+	Issuer string
+	// MemberCertTTL is the lifetime of node and API client certificates.
+	MemberCertTTL   time.Duration
 	ServerCertTTL   time.Duration
 	WorkloadCertTTL time.Duration
 	JWTTTL          time.Duration
@@ -86,7 +89,7 @@ func (c Config) withDefaults() (Config, error) {
 	if !trustDomainPattern.MatchString(c.TrustDomain) {
 		return c, fmt.Errorf("identity: trust domain %q: want lower-case letters, digits, '.', '-' and '_'", c.TrustDomain)
 	}
-	c.NodeCertTTL = cmp.Or(c.NodeCertTTL, DefaultNodeCertTTL)
+	c.MemberCertTTL = cmp.Or(c.MemberCertTTL, DefaultMemberCertTTL)
 	c.ServerCertTTL = cmp.Or(c.ServerCertTTL, DefaultServerCertTTL)
 	c.WorkloadCertTTL = cmp.Or(c.WorkloadCertTTL, DefaultWorkloadCertTTL)
 	c.JWTTTL = cmp.Or(c.JWTTTL, DefaultJWTTTL)

@@ -102,7 +102,7 @@ func TestIssuedCertificates(t *testing.T) {
 			name:     "node",
 			issue:    func(csr []byte) (*Issued, error) { return a.IssueNodeCertificate("node-7", csr) },
 			spiffeID: "spiffe://torpor.local/node/node-7",
-			ttl:      DefaultNodeCertTTL,
+			ttl:      DefaultMemberCertTTL,
 			usages:   []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
 			check: func(t *testing.T, cert *x509.Certificate) {
 				if node, ok := NodeFromCertificate(cert, a.TrustDomain()); !ok || node != "node-7" {

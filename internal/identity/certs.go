@@ -109,7 +109,7 @@ func (a *Authority) issueNode(node string, pub crypto.PublicKey) (*Issued, error
 		Subject:     pkix.Name{Organization: []string{"torpor"}, CommonName: node},
 		URIs:        []*url.URL{spiffeURL(a.cfg.TrustDomain, "node", node)},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
-	}, a.cfg.NodeCertTTL)
+	}, a.cfg.MemberCertTTL)
 }
 
 // IssueWorkloadCertificate signs the certificate of actor w for the key of

@@ -121,29 +121,54 @@ func verifyChain(chain []*x509.Certificate, roots *x509.CertPool) (*x509.Certifi
 
 type callerKey struct{}
 
+// caller is the member whose verified certificate came with a call: a
+// node, or an API client (with its UID).
+type caller struct {
+	node              string
+	client, clientUID string
+}
+
 // WithCallerNode marks ctx as a call from node. CallerMiddleware does it
 // for a verified node certificate; tests call it directly.
 func WithCallerNode(ctx context.Context, node string) context.Context {
-	return context.WithValue(ctx, callerKey{}, node)
+	return context.WithValue(ctx, callerKey{}, caller{node: node})
+}
+
+// WithCallerClient marks ctx as a call from API client name with uid.
+func WithCallerClient(ctx context.Context, name, uid string) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller{client: name, clientUID: uid})
 }
 
 // CallerNode is the node that made the call, if one did.
 func CallerNode(ctx context.Context) (string, bool) {
-	node, ok := ctx.Value(callerKey{}).(string)
-	return node, ok && node != ""
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c.node, c.node != ""
 }
 
-// CallerMiddleware puts the calling node into each request's context when
-// the request came with a node certificate of trustDomain that the TLS
-// layer verified (r.TLS.VerifiedChains: serve with ServerTLSConfig).
-// Anything else (plain HTTP, no or another kind of certificate) leaves no
-// caller, and handlers needing one answer Unauthenticated.
+// CallerClient is the API client that made the call with its certificate,
+// if one did. Its certificate was verified; whether the client still
+// exists is for AuthenticateClient to say.
+func CallerClient(ctx context.Context) (name, uid string, ok bool) {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c.client, c.clientUID, c.client != ""
+}
+
+// CallerMiddleware puts the calling member into each request's context
+// when the request came with a node or client certificate of trustDomain
+// that the TLS layer verified (r.TLS.VerifiedChains: serve with
+// ServerTLSConfig). Anything else (plain HTTP, no or another kind of
+// certificate) leaves no caller, and handlers needing one answer
+// Unauthenticated.
 func CallerMiddleware(trustDomain string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
 			leaf := r.TLS.VerifiedChains[0][0]
-			if node, ok := NodeFromCertificate(leaf, trustDomain); ok && slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
-				r = r.WithContext(WithCallerNode(r.Context(), node))
+			if slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+				if node, ok := NodeFromCertificate(leaf, trustDomain); ok {
+					r = r.WithContext(WithCallerNode(r.Context(), node))
+				} else if name, uid, ok := ClientFromCertificate(leaf, trustDomain); ok {
+					r = r.WithContext(WithCallerClient(r.Context(), name, uid))
+				}
 			}
 		}
 		next.ServeHTTP(w, r)

@@ -22,8 +22,10 @@ import (
 type TokenPurpose string
 
 const (
-	// PurposeNodeJoin joins one node, once (JoinNode).
+	// PurposeNodeJoin joins one node, once (Join).
 	PurposeNodeJoin TokenPurpose = "node-join"
+	// PurposeClientJoin joins one API client with a role, once (Join).
+	PurposeClientJoin TokenPurpose = "client-join"
 	// PurposeAPI authenticates an API client to some spaces until it
 	// expires (AuthenticateAPIToken).
 	PurposeAPI TokenPurpose = "api"
@@ -31,14 +33,16 @@ const (
 
 // Token lifetimes.
 const (
-	DefaultNodeJoinTokenTTL = time.Hour
-	DefaultAPITokenTTL      = 24 * time.Hour
-	MaxTokenTTL             = 365 * 24 * time.Hour
+	DefaultJoinTokenTTL = time.Hour
+	DefaultAPITokenTTL  = 24 * time.Hour
+	MaxTokenTTL         = 365 * 24 * time.Hour
 )
 
 const (
 	tokenPrefix       = "torpor-"
 	tokenSecretPrefix = "identity/token/"
+	// minTokenIDPrefix is the shortest id prefix RevokeToken accepts.
+	minTokenIDPrefix = 8
 )
 
 // ErrInvalidToken wraps every refusal of a token, with the reason (for the
@@ -48,61 +52,84 @@ var ErrInvalidToken = errors.New("invalid token")
 // TokenRequest describes a token to create.
 type TokenRequest struct {
 	Purpose TokenPurpose
-	// Node (PurposeNodeJoin) is the only node name the token joins; empty
+	// Name (join tokens) is the only member name the token joins; empty
 	// joins any.
-	Node string
-	// Spaces (PurposeAPI) the token gives access to.
+	Name string
+	// Spaces the token (PurposeAPI) or the client (PurposeClientJoin)
+	// has access to.
 	Spaces []string
+	// Role (PurposeClientJoin) of the client.
+	Role Role
 	// TTL is the lifetime; zero takes the purpose's default.
 	TTL time.Duration
 }
 
-// Token is a created token. Secret is shown once: only its hash is kept.
+// Token is a created token. Secret is shown once: only its hash, which is
+// its ID, is kept.
 type Token struct {
+	ID      string
 	Secret  string
+	Expires time.Time
+}
+
+// TokenInfo is what is kept about a token.
+type TokenInfo struct {
+	ID      string
+	Purpose TokenPurpose
+	Name    string
+	Spaces  []string
+	Role    Role
+	Created time.Time
 	Expires time.Time
 }
 
 // tokenRecord is what the secrets keep under the token's hash.
 type tokenRecord struct {
 	Purpose TokenPurpose `json:"purpose"`
-	Node    string       `json:"node,omitempty"`
+	Name    string       `json:"name,omitempty"`
 	Spaces  []string     `json:"spaces,omitempty"`
+	Role    Role         `json:"role,omitempty"`
 	Expires time.Time    `json:"expires"`
 }
 
 // CreateToken makes a token and stores its hash.
 func (a *Authority) CreateToken(ctx context.Context, req TokenRequest) (Token, error) {
-	rec := tokenRecord{Purpose: req.Purpose}
+	rec := tokenRecord{Purpose: req.Purpose, Name: req.Name, Role: req.Role}
 	ttl := req.TTL
+	if req.Purpose != PurposeClientJoin && req.Role != "" {
+		return Token{}, &validate.FieldError{Path: "role", Reason: "only a client join token gives a role"}
+	}
 	switch req.Purpose {
-	case PurposeNodeJoin:
-		if req.Node != "" {
-			if err := validate.Name("node", req.Node); err != nil {
+	case PurposeNodeJoin, PurposeClientJoin:
+		if req.Name != "" {
+			if err := validate.Name("name", req.Name); err != nil {
 				return Token{}, err
 			}
 		}
-		if len(req.Spaces) > 0 {
+		if req.Purpose == PurposeNodeJoin && len(req.Spaces) > 0 {
 			return Token{}, &validate.FieldError{Path: "spaces", Reason: "a node join token gives no access to spaces"}
 		}
-		rec.Node = req.Node
-		ttl = cmp.Or(ttl, DefaultNodeJoinTokenTTL)
+		ttl = cmp.Or(ttl, DefaultJoinTokenTTL)
 	case PurposeAPI:
-		if req.Node != "" {
-			return Token{}, &validate.FieldError{Path: "node", Reason: "only a node join token names a node"}
+		if req.Name != "" {
+			return Token{}, &validate.FieldError{Path: "name", Reason: "only a join token names a member"}
 		}
 		if len(req.Spaces) == 0 {
 			return Token{}, &validate.FieldError{Path: "spaces", Reason: "an API token needs at least one space"}
 		}
-		for i, s := range req.Spaces {
-			if err := validate.Name(fmt.Sprintf("spaces[%d]", i), s); err != nil {
-				return Token{}, err
-			}
-		}
-		rec.Spaces = slices.Compact(slices.Sorted(slices.Values(req.Spaces)))
 		ttl = cmp.Or(ttl, DefaultAPITokenTTL)
 	default:
-		return Token{}, &validate.FieldError{Path: "purpose", Reason: fmt.Sprintf("%q is not a token purpose (%s or %s)", req.Purpose, PurposeNodeJoin, PurposeAPI)}
+		return Token{}, &validate.FieldError{Path: "purpose", Reason: fmt.Sprintf("%q is not a token purpose (%s, %s or %s)", req.Purpose, PurposeNodeJoin, PurposeClientJoin, PurposeAPI)}
+	}
+	spaces, err := checkSpaces(req.Spaces)
+	if err != nil {
+		return Token{}, err
+	}
+	rec.Spaces = spaces
+	if req.Purpose == PurposeClientJoin {
+		if err := checkRole(req.Role, spaces); err != nil {
+			return Token{}, err
+		}
 	}
 	if ttl < 0 || ttl > MaxTokenTTL {
 		return Token{}, &validate.FieldError{Path: "ttl", Reason: fmt.Sprintf("%s is outside (0, %s]", ttl, MaxTokenTTL)}
@@ -122,18 +149,95 @@ func (a *Authority) CreateToken(ctx context.Context, req TokenRequest) (Token, e
 	if string(stored) != string(data) {
 		return Token{}, errors.New("store token: a token with the same hash exists (the random source is broken)")
 	}
-	return Token{Secret: secret, Expires: rec.Expires}, nil
+	return Token{ID: tokenID(secret), Secret: secret, Expires: rec.Expires}, nil
 }
 
-// tokenSecretName keys a token by its SHA-256: the token has 256 random
-// bits, so an unsalted hash is as good as a slow one and can be looked up.
-func tokenSecretName(secret string) string {
+// checkSpaces validates space names and returns them sorted, without
+// repeats.
+func checkSpaces(spaces []string) ([]string, error) {
+	for i, s := range spaces {
+		if err := validate.Name(fmt.Sprintf("spaces[%d]", i), s); err != nil {
+			return nil, err
+		}
+	}
+	if len(spaces) == 0 {
+		return nil, nil
+	}
+	return slices.Compact(slices.Sorted(slices.Values(spaces))), nil
+}
+
+// ListTokens returns the tokens that can still be used, by ID; expired
+// ones are removed on the way.
+func (a *Authority) ListTokens(ctx context.Context) ([]TokenInfo, error) {
+	secrets, err := a.secrets.ListSecrets(ctx, tokenSecretPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	out := make([]TokenInfo, 0, len(secrets))
+	for _, s := range secrets {
+		info, err := tokenInfo(s)
+		if err != nil {
+			return nil, err
+		}
+		if !a.cfg.Now().Before(info.Expires) {
+			if err := a.secrets.DeleteSecret(ctx, s.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, fmt.Errorf("remove expired token %s: %w", info.ID, err)
+			}
+			continue
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// RevokeToken deletes the one token whose ID starts with idPrefix.
+func (a *Authority) RevokeToken(ctx context.Context, idPrefix string) (TokenInfo, error) {
+	if len(idPrefix) < minTokenIDPrefix {
+		return TokenInfo{}, &validate.FieldError{Path: "id", Reason: fmt.Sprintf("give at least %d characters of the token's id (torpor token list)", minTokenIDPrefix)}
+	}
+	secrets, err := a.secrets.ListSecrets(ctx, tokenSecretPrefix+strings.ToLower(idPrefix))
+	if err != nil {
+		return TokenInfo{}, fmt.Errorf("revoke token %s: %w", idPrefix, err)
+	}
+	switch len(secrets) {
+	case 0:
+		return TokenInfo{}, fmt.Errorf("token %s: %w", idPrefix, store.ErrNotFound)
+	case 1:
+	default:
+		return TokenInfo{}, &validate.FieldError{Path: "id", Reason: fmt.Sprintf("%s is the start of %d tokens' ids: give more of it", idPrefix, len(secrets))}
+	}
+	info, err := tokenInfo(secrets[0])
+	if err != nil {
+		return TokenInfo{}, err
+	}
+	if err := a.secrets.DeleteSecret(ctx, secrets[0].Name); err != nil {
+		return TokenInfo{}, fmt.Errorf("revoke token %s: %w", info.ID, err)
+	}
+	return info, nil
+}
+
+func tokenInfo(s store.Secret) (TokenInfo, error) {
+	var rec tokenRecord
+	if err := json.Unmarshal(s.Data, &rec); err != nil {
+		return TokenInfo{}, fmt.Errorf("token record %s: %w", s.Name, err)
+	}
+	return TokenInfo{
+		ID: strings.TrimPrefix(s.Name, tokenSecretPrefix), Purpose: rec.Purpose, Name: rec.Name,
+		Spaces: rec.Spaces, Role: rec.Role, Created: s.CreateTime, Expires: rec.Expires,
+	}, nil
+}
+
+// tokenID is a token's SHA-256: the token has 256 random bits, so an
+// unsalted hash is as good as a slow one and can be looked up.
+func tokenID(secret string) string {
 	sum := sha256.Sum256([]byte(secret))
-	return tokenSecretPrefix + hex.EncodeToString(sum[:])
+	return hex.EncodeToString(sum[:])
 }
 
-// lookupToken returns the live record of a token of purpose.
-func (a *Authority) lookupToken(ctx context.Context, secret string, purpose TokenPurpose) (tokenRecord, error) {
+func tokenSecretName(secret string) string { return tokenSecretPrefix + tokenID(secret) }
+
+// lookupToken returns the live record of a token of one of purposes.
+func (a *Authority) lookupToken(ctx context.Context, secret string, purposes ...TokenPurpose) (tokenRecord, error) {
 	if !strings.HasPrefix(secret, tokenPrefix) {
 		return tokenRecord{}, fmt.Errorf("%w: not a torpor token", ErrInvalidToken)
 	}
@@ -149,8 +253,8 @@ func (a *Authority) lookupToken(ctx context.Context, secret string, purpose Toke
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return tokenRecord{}, fmt.Errorf("token record %s: %w", name, err)
 	}
-	if rec.Purpose != purpose {
-		return tokenRecord{}, fmt.Errorf("%w: its purpose is %s, not %s", ErrInvalidToken, rec.Purpose, purpose)
+	if !slices.Contains(purposes, rec.Purpose) {
+		return tokenRecord{}, fmt.Errorf("%w: its purpose is %s, not %v", ErrInvalidToken, rec.Purpose, purposes)
 	}
 	if !a.cfg.Now().Before(rec.Expires) {
 		// Expired tokens are removed when presented.
@@ -162,30 +266,39 @@ func (a *Authority) lookupToken(ctx context.Context, secret string, purpose Toke
 	return rec, nil
 }
 
-// JoinNode spends a node join token on the first certificate of node. The
-// request is checked before the token is spent, so a malformed one does
-// not waste it; of concurrent joins with one token, one succeeds.
-func (a *Authority) JoinNode(ctx context.Context, secret, node string, csr []byte) (*Issued, error) {
-	if err := validate.Name("node", node); err != nil {
+// Join spends a join token on the first certificate of member name: a
+// node's for a node join token, a client's (recorded with the token's role
+// and spaces, replacing any client of that name) for a client join token.
+// The request is checked before the token is spent, so a malformed one
+// does not waste it; of concurrent joins with one token, one succeeds.
+func (a *Authority) Join(ctx context.Context, secret, name string, csr []byte) (*Issued, error) {
+	if err := validate.Name("name", name); err != nil {
 		return nil, err
 	}
 	pub, err := csrKey(csr)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := a.lookupToken(ctx, secret, PurposeNodeJoin)
+	rec, err := a.lookupToken(ctx, secret, PurposeNodeJoin, PurposeClientJoin)
 	if err != nil {
 		return nil, err
 	}
-	if rec.Node != "" && rec.Node != node {
-		return nil, fmt.Errorf("%w: made for node %s, not %s", ErrInvalidToken, rec.Node, node)
+	if rec.Name != "" && rec.Name != name {
+		return nil, fmt.Errorf("%w: made for %s, not %s", ErrInvalidToken, rec.Name, name)
 	}
 	if err := a.secrets.DeleteSecret(ctx, tokenSecretName(secret)); errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: used by a concurrent join", ErrInvalidToken)
 	} else if err != nil {
 		return nil, fmt.Errorf("spend token: %w", err)
 	}
-	return a.issueNode(node, pub)
+	if rec.Purpose == PurposeNodeJoin {
+		return a.issueNode(name, pub)
+	}
+	client, err := a.replaceClient(ctx, name, rec.Role, rec.Spaces)
+	if err != nil {
+		return nil, err
+	}
+	return a.issueClient(client, pub)
 }
 
 // AuthenticateAPIToken returns the spaces an API token gives access to.

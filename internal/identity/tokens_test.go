@@ -28,7 +28,7 @@ func TestJoinTokens(t *testing.T) {
 				return tok.Secret
 			}
 			join := func(secret, node string) error {
-				issued, err := a.JoinNode(ctx, secret, node, csrOf(t))
+				issued, err := a.Join(ctx, secret, node, csrOf(t))
 				if err != nil {
 					return err
 				}
@@ -46,7 +46,7 @@ func TestJoinTokens(t *testing.T) {
 			}
 
 			t.Run("valid token joins its node, once", func(t *testing.T) {
-				secret := create(t, TokenRequest{Purpose: PurposeNodeJoin, Node: "node-1"})
+				secret := create(t, TokenRequest{Purpose: PurposeNodeJoin, Name: "node-1"})
 				if err := join(secret, "node-1"); err != nil {
 					t.Fatal(err)
 				}
@@ -70,29 +70,29 @@ func TestJoinTokens(t *testing.T) {
 				}
 			})
 			t.Run("token of another node is refused and not spent", func(t *testing.T) {
-				secret := create(t, TokenRequest{Purpose: PurposeNodeJoin, Node: "node-2"})
-				wantRefused(t, join(secret, "node-3"), "made for node node-2")
+				secret := create(t, TokenRequest{Purpose: PurposeNodeJoin, Name: "node-2"})
+				wantRefused(t, join(secret, "node-3"), "made for node-2")
 				if err := join(secret, "node-2"); err != nil {
 					t.Fatal(err)
 				}
 			})
 			t.Run("bad request does not spend the token", func(t *testing.T) {
 				secret := create(t, TokenRequest{Purpose: PurposeNodeJoin})
-				_, err := a.JoinNode(ctx, secret, "node-4", []byte("junk"))
+				_, err := a.Join(ctx, secret, "node-4", []byte("junk"))
 				var fe *validate.FieldError
 				if !errors.As(err, &fe) || fe.Path != "csr" {
 					t.Fatalf("err = %v, want a csr field error", err)
 				}
-				_, err = a.JoinNode(ctx, secret, "Node_4", csrOf(t))
-				if !errors.As(err, &fe) || fe.Path != "node" {
-					t.Fatalf("err = %v, want a node field error", err)
+				_, err = a.Join(ctx, secret, "Node_4", csrOf(t))
+				if !errors.As(err, &fe) || fe.Path != "name" {
+					t.Fatalf("err = %v, want a name field error", err)
 				}
 				if err := join(secret, "node-4"); err != nil {
 					t.Fatal(err)
 				}
 			})
 			t.Run("API token does not join", func(t *testing.T) {
-				wantRefused(t, join(create(t, TokenRequest{Purpose: PurposeAPI, Spaces: []string{"s"}}), "node-1"), "purpose is api, not node-join")
+				wantRefused(t, join(create(t, TokenRequest{Purpose: PurposeAPI, Spaces: []string{"s"}}), "node-1"), "purpose is api, not [node-join client-join]")
 			})
 			t.Run("concurrent joins with one token: one succeeds", func(t *testing.T) {
 				secret := create(t, TokenRequest{Purpose: PurposeNodeJoin})
@@ -157,11 +157,17 @@ func TestCreateTokenChecksRequest(t *testing.T) {
 		field string
 	}{
 		{"no purpose", TokenRequest{}, "purpose"},
-		{"bad node name", TokenRequest{Purpose: PurposeNodeJoin, Node: "Node 1"}, "node"},
+		{"bad name", TokenRequest{Purpose: PurposeNodeJoin, Name: "Node 1"}, "name"},
 		{"join token with spaces", TokenRequest{Purpose: PurposeNodeJoin, Spaces: []string{"a"}}, "spaces"},
-		{"API token with a node", TokenRequest{Purpose: PurposeAPI, Node: "n", Spaces: []string{"a"}}, "node"},
+		{"API token with a name", TokenRequest{Purpose: PurposeAPI, Name: "n", Spaces: []string{"a"}}, "name"},
 		{"API token without spaces", TokenRequest{Purpose: PurposeAPI}, "spaces"},
 		{"bad space name", TokenRequest{Purpose: PurposeAPI, Spaces: []string{"ok", "Not OK"}}, "spaces[1]"},
+		{"node join token with a role", TokenRequest{Purpose: PurposeNodeJoin, Role: RoleAdmin}, "role"},
+		{"client join token without a role", TokenRequest{Purpose: PurposeClientJoin}, "role"},
+		{"client join token with an unknown role", TokenRequest{Purpose: PurposeClientJoin, Role: "root"}, "role"},
+		{"admin client with spaces", TokenRequest{Purpose: PurposeClientJoin, Role: RoleAdmin, Spaces: []string{"a"}}, "spaces"},
+		{"user client without spaces", TokenRequest{Purpose: PurposeClientJoin, Role: RoleUser}, "spaces"},
+		{"bad client space", TokenRequest{Purpose: PurposeClientJoin, Role: RoleRouter, Spaces: []string{"A"}}, "spaces[0]"},
 		{"negative ttl", TokenRequest{Purpose: PurposeNodeJoin, TTL: -time.Second}, "ttl"},
 		{"ttl too long", TokenRequest{Purpose: PurposeAPI, Spaces: []string{"a"}, TTL: MaxTokenTTL + time.Second}, "ttl"},
 	}
@@ -172,6 +178,150 @@ func TestCreateTokenChecksRequest(t *testing.T) {
 			if !errors.As(err, &fe) || fe.Path != tc.field {
 				t.Errorf("err = %v, want a field error on %s", err, tc.field)
 			}
+		})
+	}
+}
+
+func TestListAndRevokeTokens(t *testing.T) {
+	a, clk := newAuthority(t, "sqlite")
+	ctx := testContext(t)
+	api, err := a.CreateToken(ctx, TokenRequest{Purpose: PurposeAPI, Spaces: []string{"s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	join, err := a.CreateToken(ctx, TokenRequest{Purpose: PurposeClientJoin, Name: "r1", Role: RoleRouter, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func() []string {
+		t.Helper()
+		infos, err := a.ListTokens(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, info := range infos {
+			if strings.Contains(info.ID, "torpor-") {
+				t.Fatalf("listed token %+v shows its secret", info)
+			}
+			out = append(out, info.ID)
+		}
+		return out
+	}
+	if got, want := ids(), slices.Sorted(slices.Values([]string{api.ID, join.ID})); !slices.Equal(got, want) {
+		t.Fatalf("tokens %v, want %v", got, want)
+	}
+	t.Run("revoke needs an unambiguous prefix", func(t *testing.T) {
+		_, err := a.RevokeToken(ctx, api.ID[:4])
+		var fe *validate.FieldError
+		if !errors.As(err, &fe) || fe.Path != "id" {
+			t.Fatalf("short prefix: err = %v, want a field error on id", err)
+		}
+		if _, err := a.RevokeToken(ctx, "not-an-id"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("unknown id: err = %v, want not found", err)
+		}
+	})
+	t.Run("a revoked token no longer works", func(t *testing.T) {
+		info, err := a.RevokeToken(ctx, strings.ToUpper(api.ID[:10]))
+		if err != nil || info.ID != api.ID || info.Purpose != PurposeAPI || !slices.Equal(info.Spaces, []string{"s"}) {
+			t.Fatalf("RevokeToken = %+v, %v", info, err)
+		}
+		if _, err := a.AuthenticateAPIToken(ctx, api.Secret); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("revoked token: err = %v, want invalid token", err)
+		}
+	})
+	t.Run("expired tokens are not listed", func(t *testing.T) {
+		clk.Advance(time.Minute)
+		if got := ids(); len(got) != 0 {
+			t.Errorf("tokens %v after expiry, want none", got)
+		}
+	})
+}
+
+func TestClients(t *testing.T) {
+	for _, backend := range storetest.Backends {
+		t.Run(backend, func(t *testing.T) {
+			a, _ := newAuthority(t, backend)
+			ctx := testContext(t)
+			join := func(t *testing.T, name string, role Role, spaces ...string) *Issued {
+				t.Helper()
+				tok, err := a.CreateToken(ctx, TokenRequest{Purpose: PurposeClientJoin, Name: name, Role: role, Spaces: spaces})
+				if err != nil {
+					t.Fatal(err)
+				}
+				issued, err := a.Join(ctx, tok.Secret, name, csrOf(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				verify(t, a, issued.Certificate, x509.ExtKeyUsageClientAuth)
+				return issued
+			}
+			first := join(t, "router-1", RoleRouter, "b", "a")
+			name, uid, ok := ClientFromCertificate(first.Certificate, a.TrustDomain())
+			if !ok || name != "router-1" || first.SPIFFEID != ClientID(a.TrustDomain(), "router-1") {
+				t.Fatalf("client certificate names %v (%s, %s)", first.Certificate.URIs, name, uid)
+			}
+			if _, ok := NodeFromCertificate(first.Certificate, a.TrustDomain()); ok {
+				t.Errorf("a client certificate passes for a node's")
+			}
+			c, err := a.AuthenticateClient(ctx, name, uid)
+			if err != nil || c.Role != RoleRouter || !slices.Equal(c.Spaces, []string{"a", "b"}) {
+				t.Fatalf("AuthenticateClient = %+v, %v", c, err)
+			}
+			t.Run("renewal keeps the client", func(t *testing.T) {
+				renewed, err := a.RenewClient(ctx, name, uid, csrOf(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, got, _ := ClientFromCertificate(renewed.Certificate, a.TrustDomain()); got != uid {
+					t.Errorf("renewed certificate carries uid %s, want %s", got, uid)
+				}
+			})
+			t.Run("joining again replaces the client", func(t *testing.T) {
+				second := join(t, "router-1", RoleUser, "a")
+				_, uid2, _ := ClientFromCertificate(second.Certificate, a.TrustDomain())
+				if uid2 == uid {
+					t.Fatalf("the new client kept uid %s", uid)
+				}
+				for what, err := range map[string]error{
+					"authenticate": func() error { _, err := a.AuthenticateClient(ctx, name, uid); return err }(),
+					"renew":        func() error { _, err := a.RenewClient(ctx, name, uid, csrOf(t)); return err }(),
+				} {
+					if !errors.Is(err, ErrUnknownClient) {
+						t.Errorf("%s with the old certificate: err = %v, want unknown client", what, err)
+					}
+				}
+				uid = uid2
+			})
+			t.Run("list and delete", func(t *testing.T) {
+				join(t, "admin-1", RoleAdmin)
+				clients, err := a.ListClients(ctx)
+				if err != nil || len(clients) != 2 || clients[0].Name != "admin-1" || clients[1].Name != "router-1" || clients[1].Role != RoleUser {
+					t.Fatalf("ListClients = %+v, %v", clients, err)
+				}
+				if err := a.DeleteClient(ctx, "router-1"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := a.AuthenticateClient(ctx, "router-1", uid); !errors.Is(err, ErrUnknownClient) {
+					t.Errorf("deleted client: err = %v, want unknown client", err)
+				}
+				if err := a.DeleteClient(ctx, "router-1"); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("deleting twice: err = %v, want not found", err)
+				}
+			})
+			t.Run("a node join token makes no client", func(t *testing.T) {
+				tok, err := a.CreateToken(ctx, TokenRequest{Purpose: PurposeNodeJoin})
+				if err != nil {
+					t.Fatal(err)
+				}
+				issued, err := a.Join(ctx, tok.Secret, "n9", csrOf(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, _, ok := ClientFromCertificate(issued.Certificate, a.TrustDomain()); ok {
+					t.Errorf("a node certificate passes for a client's")
+				}
+			})
 		})
 	}
 }

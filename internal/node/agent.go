@@ -27,6 +27,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/server"
 	"github.com/torpor-dev/torpor/internal/snapshot"
@@ -228,7 +229,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	creds, err := a.credentials(ctx)
+	member := a.member()
+	creds, err := member.Credentials(ctx)
 	if err != nil {
 		return err
 	}
@@ -247,14 +249,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	if address == "" {
 		address = advertised(ln.Addr())
 	}
-	controlPlane := creds.controlPlaneClient()
+	controlPlane := creds.ControlPlaneClient()
 	a.identityClient = torporv1connect.NewIdentityServiceClient(controlPlane, a.serverURL())
 	a.log.Info("serving node agent API", "listen", ln.Addr().String(), "address", address, "workers", len(a.slots), "runtime", a.rt.Class())
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
 	served := make(chan error, 1)
-	go func() { served <- server.Serve(serveCtx, ln, a.handler(creds), creds.serverTLS()) }()
-	go a.keepCertificate(serveCtx, creds)
+	go func() { served <- server.Serve(serveCtx, ln, a.handler(creds), creds.ServerTLSConfig()) }()
+	go member.KeepRenewed(serveCtx, creds)
 	go a.stayRegistered(serveCtx, torporv1connect.NewNodeServiceClient(controlPlane, a.serverURL()), address)
 	err = <-served
 	// Operations already running finish and record their outcome.
@@ -266,10 +268,10 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // handler serves the node agent API, to the control plane only.
-func (a *Agent) handler(creds *credentials) http.Handler {
+func (a *Agent) handler(creds *identity.Credentials) http.Handler {
 	mux := http.NewServeMux()
 	path, h := torporv1connect.NewNodeAgentServiceHandler(service{a})
-	mux.Handle(path, creds.onlyControlPlane(h))
+	mux.Handle(path, onlyControlPlane(creds, h))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.Handle("GET /metrics", a.metrics.handler())
 	return mux

@@ -23,15 +23,11 @@ import (
 // savedLeaf reads the node certificate an agent saved.
 func savedLeaf(t *testing.T, n *fakeNode) *x509.Certificate {
 	t.Helper()
-	var saved savedCredentials
-	if err := readJSON(n.agent.credentialsPath(), &saved); err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(saved.Chain[0])
+	creds, err := n.agent.member().LoadCredentials()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return leaf
+	return creds.Keypair().Certificate().Leaf
 }
 
 // TestJoinOnceThenRestartWithoutToken: the first run spends the join
@@ -86,7 +82,7 @@ func TestJoinRefused(t *testing.T) {
 		{"token of another node", func(c *Config) { c.JoinToken = token(reg.token(t, "n2")) }, "not n1"},
 		{"token spent", func(c *Config) {
 			tok := reg.token(t, "n1")
-			if _, err := reg.ca.JoinNode(context.Background(), tok, "n1", mustCSR(t)); err != nil {
+			if _, err := reg.ca.Join(context.Background(), tok, "n1", mustCSR(t)); err != nil {
 				t.Fatal(err)
 			}
 			c.JoinToken = token(tok)
@@ -131,7 +127,7 @@ func mustCSR(t *testing.T) []byte {
 // TestNodeCertificateRenewed: a certificate about to expire is renewed
 // with a new key and saved, and the restarted agent uses the renewed one.
 func TestNodeCertificateRenewed(t *testing.T) {
-	reg := newRegistryWithCA(t, identity.Config{NodeCertTTL: 3 * time.Second})
+	reg := newRegistryWithCA(t, identity.Config{MemberCertTTL: 3 * time.Second})
 	objects, err := snapshot.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -97,7 +97,7 @@ func (r *registry) join(t testing.TB, cfg *Config) {
 // token is a join token for node.
 func (r *registry) token(t testing.TB, node string) string {
 	t.Helper()
-	tok, err := r.ca.CreateToken(context.Background(), identity.TokenRequest{Purpose: identity.PurposeNodeJoin, Node: node})
+	tok, err := r.ca.CreateToken(context.Background(), identity.TokenRequest{Purpose: identity.PurposeNodeJoin, Name: node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,8 +116,8 @@ func (r *registry) client(node string) *http.Client {
 	}}
 }
 
-func (r *registry) JoinNode(ctx context.Context, req *connect.Request[torporv1.JoinNodeRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
-	issued, err := r.ca.JoinNode(ctx, req.Msg.GetToken(), req.Msg.GetNode(), req.Msg.GetCsr())
+func (r *registry) Join(ctx context.Context, req *connect.Request[torporv1.JoinRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
+	issued, err := r.ca.Join(ctx, req.Msg.GetToken(), req.Msg.GetName(), req.Msg.GetCsr())
 	if errors.Is(err, identity.ErrInvalidToken) {
 		return nil, connect.NewError(connect.CodeUnauthenticated, err)
 	}
@@ -127,7 +127,7 @@ func (r *registry) JoinNode(ctx context.Context, req *connect.Request[torporv1.J
 	return connect.NewResponse(&torporv1.IssuedCertificate{CertificateChain: issued.Chain, TrustBundle: r.ca.TrustBundle(), SpiffeId: issued.SPIFFEID}), nil
 }
 
-func (r *registry) RenewNodeCertificate(ctx context.Context, req *connect.Request[torporv1.RenewNodeCertificateRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
+func (r *registry) RenewCertificate(ctx context.Context, req *connect.Request[torporv1.RenewCertificateRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
 	node, ok := identity.CallerNode(ctx)
 	if !ok {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a node certificate is required"))

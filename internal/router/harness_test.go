@@ -245,12 +245,40 @@ type testRouter struct {
 	reg *prometheus.Registry
 }
 
+var routerNames atomic.Int32
+
+// routerClient joins a router client (role router, of spaces or of every
+// space) as torpor router does, and calls the API as it, over mutual TLS.
+func (e *env) routerClient(spaces ...string) *http.Client {
+	e.t.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("router-%d", routerNames.Add(1))
+	tok, err := torporv1connect.NewIdentityServiceClient(e.apiClient, e.apiURL).CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{
+		Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_CLIENT_JOIN, Name: name, Role: torporv1.ClientRole_CLIENT_ROLE_ROUTER, Spaces: spaces,
+	}))
+	if err != nil {
+		e.t.Fatalf("router join token: %v", err)
+	}
+	m := &identity.Member{
+		Kind: identity.MemberClient, Name: name, ServerURL: e.apiURL, File: filepath.Join(e.t.TempDir(), "router-credentials.json"),
+		CAFingerprint: tok.Msg.GetCaFingerprint(), JoinToken: func(context.Context) (string, error) { return tok.Msg.GetToken(), nil },
+		Logger: slog.New(slog.DiscardHandler),
+	}
+	creds, err := m.Credentials(ctx)
+	if err != nil {
+		e.t.Fatalf("router %s joins: %v", name, err)
+	}
+	hc := creds.ControlPlaneClient()
+	e.t.Cleanup(hc.CloseIdleConnections)
+	return hc
+}
+
 func (e *env) newRouter(cfg Config) *testRouter {
 	e.t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Server = e.apiURL
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = e.apiClient
+		cfg.HTTPClient = e.routerClient()
 	}
 	cfg.Registerer = reg
 	if cfg.Logger == nil {

@@ -22,7 +22,6 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
-	"github.com/torpor-dev/torpor/internal/cli"
 )
 
 // helloWorkload answers every path with the actor's name, and echoes POST
@@ -772,23 +771,12 @@ func TestClientLeavingDoesNotCancelTheSharedResume(t *testing.T) {
 	})
 }
 
-// TestActorOutsideTheRoutersSpacesAnswers403: a router whose API token is
-// limited to other spaces cannot reach the actor, and says so.
+// TestActorOutsideTheRoutersSpacesAnswers403: a router client limited to
+// other spaces cannot reach the actor, and says so.
 func TestActorOutsideTheRoutersSpacesAnswers403(t *testing.T) {
 	e := newEnv(t, 1, helloWorkload)
 	key := e.createActor("app", nil)
-	ids := torporv1connect.NewIdentityServiceClient(e.apiClient, e.apiURL)
-	resp, err := ids.CreateToken(context.Background(), connect.NewRequest(&torporv1.CreateTokenRequest{
-		Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_API, Spaces: []string{"elsewhere"},
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	scoped, err := (cli.Connection{Server: e.apiURL, CA: e.caPEM, Token: resp.Msg.GetToken()}).HTTPClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := e.newRouter(Config{HTTPClient: scoped})
+	tr := e.newRouter(Config{HTTPClient: e.routerClient("elsewhere")})
 	got, err := http.DefaultClient.Do(tr.request(t, http.MethodGet, key, "/", nil))
 	if err != nil {
 		t.Fatal(err)

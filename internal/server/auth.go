@@ -3,18 +3,24 @@ package server
 // API access. Every call presents a credential, checked here in one
 // interceptor (gate) against one table (accessRules):
 //
-//   - the admin token: everything except what only a node may call;
-//   - an API token (identity.PurposeAPI): templates, actors and snapshots
-//     of the spaces it names, and nothing else (spaces, workers and nodes
-//     are administration);
-//   - a node certificate, verified by the TLS layer: the calls a node
-//     agent makes for itself (registration, heartbeats, its certificate,
-//     its workloads' identities).
+//   - the admin token, or the certificate of an admin client: everything
+//     except what only a node may call;
+//   - an API token (identity.PurposeAPI), or the certificate of a user
+//     client: templates, actors and snapshots of the spaces it names, and
+//     nothing else (spaces, workers and nodes are administration);
+//   - the certificate of a router client: getting, resuming, suspending
+//     and pausing the actors of its spaces (of all, if it names none);
+//   - a node certificate: the calls a node agent makes for itself
+//     (registration, heartbeats, its certificate, its workloads'
+//     identities).
 //
-// Tokens travel as "Authorization: Bearer <token>". JoinNode needs none:
-// its join token is its credential. A call without a credential its rule
-// accepts is Unauthenticated; an authenticated caller beyond its rights
-// gets PermissionDenied.
+// Certificates are verified by the TLS layer (CallerMiddleware); a
+// client's role and spaces are read from the store on every call, so a
+// deleted client is refused at once. Tokens travel as "Authorization:
+// Bearer <token>" and, when present, are the credential that counts. Join
+// needs none: its join token is its credential. A call without a
+// credential its rule accepts is Unauthenticated; an authenticated caller
+// beyond its rights gets PermissionDenied.
 
 import (
 	"context"
@@ -26,8 +32,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -37,6 +41,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/atomicfile"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/store"
 )
@@ -56,6 +61,8 @@ const (
 	// accessNode: a node certificate (the call itself checks which node
 	// may do what).
 	accessNode
+	// accessMember: a node or client certificate (its own renewal).
+	accessMember
 )
 
 // accessRules gives every procedure of the API its access. A procedure
@@ -63,15 +70,19 @@ const (
 // keeps the table complete).
 var accessRules = func() map[string]access {
 	rules := map[string]access{
-		torporv1connect.NodeServiceRegisterNodeProcedure:             accessNode,
-		torporv1connect.NodeServiceHeartbeatProcedure:                accessNode,
-		torporv1connect.NodeServiceGetNodeProcedure:                  accessAdmin,
-		torporv1connect.NodeServiceListNodesProcedure:                accessAdmin,
-		torporv1connect.IdentityServiceJoinNodeProcedure:             accessPublic,
-		torporv1connect.IdentityServiceRenewNodeCertificateProcedure: accessNode,
-		torporv1connect.IdentityServiceMintCertProcedure:             accessNode,
-		torporv1connect.IdentityServiceMintJWTProcedure:              accessNode,
-		torporv1connect.IdentityServiceCreateTokenProcedure:          accessAdmin,
+		torporv1connect.NodeServiceRegisterNodeProcedure:         accessNode,
+		torporv1connect.NodeServiceHeartbeatProcedure:            accessNode,
+		torporv1connect.NodeServiceGetNodeProcedure:              accessAdmin,
+		torporv1connect.NodeServiceListNodesProcedure:            accessAdmin,
+		torporv1connect.IdentityServiceJoinProcedure:             accessPublic,
+		torporv1connect.IdentityServiceRenewCertificateProcedure: accessMember,
+		torporv1connect.IdentityServiceMintCertProcedure:         accessNode,
+		torporv1connect.IdentityServiceMintJWTProcedure:          accessNode,
+		torporv1connect.IdentityServiceCreateTokenProcedure:      accessAdmin,
+		torporv1connect.IdentityServiceListTokensProcedure:       accessAdmin,
+		torporv1connect.IdentityServiceRevokeTokenProcedure:      accessAdmin,
+		torporv1connect.IdentityServiceListClientsProcedure:      accessAdmin,
+		torporv1connect.IdentityServiceDeleteClientProcedure:     accessAdmin,
 	}
 	byService := map[string]access{
 		torporv1connect.SpaceServiceName:    accessAdmin,
@@ -87,6 +98,15 @@ var accessRules = func() map[string]access {
 	}
 	return rules
 }()
+
+// routerCalls are the calls a router client may make (accessSpace calls
+// all of them).
+var routerCalls = map[string]bool{
+	torporv1connect.ActorServiceGetActorProcedure:     true,
+	torporv1connect.ActorServiceResumeActorProcedure:  true,
+	torporv1connect.ActorServiceSuspendActorProcedure: true,
+	torporv1connect.ActorServicePauseActorProcedure:   true,
+}
 
 // methods are the methods of the named API service.
 func methods(service string) []protoreflect.MethodDescriptor {
@@ -105,13 +125,21 @@ func methods(service string) []protoreflect.MethodDescriptor {
 // principal is what a call's credentials prove.
 type principal struct {
 	admin bool
-	// spaces an API token gives access to.
+	// spaces an API token or client gives access to.
 	spaces []string
+	// everySpace: a router client that names no spaces.
+	everySpace bool
+	// only, when set, are the only calls allowed (a router client's).
+	only map[string]bool
 	// node whose certificate the caller presented.
 	node string
+	// client whose certificate the caller presented (and that exists).
+	client string
 }
 
-func (p principal) anonymous() bool { return !p.admin && p.spaces == nil && p.node == "" }
+func (p principal) anonymous() bool {
+	return !p.admin && p.spaces == nil && !p.everySpace && p.node == "" && p.client == ""
+}
 
 // gate authenticates and authorizes every call (connect.Interceptor).
 type gate struct {
@@ -159,12 +187,15 @@ func (g *gate) check(ctx context.Context, procedure string, header http.Header, 
 	if rule == accessNode && p.node == "" {
 		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s needs a node certificate", procedure))
 	}
+	if rule == accessMember && p.node == "" && p.client == "" {
+		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s needs a node or client certificate", procedure))
+	}
 	if p.anonymous() {
 		return connect.NewError(connect.CodeUnauthenticated, errors.New("this call needs a credential: an API token (Authorization: Bearer <token>) or a client certificate"))
 	}
 	deny := func(format string, args ...any) error {
 		err := fmt.Errorf(format, args...)
-		g.log.WarnContext(ctx, "call refused", "procedure", procedure, "node", p.node, "spaces", p.spaces, "reason", err)
+		g.log.WarnContext(ctx, "call refused", "procedure", procedure, "node", p.node, "client", p.client, "spaces", p.spaces, "reason", err)
 		return connect.NewError(connect.CodePermissionDenied, err)
 	}
 	switch rule {
@@ -174,6 +205,12 @@ func (g *gate) check(ctx context.Context, procedure string, header http.Header, 
 		}
 	case accessSpace:
 		if p.admin {
+			return nil
+		}
+		if p.only != nil && !p.only[procedure] {
+			return deny("a router may not call %s", procedure)
+		}
+		if p.everySpace {
 			return nil
 		}
 		if p.spaces == nil {
@@ -193,12 +230,42 @@ func (g *gate) check(ctx context.Context, procedure string, header http.Header, 
 }
 
 // authenticate reads the credentials of a call: a bearer token (refused
-// when not valid) and the node certificate CallerMiddleware found.
+// when not valid), else a client certificate (refused when its client is
+// gone), and the node certificate CallerMiddleware found.
 func (g *gate) authenticate(ctx context.Context, header http.Header) (principal, error) {
 	var p principal
 	p.node, _ = identity.CallerNode(ctx)
 	auth := header.Get("Authorization")
+	client, clientUID, hasClient := identity.CallerClient(ctx)
+	if auth == "" && !hasClient {
+		return p, nil
+	}
+	unavailable := func(what string, err error) error {
+		g.log.ErrorContext(ctx, what, "err", err)
+		return connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot check credentials now, retry"))
+	}
+	a, err := g.identity.Authority(ctx)
+	if err != nil {
+		return p, unavailable("load the identity authority", err)
+	}
 	if auth == "" {
+		c, err := a.AuthenticateClient(ctx, client, clientUID)
+		if errors.Is(err, identity.ErrUnknownClient) {
+			g.log.InfoContext(ctx, "client certificate refused", "client", client, "reason", err)
+			return p, errClientUnknown()
+		}
+		if err != nil {
+			return p, unavailable("check a client certificate", err)
+		}
+		p.client = c.Name
+		switch c.Role {
+		case identity.RoleAdmin:
+			p.admin = true
+		case identity.RoleRouter:
+			p.spaces, p.everySpace, p.only = c.Spaces, len(c.Spaces) == 0, routerCalls
+		case identity.RoleUser:
+			p.spaces = c.Spaces
+		}
 		return p, nil
 	}
 	token, ok := strings.CutPrefix(auth, "Bearer ")
@@ -207,17 +274,11 @@ func (g *gate) authenticate(ctx context.Context, header http.Header) (principal,
 	}
 	admin, err := g.admin.get(ctx)
 	if err != nil {
-		g.log.ErrorContext(ctx, "load the admin token", "err", err)
-		return p, connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot check tokens now, retry"))
+		return p, unavailable("load the admin token", err)
 	}
 	if subtle.ConstantTimeCompare([]byte(token), []byte(admin)) == 1 {
 		p.admin = true
 		return p, nil
-	}
-	a, err := g.identity.Authority(ctx)
-	if err != nil {
-		g.log.ErrorContext(ctx, "load the identity authority", "err", err)
-		return p, connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot check tokens now, retry"))
 	}
 	spaces, err := a.AuthenticateAPIToken(ctx, token)
 	if errors.Is(err, identity.ErrInvalidToken) {
@@ -225,8 +286,7 @@ func (g *gate) authenticate(ctx context.Context, header http.Header) (principal,
 		return p, connect.NewError(connect.CodeUnauthenticated, errors.New("the API token is invalid or expired"))
 	}
 	if err != nil {
-		g.log.ErrorContext(ctx, "check an API token", "err", err)
-		return p, connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot check tokens now, retry"))
+		return p, unavailable("check an API token", err)
 	}
 	p.spaces = spaces
 	return p, nil
@@ -305,7 +365,7 @@ func (s *Server) WriteClientFiles(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := writePrivateFile(s.opts.AdminTokenFile, []byte(token+"\n"), 0o600); err != nil {
+		if err := atomicfile.Write(s.opts.AdminTokenFile, []byte(token+"\n"), 0o600); err != nil {
 			return fmt.Errorf("admin token file: %w", err)
 		}
 	}
@@ -315,34 +375,9 @@ func (s *Server) WriteClientFiles(ctx context.Context) error {
 			return err
 		}
 		data := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.CACertificate().Raw})
-		if err := writePrivateFile(s.opts.CAFile, data, 0o644); err != nil {
+		if err := atomicfile.Write(s.opts.CAFile, data, 0o644); err != nil {
 			return fmt.Errorf("CA file: %w", err)
 		}
 	}
 	return nil
-}
-
-// writePrivateFile replaces path with data by a rename, so the file never
-// exists with a looser mode or partial content.
-func writePrivateFile(path string, data []byte, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

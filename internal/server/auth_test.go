@@ -181,6 +181,10 @@ func TestAPIAccess(t *testing.T) {
 		"node-1":      r.clients(r.httpClient(t, nodeCert)),
 		"admin":       admin,
 		"spaces a, b": r.clients(testClient(t, r.roots, nil, r.apiToken(t, "a", "b"))),
+		"router":      r.clients(r.httpClient(t, joinClient(t, r, "router", torporv1.ClientRole_CLIENT_ROLE_ROUTER))),
+		"router of a": r.clients(r.httpClient(t, joinClient(t, r, "router-a", torporv1.ClientRole_CLIENT_ROLE_ROUTER, "a"))),
+		"user of a":   r.clients(r.httpClient(t, joinClient(t, r, "user-a", torporv1.ClientRole_CLIENT_ROLE_USER, "a"))),
+		"admin cert":  r.clients(r.httpClient(t, joinClient(t, r, "ops", torporv1.ClientRole_CLIENT_ROLE_ADMIN))),
 	}
 	type call func(c clients) error
 	get := func(space string) call {
@@ -274,6 +278,24 @@ func TestAPIAccess(t *testing.T) {
 		{"spaces a, b", "list every space", list(""), denied},
 		{"node-1", "get", get("a"), denied},
 		{"node-1", "list workers", listWorkers, denied},
+		{"router", "get in b", get("b"), ok},
+		{"router", "resume in b", resume("b"), noCapacity},
+		{"router", "list a", list("a"), denied},
+		{"router", "update in a", update("a"), denied},
+		{"router", "create in a", create("a"), denied},
+		{"router", "delete snapshot in a", deleteSnapshot("a"), denied},
+		{"router", "list spaces", listSpaces, denied},
+		{"router", "list workers", listWorkers, denied},
+		{"router of a", "get in a", get("a"), ok},
+		{"router of a", "resume in a", resume("a"), noCapacity},
+		{"router of a", "get in b", get("b"), denied},
+		{"router of a", "resume in b", resume("b"), denied},
+		{"user of a", "create in a", create("a"), ok},
+		{"user of a", "list a", list("a"), ok},
+		{"user of a", "get in b", get("b"), denied},
+		{"user of a", "list spaces", listSpaces, denied},
+		{"admin cert", "list every space", list(""), ok},
+		{"admin cert", "list workers", listWorkers, ok},
 		{"admin", "get in b", get("b"), ok},
 		{"admin", "list every space", list(""), ok},
 		{"admin", "list spaces", listSpaces, ok},
@@ -478,4 +500,68 @@ func TestControlPlaneVerifiesTheNodeAgent(t *testing.T) {
 	if calls.Load() == 0 || agent.minted.Load() != 1 {
 		t.Fatalf("the genuine agent was called %d times and minted %d certificates", calls.Load(), agent.minted.Load())
 	}
+}
+
+// TestClientCertificateLifecycle: a client renews its certificate; an
+// admin lists clients and tokens, revokes a token before use, and deletes
+// a client, whose certificates fail from the next call on, on every
+// replica.
+func TestClientCertificateLifecycle(t *testing.T) {
+	ctx := context.Background()
+	url := storetest.URL(t, "postgres")
+	a, b := startReplica(t, url, io.Discard), startReplica(t, url, io.Discard)
+	admin := torporv1connect.NewIdentityServiceClient(a.admin(t), a.url)
+	cert := joinClient(t, a, "edge", torporv1.ClientRole_CLIENT_ROLE_ROUTER, "a")
+	viaB := b.clients(b.httpClient(t, cert))
+	get := func() error {
+		_, err := viaB.actors.GetActor(ctx, connect.NewRequest(&torporv1.GetRequest{Space: "a", Name: "x"}))
+		return err
+	}
+	if err := get(); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("router client gets an actor: %v, want not found", err)
+	}
+
+	_, csr := mustCSR(t)
+	renewed, err := b.identity(t, cert).RenewCertificate(ctx, connect.NewRequest(&torporv1.RenewCertificateRequest{Csr: csr}))
+	if err != nil || renewed.Msg.GetSpiffeId() != identity.ClientID(identity.DefaultTrustDomain, "edge") {
+		t.Fatalf("renew: %v (%v)", renewed, err)
+	}
+
+	clients, err := admin.ListClients(ctx, connect.NewRequest(&torporv1.ListClientsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := clients.Msg.GetClients(); len(got) != 1 || got[0].GetName() != "edge" || got[0].GetRole() != torporv1.ClientRole_CLIENT_ROLE_ROUTER || !slices.Equal(got[0].GetSpaces(), []string{"a"}) {
+		t.Errorf("clients %v", got)
+	}
+
+	unused, err := admin.CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{
+		Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_CLIENT_JOIN, Name: "late", Role: torporv1.ClientRole_CLIENT_ROLE_USER, Spaces: []string{"a"},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := admin.ListTokens(ctx, connect.NewRequest(&torporv1.ListTokensRequest{}))
+	if err != nil || len(tokens.Msg.GetTokens()) != 1 || tokens.Msg.GetTokens()[0].GetId() != unused.Msg.GetId() || tokens.Msg.GetTokens()[0].GetRole() != torporv1.ClientRole_CLIENT_ROLE_USER {
+		t.Fatalf("tokens %v (%v), want only the unused one", tokens, err)
+	}
+	if _, err := admin.RevokeToken(ctx, connect.NewRequest(&torporv1.RevokeTokenRequest{Id: unused.Msg.GetId()[:12]})); err != nil {
+		t.Fatal(err)
+	}
+	_, jcsr := mustCSR(t)
+	_, err = b.identity(t, nil).Join(ctx, connect.NewRequest(&torporv1.JoinRequest{Token: unused.Msg.GetToken(), Name: "late", Csr: jcsr}))
+	wantCode(t, err, connect.CodeUnauthenticated, "invalid, expired or already used")
+	_, err = admin.RevokeToken(ctx, connect.NewRequest(&torporv1.RevokeTokenRequest{Id: unused.Msg.GetId()}))
+	wantCode(t, err, connect.CodeNotFound, "torpor token list")
+
+	_, err = torporv1connect.NewIdentityServiceClient(b.httpClient(t, cert), b.url).DeleteClient(ctx, connect.NewRequest(&torporv1.DeleteClientRequest{Name: "edge"}))
+	wantCode(t, err, connect.CodePermissionDenied, "only an admin")
+	if _, err := admin.DeleteClient(ctx, connect.NewRequest(&torporv1.DeleteClientRequest{Name: "edge"})); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, get(), connect.CodeUnauthenticated, "join with a new token")
+	_, err = b.identity(t, cert).RenewCertificate(ctx, connect.NewRequest(&torporv1.RenewCertificateRequest{Csr: csr}))
+	wantCode(t, err, connect.CodeUnauthenticated, "join with a new token")
+	_, err = admin.DeleteClient(ctx, connect.NewRequest(&torporv1.DeleteClientRequest{Name: "edge"}))
+	wantCode(t, err, connect.CodeNotFound, "edge")
 }

@@ -83,39 +83,79 @@ func (i *identityService) failure(ctx context.Context, what string, err error) e
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s: the control plane cannot do this now, retry", what))
 }
 
-func (i *identityService) JoinNode(ctx context.Context, req *connect.Request[torporv1.JoinNodeRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
+func (i *identityService) Join(ctx context.Context, req *connect.Request[torporv1.JoinRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
 	a, err := i.authority.Authority(ctx)
 	if err != nil {
-		return nil, i.failure(ctx, "join node", err)
+		return nil, i.failure(ctx, "join", err)
 	}
-	node := req.Msg.GetNode()
-	issued, err := a.JoinNode(ctx, req.Msg.GetToken(), node, req.Msg.GetCsr())
+	name := req.Msg.GetName()
+	issued, err := a.Join(ctx, req.Msg.GetToken(), name, req.Msg.GetCsr())
 	if errors.Is(err, identity.ErrInvalidToken) {
-		i.log.WarnContext(ctx, "node join refused", "node", node, "reason", err)
+		i.log.WarnContext(ctx, "join refused", "member", name, "reason", err)
 		return nil, errTokenRefused()
 	}
 	if err != nil {
-		return nil, i.failure(ctx, "join node", err)
+		return nil, i.failure(ctx, "join", err)
 	}
-	i.log.InfoContext(ctx, "node joined", "node", node, "expires", issued.Certificate.NotAfter)
+	i.log.InfoContext(ctx, "member joined", "spiffe_id", issued.SPIFFEID, "expires", issued.Certificate.NotAfter)
 	return connect.NewResponse(issuedCertificate(a, issued)), nil
 }
 
-func (i *identityService) RenewNodeCertificate(ctx context.Context, req *connect.Request[torporv1.RenewNodeCertificateRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
-	node, ok := identity.CallerNode(ctx)
-	if !ok {
-		return nil, errNoNodeCertificate()
-	}
+// RenewCertificate renews the caller's own certificate: a node's, or a
+// client's that still exists as its certificate says.
+func (i *identityService) RenewCertificate(ctx context.Context, req *connect.Request[torporv1.RenewCertificateRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
 	a, err := i.authority.Authority(ctx)
 	if err != nil {
-		return nil, i.failure(ctx, "renew node certificate", err)
+		return nil, i.failure(ctx, "renew certificate", err)
 	}
-	issued, err := a.IssueNodeCertificate(node, req.Msg.GetCsr())
+	var issued *identity.Issued
+	if node, ok := identity.CallerNode(ctx); ok {
+		issued, err = a.IssueNodeCertificate(node, req.Msg.GetCsr())
+	} else if name, uid, ok := identity.CallerClient(ctx); ok {
+		issued, err = a.RenewClient(ctx, name, uid, req.Msg.GetCsr())
+		if errors.Is(err, identity.ErrUnknownClient) {
+			i.log.WarnContext(ctx, "renewal refused", "client", name, "reason", err)
+			return nil, errClientUnknown()
+		}
+	} else {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a node or client certificate is required"))
+	}
 	if err != nil {
-		return nil, i.failure(ctx, "renew node certificate", err)
+		return nil, i.failure(ctx, "renew certificate", err)
 	}
 	return connect.NewResponse(issuedCertificate(a, issued)), nil
 }
+
+func errClientUnknown() error {
+	return connect.NewError(connect.CodeUnauthenticated, errors.New("the client certificate's client was deleted or joined again: join with a new token"))
+}
+
+var (
+	tokenPurposes = map[torporv1.TokenPurpose]identity.TokenPurpose{
+		torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN:   identity.PurposeNodeJoin,
+		torporv1.TokenPurpose_TOKEN_PURPOSE_CLIENT_JOIN: identity.PurposeClientJoin,
+		torporv1.TokenPurpose_TOKEN_PURPOSE_API:         identity.PurposeAPI,
+	}
+	clientRoles = map[torporv1.ClientRole]identity.Role{
+		torporv1.ClientRole_CLIENT_ROLE_ADMIN:  identity.RoleAdmin,
+		torporv1.ClientRole_CLIENT_ROLE_ROUTER: identity.RoleRouter,
+		torporv1.ClientRole_CLIENT_ROLE_USER:   identity.RoleUser,
+	}
+)
+
+// reverse inverts a one-to-one map.
+func reverse[K, V comparable](m map[K]V) map[V]K {
+	out := make(map[V]K, len(m))
+	for k, v := range m {
+		out[v] = k
+	}
+	return out
+}
+
+var (
+	apiTokenPurposes = reverse(tokenPurposes)
+	apiClientRoles   = reverse(clientRoles)
+)
 
 // CreateToken refuses nodes: a node must not let other hosts join. (Only
 // an admin gets this far otherwise: see accessRules.)
@@ -124,28 +164,103 @@ func (i *identityService) CreateToken(ctx context.Context, req *connect.Request[
 		i.log.WarnContext(ctx, "token creation refused", "node", node, "reason", "callers with a node certificate may not create tokens")
 		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("nodes may not create tokens"))
 	}
-	purposes := map[torporv1.TokenPurpose]identity.TokenPurpose{
-		torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN: identity.PurposeNodeJoin,
-		torporv1.TokenPurpose_TOKEN_PURPOSE_API:       identity.PurposeAPI,
-	}
-	purpose, ok := purposes[req.Msg.GetPurpose()]
+	purpose, ok := tokenPurposes[req.Msg.GetPurpose()]
 	if !ok {
-		return nil, invalidArgument("purpose", "%s is not a token purpose (NODE_JOIN or API)", req.Msg.GetPurpose())
+		return nil, invalidArgument("purpose", "%s is not a token purpose (NODE_JOIN, CLIENT_JOIN or API)", req.Msg.GetPurpose())
+	}
+	var role identity.Role
+	if r := req.Msg.GetRole(); r != torporv1.ClientRole_CLIENT_ROLE_UNSPECIFIED {
+		if role, ok = clientRoles[r]; !ok {
+			return nil, invalidArgument("role", "%s is not a role (ADMIN, ROUTER or USER)", r)
+		}
 	}
 	a, err := i.authority.Authority(ctx)
 	if err != nil {
 		return nil, i.failure(ctx, "create token", err)
 	}
 	tok, err := a.CreateToken(ctx, identity.TokenRequest{
-		Purpose: purpose, Node: req.Msg.GetNode(), Spaces: req.Msg.GetSpaces(), TTL: req.Msg.GetTtl().AsDuration(),
+		Purpose: purpose, Name: req.Msg.GetName(), Spaces: req.Msg.GetSpaces(), Role: role, TTL: req.Msg.GetTtl().AsDuration(),
 	})
 	if err != nil {
 		return nil, i.failure(ctx, "create token", err)
 	}
-	i.log.InfoContext(ctx, "token created", "purpose", purpose, "node", req.Msg.GetNode(), "spaces", req.Msg.GetSpaces(), "expires", tok.Expires)
+	i.log.InfoContext(ctx, "token created", "id", tok.ID, "purpose", purpose, "name", req.Msg.GetName(), "role", role, "spaces", req.Msg.GetSpaces(), "expires", tok.Expires)
 	return connect.NewResponse(&torporv1.CreateTokenResponse{
-		Token: tok.Secret, ExpireTime: timestamppb.New(tok.Expires), CaFingerprint: a.CAFingerprint(),
+		Token: tok.Secret, ExpireTime: timestamppb.New(tok.Expires), CaFingerprint: a.CAFingerprint(), Id: tok.ID,
 	}), nil
+}
+
+func (i *identityService) ListTokens(ctx context.Context, _ *connect.Request[torporv1.ListTokensRequest]) (*connect.Response[torporv1.ListTokensResponse], error) {
+	a, err := i.authority.Authority(ctx)
+	if err != nil {
+		return nil, i.failure(ctx, "list tokens", err)
+	}
+	infos, err := a.ListTokens(ctx)
+	if err != nil {
+		return nil, i.failure(ctx, "list tokens", err)
+	}
+	resp := &torporv1.ListTokensResponse{}
+	for _, info := range infos {
+		resp.Tokens = append(resp.Tokens, tokenInfo(info))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (i *identityService) RevokeToken(ctx context.Context, req *connect.Request[torporv1.RevokeTokenRequest]) (*connect.Response[torporv1.RevokeTokenResponse], error) {
+	a, err := i.authority.Authority(ctx)
+	if err != nil {
+		return nil, i.failure(ctx, "revoke token", err)
+	}
+	info, err := a.RevokeToken(ctx, req.Msg.GetId())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no token's id starts with %q (torpor token list)", req.Msg.GetId()))
+	}
+	if err != nil {
+		return nil, i.failure(ctx, "revoke token", err)
+	}
+	i.log.InfoContext(ctx, "token revoked", "id", info.ID, "purpose", info.Purpose, "name", info.Name)
+	return connect.NewResponse(&torporv1.RevokeTokenResponse{Token: tokenInfo(info)}), nil
+}
+
+func tokenInfo(info identity.TokenInfo) *torporv1.TokenInfo {
+	return &torporv1.TokenInfo{
+		Id: info.ID, Purpose: apiTokenPurposes[info.Purpose], Name: info.Name, Spaces: info.Spaces,
+		Role: apiClientRoles[info.Role], CreateTime: timestamppb.New(info.Created), ExpireTime: timestamppb.New(info.Expires),
+	}
+}
+
+func (i *identityService) ListClients(ctx context.Context, _ *connect.Request[torporv1.ListClientsRequest]) (*connect.Response[torporv1.ListClientsResponse], error) {
+	a, err := i.authority.Authority(ctx)
+	if err != nil {
+		return nil, i.failure(ctx, "list clients", err)
+	}
+	clients, err := a.ListClients(ctx)
+	if err != nil {
+		return nil, i.failure(ctx, "list clients", err)
+	}
+	resp := &torporv1.ListClientsResponse{}
+	for _, c := range clients {
+		resp.Clients = append(resp.Clients, &torporv1.Client{
+			Name: c.Name, Uid: c.UID, Role: apiClientRoles[c.Role], Spaces: c.Spaces, CreateTime: timestamppb.New(c.Created),
+		})
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (i *identityService) DeleteClient(ctx context.Context, req *connect.Request[torporv1.DeleteClientRequest]) (*connect.Response[torporv1.DeleteClientResponse], error) {
+	a, err := i.authority.Authority(ctx)
+	if err != nil {
+		return nil, i.failure(ctx, "delete client", err)
+	}
+	err = a.DeleteClient(ctx, req.Msg.GetName())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("client %q not found (torpor client list)", req.Msg.GetName()))
+	}
+	if err != nil {
+		return nil, i.failure(ctx, "delete client", err)
+	}
+	i.log.InfoContext(ctx, "client deleted", "client", req.Msg.GetName())
+	return connect.NewResponse(&torporv1.DeleteClientResponse{}), nil
 }
 
 func (i *identityService) MintCert(ctx context.Context, req *connect.Request[torporv1.MintCertRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {

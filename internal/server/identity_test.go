@@ -150,10 +150,21 @@ func (r *replica) identity(tb testing.TB, cert *identity.Keypair) torporv1connec
 // through one replica, spent through another.
 func joinNode(tb testing.TB, via, join *replica, node string) *identity.Keypair {
 	tb.Helper()
+	return joinMember(tb, via, join, &torporv1.CreateTokenRequest{Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN, Name: node})
+}
+
+// joinClient gets an API client's certificate with role and spaces.
+func joinClient(tb testing.TB, r *replica, name string, role torporv1.ClientRole, spaces ...string) *identity.Keypair {
+	tb.Helper()
+	return joinMember(tb, r, r, &torporv1.CreateTokenRequest{Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_CLIENT_JOIN, Name: name, Role: role, Spaces: spaces})
+}
+
+// joinMember spends the token req describes, made through via, on a
+// certificate through join.
+func joinMember(tb testing.TB, via, join *replica, req *torporv1.CreateTokenRequest) *identity.Keypair {
+	tb.Helper()
 	ctx := context.Background()
-	tok, err := torporv1connect.NewIdentityServiceClient(via.admin(tb), via.url).CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{
-		Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN, Node: node,
-	}))
+	tok, err := torporv1connect.NewIdentityServiceClient(via.admin(tb), via.url).CreateToken(ctx, connect.NewRequest(req))
 	if err != nil {
 		tb.Fatalf("create join token: %v", err)
 	}
@@ -161,9 +172,9 @@ func joinNode(tb testing.TB, via, join *replica, node string) *identity.Keypair 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	issued, err := join.identity(tb, nil).JoinNode(ctx, connect.NewRequest(&torporv1.JoinNodeRequest{Token: tok.Msg.GetToken(), Node: node, Csr: csr}))
+	issued, err := join.identity(tb, nil).Join(ctx, connect.NewRequest(&torporv1.JoinRequest{Token: tok.Msg.GetToken(), Name: req.GetName(), Csr: csr}))
 	if err != nil {
-		tb.Fatalf("join node %s: %v", node, err)
+		tb.Fatalf("join %s: %v", req.GetName(), err)
 	}
 	cert, err := identity.TLSCertificate(key, issued.Msg.GetCertificateChain())
 	if err != nil {
@@ -667,14 +678,14 @@ func TestNodeJoinAndRenew(t *testing.T) {
 			anon := a.identity(t, nil)
 			admin := torporv1connect.NewIdentityServiceClient(a.admin(t), a.url)
 			tok, err := admin.CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{
-				Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN, Node: "node-1",
+				Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN, Name: "node-1",
 			}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			join := func(token, node string) (crypto.Signer, *torporv1.IssuedCertificate, error) {
 				key, csr := mustCSR(t)
-				resp, err := b.identity(t, nil).JoinNode(ctx, connect.NewRequest(&torporv1.JoinNodeRequest{Token: token, Node: node, Csr: csr}))
+				resp, err := b.identity(t, nil).Join(ctx, connect.NewRequest(&torporv1.JoinRequest{Token: token, Name: node, Csr: csr}))
 				if err != nil {
 					return nil, nil, err
 				}
@@ -712,15 +723,15 @@ func TestNodeJoinAndRenew(t *testing.T) {
 			}
 			nodeClient := restarted.identity(t, identity.NewKeypair(first))
 			_, csr := mustCSR(t)
-			renewed, err := nodeClient.RenewNodeCertificate(ctx, connect.NewRequest(&torporv1.RenewNodeCertificateRequest{Csr: csr}))
+			renewed, err := nodeClient.RenewCertificate(ctx, connect.NewRequest(&torporv1.RenewCertificateRequest{Csr: csr}))
 			if err != nil {
 				t.Fatalf("renew: %v", err)
 			}
 			if renewed.Msg.GetSpiffeId() != joined.GetSpiffeId() {
 				t.Errorf("renewed as %s, joined as %s", renewed.Msg.GetSpiffeId(), joined.GetSpiffeId())
 			}
-			_, err = anon.RenewNodeCertificate(ctx, connect.NewRequest(&torporv1.RenewNodeCertificateRequest{Csr: csr}))
-			wantCode(t, err, connect.CodeUnauthenticated, "node certificate")
+			_, err = anon.RenewCertificate(ctx, connect.NewRequest(&torporv1.RenewCertificateRequest{Csr: csr}))
+			wantCode(t, err, connect.CodeUnauthenticated, "node or client certificate")
 			_, err = nodeClient.CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN}))
 			wantCode(t, err, connect.CodePermissionDenied, "only an admin")
 			_, err = anon.CreateToken(ctx, connect.NewRequest(&torporv1.CreateTokenRequest{Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN}))

@@ -27,10 +27,12 @@ type TokenPurpose int32
 
 const (
 	TokenPurpose_TOKEN_PURPOSE_UNSPECIFIED TokenPurpose = 0
-	// Joins one node (JoinNode), once.
+	// Joins one node (Join), once.
 	TokenPurpose_TOKEN_PURPOSE_NODE_JOIN TokenPurpose = 1
 	// Authenticates an API client to the listed spaces until it expires.
 	TokenPurpose_TOKEN_PURPOSE_API TokenPurpose = 2
+	// Joins one API client (Join), once, with a role.
+	TokenPurpose_TOKEN_PURPOSE_CLIENT_JOIN TokenPurpose = 3
 )
 
 // Enum value maps for TokenPurpose.
@@ -39,11 +41,13 @@ var (
 		0: "TOKEN_PURPOSE_UNSPECIFIED",
 		1: "TOKEN_PURPOSE_NODE_JOIN",
 		2: "TOKEN_PURPOSE_API",
+		3: "TOKEN_PURPOSE_CLIENT_JOIN",
 	}
 	TokenPurpose_value = map[string]int32{
 		"TOKEN_PURPOSE_UNSPECIFIED": 0,
 		"TOKEN_PURPOSE_NODE_JOIN":   1,
 		"TOKEN_PURPOSE_API":         2,
+		"TOKEN_PURPOSE_CLIENT_JOIN": 3,
 	}
 )
 
@@ -74,32 +78,90 @@ func (TokenPurpose) EnumDescriptor() ([]byte, []int) {
 	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{0}
 }
 
-type JoinNodeRequest struct {
+// ClientRole is what an API client with a certificate may do.
+type ClientRole int32
+
+const (
+	ClientRole_CLIENT_ROLE_UNSPECIFIED ClientRole = 0
+	// Everything the admin token may do.
+	ClientRole_CLIENT_ROLE_ADMIN ClientRole = 1
+	// What a router needs: get, resume, suspend and pause actors of its
+	// spaces (all spaces when none are listed).
+	ClientRole_CLIENT_ROLE_ROUTER ClientRole = 2
+	// Templates, actors and snapshots of its spaces (at least one), like an
+	// API token.
+	ClientRole_CLIENT_ROLE_USER ClientRole = 3
+)
+
+// Enum value maps for ClientRole.
+var (
+	ClientRole_name = map[int32]string{
+		0: "CLIENT_ROLE_UNSPECIFIED",
+		1: "CLIENT_ROLE_ADMIN",
+		2: "CLIENT_ROLE_ROUTER",
+		3: "CLIENT_ROLE_USER",
+	}
+	ClientRole_value = map[string]int32{
+		"CLIENT_ROLE_UNSPECIFIED": 0,
+		"CLIENT_ROLE_ADMIN":       1,
+		"CLIENT_ROLE_ROUTER":      2,
+		"CLIENT_ROLE_USER":        3,
+	}
+)
+
+func (x ClientRole) Enum() *ClientRole {
+	p := new(ClientRole)
+	*p = x
+	return p
+}
+
+func (x ClientRole) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ClientRole) Descriptor() protoreflect.EnumDescriptor {
+	return file_torpor_v1_identity_proto_enumTypes[1].Descriptor()
+}
+
+func (ClientRole) Type() protoreflect.EnumType {
+	return &file_torpor_v1_identity_proto_enumTypes[1]
+}
+
+func (x ClientRole) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ClientRole.Descriptor instead.
+func (ClientRole) EnumDescriptor() ([]byte, []int) {
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{1}
+}
+
+type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Token string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
-	// The node's name (a DNS-1123 label); a token made for one node joins
-	// only that node.
-	Node string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	// PKCS#10 certificate request (DER), signed by the node's key.
+	// The member's name (a DNS-1123 label); a token made for one name joins
+	// only that name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// PKCS#10 certificate request (DER), signed by the member's key.
 	Csr           []byte `protobuf:"bytes,3,opt,name=csr,proto3" json:"csr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *JoinNodeRequest) Reset() {
-	*x = JoinNodeRequest{}
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
 	mi := &file_torpor_v1_identity_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *JoinNodeRequest) String() string {
+func (x *JoinRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*JoinNodeRequest) ProtoMessage() {}
+func (*JoinRequest) ProtoMessage() {}
 
-func (x *JoinNodeRequest) ProtoReflect() protoreflect.Message {
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_torpor_v1_identity_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -111,33 +173,33 @@ func (x *JoinNodeRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use JoinNodeRequest.ProtoReflect.Descriptor instead.
-func (*JoinNodeRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
 	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *JoinNodeRequest) GetToken() string {
+func (x *JoinRequest) GetToken() string {
 	if x != nil {
 		return x.Token
 	}
 	return ""
 }
 
-func (x *JoinNodeRequest) GetNode() string {
+func (x *JoinRequest) GetName() string {
 	if x != nil {
-		return x.Node
+		return x.Name
 	}
 	return ""
 }
 
-func (x *JoinNodeRequest) GetCsr() []byte {
+func (x *JoinRequest) GetCsr() []byte {
 	if x != nil {
 		return x.Csr
 	}
 	return nil
 }
 
-type RenewNodeCertificateRequest struct {
+type RenewCertificateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// PKCS#10 certificate request (DER); a new key is recommended.
 	Csr           []byte `protobuf:"bytes,1,opt,name=csr,proto3" json:"csr,omitempty"`
@@ -145,20 +207,20 @@ type RenewNodeCertificateRequest struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *RenewNodeCertificateRequest) Reset() {
-	*x = RenewNodeCertificateRequest{}
+func (x *RenewCertificateRequest) Reset() {
+	*x = RenewCertificateRequest{}
 	mi := &file_torpor_v1_identity_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *RenewNodeCertificateRequest) String() string {
+func (x *RenewCertificateRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*RenewNodeCertificateRequest) ProtoMessage() {}
+func (*RenewCertificateRequest) ProtoMessage() {}
 
-func (x *RenewNodeCertificateRequest) ProtoReflect() protoreflect.Message {
+func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_torpor_v1_identity_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -170,12 +232,12 @@ func (x *RenewNodeCertificateRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use RenewNodeCertificateRequest.ProtoReflect.Descriptor instead.
-func (*RenewNodeCertificateRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
+func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
 	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *RenewNodeCertificateRequest) GetCsr() []byte {
+func (x *RenewCertificateRequest) GetCsr() []byte {
 	if x != nil {
 		return x.Csr
 	}
@@ -257,12 +319,15 @@ func (x *IssuedCertificate) GetExpireTime() *timestamppb.Timestamp {
 type CreateTokenRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Purpose TokenPurpose           `protobuf:"varint,1,opt,name=purpose,proto3,enum=torpor.v1.TokenPurpose" json:"purpose,omitempty"`
-	// NODE_JOIN: the only node name the token joins; empty joins any name.
-	Node string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	// API: the spaces the token gives access to (at least one).
+	// NODE_JOIN, CLIENT_JOIN: the only name the token joins; empty joins any
+	// name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// API, CLIENT_JOIN: the spaces the token (or the client) has access to.
 	Spaces []string `protobuf:"bytes,3,rep,name=spaces,proto3" json:"spaces,omitempty"`
-	// Lifetime; default 1h for NODE_JOIN, 24h for API; at most 365 days.
-	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// Lifetime; default 1h for join tokens, 24h for API; at most 365 days.
+	Ttl *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// CLIENT_JOIN: the client's role.
+	Role          ClientRole `protobuf:"varint,5,opt,name=role,proto3,enum=torpor.v1.ClientRole" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -304,9 +369,9 @@ func (x *CreateTokenRequest) GetPurpose() TokenPurpose {
 	return TokenPurpose_TOKEN_PURPOSE_UNSPECIFIED
 }
 
-func (x *CreateTokenRequest) GetNode() string {
+func (x *CreateTokenRequest) GetName() string {
 	if x != nil {
-		return x.Node
+		return x.Name
 	}
 	return ""
 }
@@ -325,14 +390,23 @@ func (x *CreateTokenRequest) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *CreateTokenRequest) GetRole() ClientRole {
+	if x != nil {
+		return x.Role
+	}
+	return ClientRole_CLIENT_ROLE_UNSPECIFIED
+}
+
 type CreateTokenResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Shown only here: the server keeps a hash.
 	Token      string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
-	// "sha256:<hex>" of the CA certificate, for a joining node to pin the
+	// "sha256:<hex>" of the CA certificate, for a joining member to pin the
 	// server it has no other reason to trust yet.
 	CaFingerprint string `protobuf:"bytes,3,opt,name=ca_fingerprint,json=caFingerprint,proto3" json:"ca_fingerprint,omitempty"`
+	// Names the token in ListTokens and RevokeToken.
+	Id            string `protobuf:"bytes,4,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -388,6 +462,516 @@ func (x *CreateTokenResponse) GetCaFingerprint() string {
 	return ""
 }
 
+func (x *CreateTokenResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// TokenInfo describes a stored token; its secret is not kept.
+type TokenInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Hex SHA-256 of the secret.
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Purpose       TokenPurpose           `protobuf:"varint,2,opt,name=purpose,proto3,enum=torpor.v1.TokenPurpose" json:"purpose,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Spaces        []string               `protobuf:"bytes,4,rep,name=spaces,proto3" json:"spaces,omitempty"`
+	Role          ClientRole             `protobuf:"varint,5,opt,name=role,proto3,enum=torpor.v1.ClientRole" json:"role,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenInfo) Reset() {
+	*x = TokenInfo{}
+	mi := &file_torpor_v1_identity_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenInfo) ProtoMessage() {}
+
+func (x *TokenInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_identity_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenInfo.ProtoReflect.Descriptor instead.
+func (*TokenInfo) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TokenInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *TokenInfo) GetPurpose() TokenPurpose {
+	if x != nil {
+		return x.Purpose
+	}
+	return TokenPurpose_TOKEN_PURPOSE_UNSPECIFIED
+}
+
+func (x *TokenInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TokenInfo) GetSpaces() []string {
+	if x != nil {
+		return x.Spaces
+	}
+	return nil
+}
+
+func (x *TokenInfo) GetRole() ClientRole {
+	if x != nil {
+		return x.Role
+	}
+	return ClientRole_CLIENT_ROLE_UNSPECIFIED
+}
+
+func (x *TokenInfo) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *TokenInfo) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+type ListTokensRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTokensRequest) Reset() {
+	*x = ListTokensRequest{}
+	mi := &file_torpor_v1_identity_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTokensRequest) ProtoMessage() {}
+
+func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_identity_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
+func (*ListTokensRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{6}
+}
+
+type ListTokensResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []*TokenInfo           `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTokensResponse) Reset() {
+	*x = ListTokensResponse{}
+	mi := &file_torpor_v1_identity_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTokensResponse) ProtoMessage() {}
+
+func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_identity_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
+func (*ListTokensResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListTokensResponse) GetTokens() []*TokenInfo {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type RevokeTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token's id, or an unambiguous prefix of it (at least 8 characters).
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenRequest) Reset() {
+	*x = RevokeTokenRequest{}
+	mi := &file_torpor_v1_identity_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenRequest) ProtoMessage() {}
+
+func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_identity_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
+func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RevokeTokenRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RevokeTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *TokenInfo             `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenResponse) Reset() {
+	*x = RevokeTokenResponse{}
+	mi := &file_torpor_v1_identity_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenResponse) ProtoMessage() {}
+
+func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_identity_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
+func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RevokeTokenResponse) GetToken() *TokenInfo {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+// Client is an API client that joined: its certificate names
+// spiffe://<trust-domain>/client/<name> and carries uid.
+type Client struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Tells this client from an earlier one of the same name, whose
+	// certificates no longer work.
+	Uid           string                 `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	Role          ClientRole             `protobuf:"varint,3,opt,name=role,proto3,enum=torpor.v1.ClientRole" json:"role,omitempty"`
+	Spaces        []string               `protobuf:"bytes,4,rep,name=spaces,proto3" json:"spaces,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Client) Reset() {
+	*x = Client{}
+	mi := &file_torpor_v1_identity_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Client) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Client) ProtoMessage() {}
+
+func (x *Client) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_identity_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Client.ProtoReflect.Descriptor instead.
+func (*Client) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Client) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Client) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *Client) GetRole() ClientRole {
+	if x != nil {
+		return x.Role
+	}
+	return ClientRole_CLIENT_ROLE_UNSPECIFIED
+}
+
+func (x *Client) GetSpaces() []string {
+	if x != nil {
+		return x.Spaces
+	}
+	return nil
+}
+
+func (x *Client) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type ListClientsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClientsRequest) Reset() {
+	*x = ListClientsRequest{}
+	mi := &file_torpor_v1_identity_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClientsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClientsRequest) ProtoMessage() {}
+
+func (x *ListClientsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_identity_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClientsRequest.ProtoReflect.Descriptor instead.
+func (*ListClientsRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{11}
+}
+
+type ListClientsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Clients       []*Client              `protobuf:"bytes,1,rep,name=clients,proto3" json:"clients,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClientsResponse) Reset() {
+	*x = ListClientsResponse{}
+	mi := &file_torpor_v1_identity_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClientsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClientsResponse) ProtoMessage() {}
+
+func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_identity_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClientsResponse.ProtoReflect.Descriptor instead.
+func (*ListClientsResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListClientsResponse) GetClients() []*Client {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+type DeleteClientRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteClientRequest) Reset() {
+	*x = DeleteClientRequest{}
+	mi := &file_torpor_v1_identity_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteClientRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteClientRequest) ProtoMessage() {}
+
+func (x *DeleteClientRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_identity_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteClientRequest.ProtoReflect.Descriptor instead.
+func (*DeleteClientRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DeleteClientRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteClientResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteClientResponse) Reset() {
+	*x = DeleteClientResponse{}
+	mi := &file_torpor_v1_identity_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteClientResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteClientResponse) ProtoMessage() {}
+
+func (x *DeleteClientResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_identity_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteClientResponse.ProtoReflect.Descriptor instead.
+func (*DeleteClientResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{14}
+}
+
 // WorkloadClaim names what a node says runs on one of its workers. The
 // worker is keyed by (namespace, name) alone; the server grants a mint
 // only when the store says the worker is the caller's, has this uid, and
@@ -404,7 +988,7 @@ type WorkloadClaim struct {
 
 func (x *WorkloadClaim) Reset() {
 	*x = WorkloadClaim{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[5]
+	mi := &file_torpor_v1_identity_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +1000,7 @@ func (x *WorkloadClaim) String() string {
 func (*WorkloadClaim) ProtoMessage() {}
 
 func (x *WorkloadClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[5]
+	mi := &file_torpor_v1_identity_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +1013,7 @@ func (x *WorkloadClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadClaim.ProtoReflect.Descriptor instead.
 func (*WorkloadClaim) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{5}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkloadClaim) GetWorkerNamespace() string {
@@ -472,7 +1056,7 @@ type MintCertRequest struct {
 
 func (x *MintCertRequest) Reset() {
 	*x = MintCertRequest{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[6]
+	mi := &file_torpor_v1_identity_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +1068,7 @@ func (x *MintCertRequest) String() string {
 func (*MintCertRequest) ProtoMessage() {}
 
 func (x *MintCertRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[6]
+	mi := &file_torpor_v1_identity_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +1081,7 @@ func (x *MintCertRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintCertRequest.ProtoReflect.Descriptor instead.
 func (*MintCertRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{6}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MintCertRequest) GetWorkload() *WorkloadClaim {
@@ -525,7 +1109,7 @@ type MintJWTRequest struct {
 
 func (x *MintJWTRequest) Reset() {
 	*x = MintJWTRequest{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[7]
+	mi := &file_torpor_v1_identity_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +1121,7 @@ func (x *MintJWTRequest) String() string {
 func (*MintJWTRequest) ProtoMessage() {}
 
 func (x *MintJWTRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[7]
+	mi := &file_torpor_v1_identity_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +1134,7 @@ func (x *MintJWTRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintJWTRequest.ProtoReflect.Descriptor instead.
 func (*MintJWTRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{7}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MintJWTRequest) GetWorkload() *WorkloadClaim {
@@ -579,7 +1163,7 @@ type MintJWTResponse struct {
 
 func (x *MintJWTResponse) Reset() {
 	*x = MintJWTResponse{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[8]
+	mi := &file_torpor_v1_identity_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +1175,7 @@ func (x *MintJWTResponse) String() string {
 func (*MintJWTResponse) ProtoMessage() {}
 
 func (x *MintJWTResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[8]
+	mi := &file_torpor_v1_identity_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +1188,7 @@ func (x *MintJWTResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintJWTResponse.ProtoReflect.Descriptor instead.
 func (*MintJWTResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MintJWTResponse) GetToken() string {
@@ -632,29 +1216,61 @@ var File_torpor_v1_identity_proto protoreflect.FileDescriptor
 
 const file_torpor_v1_identity_proto_rawDesc = "" +
 	"\n" +
-	"\x18torpor/v1/identity.proto\x12\ttorpor.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"M\n" +
-	"\x0fJoinNodeRequest\x12\x14\n" +
+	"\x18torpor/v1/identity.proto\x12\ttorpor.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"I\n" +
+	"\vJoinRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\tR\x04node\x12\x10\n" +
-	"\x03csr\x18\x03 \x01(\fR\x03csr\"/\n" +
-	"\x1bRenewNodeCertificateRequest\x12\x10\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03csr\x18\x03 \x01(\fR\x03csr\"+\n" +
+	"\x17RenewCertificateRequest\x12\x10\n" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\"\xbd\x01\n" +
 	"\x11IssuedCertificate\x12+\n" +
 	"\x11certificate_chain\x18\x01 \x03(\fR\x10certificateChain\x12!\n" +
 	"\ftrust_bundle\x18\x02 \x03(\fR\vtrustBundle\x12\x1b\n" +
 	"\tspiffe_id\x18\x03 \x01(\tR\bspiffeId\x12;\n" +
 	"\vexpire_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"\xa0\x01\n" +
+	"expireTime\"\xcb\x01\n" +
 	"\x12CreateTokenRequest\x121\n" +
 	"\apurpose\x18\x01 \x01(\x0e2\x17.torpor.v1.TokenPurposeR\apurpose\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\tR\x04node\x12\x16\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
 	"\x06spaces\x18\x03 \x03(\tR\x06spaces\x12+\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x8f\x01\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12)\n" +
+	"\x04role\x18\x05 \x01(\x0e2\x15.torpor.v1.ClientRoleR\x04role\"\x9f\x01\n" +
 	"\x13CreateTokenResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12;\n" +
 	"\vexpire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x12%\n" +
-	"\x0eca_fingerprint\x18\x03 \x01(\tR\rcaFingerprint\"\x97\x01\n" +
+	"\x0eca_fingerprint\x18\x03 \x01(\tR\rcaFingerprint\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\tR\x02id\"\x9f\x02\n" +
+	"\tTokenInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x121\n" +
+	"\apurpose\x18\x02 \x01(\x0e2\x17.torpor.v1.TokenPurposeR\apurpose\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x16\n" +
+	"\x06spaces\x18\x04 \x03(\tR\x06spaces\x12)\n" +
+	"\x04role\x18\x05 \x01(\x0e2\x15.torpor.v1.ClientRoleR\x04role\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vexpire_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"\x13\n" +
+	"\x11ListTokensRequest\"B\n" +
+	"\x12ListTokensResponse\x12,\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x14.torpor.v1.TokenInfoR\x06tokens\"$\n" +
+	"\x12RevokeTokenRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"A\n" +
+	"\x13RevokeTokenResponse\x12*\n" +
+	"\x05token\x18\x01 \x01(\v2\x14.torpor.v1.TokenInfoR\x05token\"\xae\x01\n" +
+	"\x06Client\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\tR\x03uid\x12)\n" +
+	"\x04role\x18\x03 \x01(\x0e2\x15.torpor.v1.ClientRoleR\x04role\x12\x16\n" +
+	"\x06spaces\x18\x04 \x03(\tR\x06spaces\x12;\n" +
+	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"\x14\n" +
+	"\x12ListClientsRequest\"B\n" +
+	"\x13ListClientsResponse\x12+\n" +
+	"\aclients\x18\x01 \x03(\v2\x11.torpor.v1.ClientR\aclients\")\n" +
+	"\x13DeleteClientRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
+	"\x14DeleteClientResponse\"\x97\x01\n" +
 	"\rWorkloadClaim\x12)\n" +
 	"\x10worker_namespace\x18\x01 \x01(\tR\x0fworkerNamespace\x12\x1f\n" +
 	"\vworker_name\x18\x02 \x01(\tR\n" +
@@ -672,15 +1288,27 @@ const file_torpor_v1_identity_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12;\n" +
 	"\vexpire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x12\x1b\n" +
-	"\tspiffe_id\x18\x03 \x01(\tR\bspiffeId*a\n" +
+	"\tspiffe_id\x18\x03 \x01(\tR\bspiffeId*\x80\x01\n" +
 	"\fTokenPurpose\x12\x1d\n" +
 	"\x19TOKEN_PURPOSE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TOKEN_PURPOSE_NODE_JOIN\x10\x01\x12\x15\n" +
-	"\x11TOKEN_PURPOSE_API\x10\x022\x8b\x03\n" +
-	"\x0fIdentityService\x12D\n" +
-	"\bJoinNode\x12\x1a.torpor.v1.JoinNodeRequest\x1a\x1c.torpor.v1.IssuedCertificate\x12\\\n" +
-	"\x14RenewNodeCertificate\x12&.torpor.v1.RenewNodeCertificateRequest\x1a\x1c.torpor.v1.IssuedCertificate\x12L\n" +
-	"\vCreateToken\x12\x1d.torpor.v1.CreateTokenRequest\x1a\x1e.torpor.v1.CreateTokenResponse\x12D\n" +
+	"\x11TOKEN_PURPOSE_API\x10\x02\x12\x1d\n" +
+	"\x19TOKEN_PURPOSE_CLIENT_JOIN\x10\x03*n\n" +
+	"\n" +
+	"ClientRole\x12\x1b\n" +
+	"\x17CLIENT_ROLE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11CLIENT_ROLE_ADMIN\x10\x01\x12\x16\n" +
+	"\x12CLIENT_ROLE_ROUTER\x10\x02\x12\x14\n" +
+	"\x10CLIENT_ROLE_USER\x10\x032\xb3\x05\n" +
+	"\x0fIdentityService\x12<\n" +
+	"\x04Join\x12\x16.torpor.v1.JoinRequest\x1a\x1c.torpor.v1.IssuedCertificate\x12T\n" +
+	"\x10RenewCertificate\x12\".torpor.v1.RenewCertificateRequest\x1a\x1c.torpor.v1.IssuedCertificate\x12L\n" +
+	"\vCreateToken\x12\x1d.torpor.v1.CreateTokenRequest\x1a\x1e.torpor.v1.CreateTokenResponse\x12I\n" +
+	"\n" +
+	"ListTokens\x12\x1c.torpor.v1.ListTokensRequest\x1a\x1d.torpor.v1.ListTokensResponse\x12L\n" +
+	"\vRevokeToken\x12\x1d.torpor.v1.RevokeTokenRequest\x1a\x1e.torpor.v1.RevokeTokenResponse\x12L\n" +
+	"\vListClients\x12\x1d.torpor.v1.ListClientsRequest\x1a\x1e.torpor.v1.ListClientsResponse\x12O\n" +
+	"\fDeleteClient\x12\x1e.torpor.v1.DeleteClientRequest\x1a\x1f.torpor.v1.DeleteClientResponse\x12D\n" +
 	"\bMintCert\x12\x1a.torpor.v1.MintCertRequest\x1a\x1c.torpor.v1.IssuedCertificate\x12@\n" +
 	"\aMintJWT\x12\x19.torpor.v1.MintJWTRequest\x1a\x1a.torpor.v1.MintJWTResponseB9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
 
@@ -696,45 +1324,74 @@ func file_torpor_v1_identity_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_identity_proto_rawDescData
 }
 
-var file_torpor_v1_identity_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_torpor_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_torpor_v1_identity_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_torpor_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_torpor_v1_identity_proto_goTypes = []any{
-	(TokenPurpose)(0),                   // 0: torpor.v1.TokenPurpose
-	(*JoinNodeRequest)(nil),             // 1: torpor.v1.JoinNodeRequest
-	(*RenewNodeCertificateRequest)(nil), // 2: torpor.v1.RenewNodeCertificateRequest
-	(*IssuedCertificate)(nil),           // 3: torpor.v1.IssuedCertificate
-	(*CreateTokenRequest)(nil),          // 4: torpor.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),         // 5: torpor.v1.CreateTokenResponse
-	(*WorkloadClaim)(nil),               // 6: torpor.v1.WorkloadClaim
-	(*MintCertRequest)(nil),             // 7: torpor.v1.MintCertRequest
-	(*MintJWTRequest)(nil),              // 8: torpor.v1.MintJWTRequest
-	(*MintJWTResponse)(nil),             // 9: torpor.v1.MintJWTResponse
-	(*timestamppb.Timestamp)(nil),       // 10: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 11: google.protobuf.Duration
+	(TokenPurpose)(0),               // 0: torpor.v1.TokenPurpose
+	(ClientRole)(0),                 // 1: torpor.v1.ClientRole
+	(*JoinRequest)(nil),             // 2: torpor.v1.JoinRequest
+	(*RenewCertificateRequest)(nil), // 3: torpor.v1.RenewCertificateRequest
+	(*IssuedCertificate)(nil),       // 4: torpor.v1.IssuedCertificate
+	(*CreateTokenRequest)(nil),      // 5: torpor.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),     // 6: torpor.v1.CreateTokenResponse
+	(*TokenInfo)(nil),               // 7: torpor.v1.TokenInfo
+	(*ListTokensRequest)(nil),       // 8: torpor.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),      // 9: torpor.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),      // 10: torpor.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),     // 11: torpor.v1.RevokeTokenResponse
+	(*Client)(nil),                  // 12: torpor.v1.Client
+	(*ListClientsRequest)(nil),      // 13: torpor.v1.ListClientsRequest
+	(*ListClientsResponse)(nil),     // 14: torpor.v1.ListClientsResponse
+	(*DeleteClientRequest)(nil),     // 15: torpor.v1.DeleteClientRequest
+	(*DeleteClientResponse)(nil),    // 16: torpor.v1.DeleteClientResponse
+	(*WorkloadClaim)(nil),           // 17: torpor.v1.WorkloadClaim
+	(*MintCertRequest)(nil),         // 18: torpor.v1.MintCertRequest
+	(*MintJWTRequest)(nil),          // 19: torpor.v1.MintJWTRequest
+	(*MintJWTResponse)(nil),         // 20: torpor.v1.MintJWTResponse
+	(*timestamppb.Timestamp)(nil),   // 21: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 22: google.protobuf.Duration
 }
 var file_torpor_v1_identity_proto_depIdxs = []int32{
-	10, // 0: torpor.v1.IssuedCertificate.expire_time:type_name -> google.protobuf.Timestamp
+	21, // 0: torpor.v1.IssuedCertificate.expire_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: torpor.v1.CreateTokenRequest.purpose:type_name -> torpor.v1.TokenPurpose
-	11, // 2: torpor.v1.CreateTokenRequest.ttl:type_name -> google.protobuf.Duration
-	10, // 3: torpor.v1.CreateTokenResponse.expire_time:type_name -> google.protobuf.Timestamp
-	6,  // 4: torpor.v1.MintCertRequest.workload:type_name -> torpor.v1.WorkloadClaim
-	6,  // 5: torpor.v1.MintJWTRequest.workload:type_name -> torpor.v1.WorkloadClaim
-	10, // 6: torpor.v1.MintJWTResponse.expire_time:type_name -> google.protobuf.Timestamp
-	1,  // 7: torpor.v1.IdentityService.JoinNode:input_type -> torpor.v1.JoinNodeRequest
-	2,  // 8: torpor.v1.IdentityService.RenewNodeCertificate:input_type -> torpor.v1.RenewNodeCertificateRequest
-	4,  // 9: torpor.v1.IdentityService.CreateToken:input_type -> torpor.v1.CreateTokenRequest
-	7,  // 10: torpor.v1.IdentityService.MintCert:input_type -> torpor.v1.MintCertRequest
-	8,  // 11: torpor.v1.IdentityService.MintJWT:input_type -> torpor.v1.MintJWTRequest
-	3,  // 12: torpor.v1.IdentityService.JoinNode:output_type -> torpor.v1.IssuedCertificate
-	3,  // 13: torpor.v1.IdentityService.RenewNodeCertificate:output_type -> torpor.v1.IssuedCertificate
-	5,  // 14: torpor.v1.IdentityService.CreateToken:output_type -> torpor.v1.CreateTokenResponse
-	3,  // 15: torpor.v1.IdentityService.MintCert:output_type -> torpor.v1.IssuedCertificate
-	9,  // 16: torpor.v1.IdentityService.MintJWT:output_type -> torpor.v1.MintJWTResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	22, // 2: torpor.v1.CreateTokenRequest.ttl:type_name -> google.protobuf.Duration
+	1,  // 3: torpor.v1.CreateTokenRequest.role:type_name -> torpor.v1.ClientRole
+	21, // 4: torpor.v1.CreateTokenResponse.expire_time:type_name -> google.protobuf.Timestamp
+	0,  // 5: torpor.v1.TokenInfo.purpose:type_name -> torpor.v1.TokenPurpose
+	1,  // 6: torpor.v1.TokenInfo.role:type_name -> torpor.v1.ClientRole
+	21, // 7: torpor.v1.TokenInfo.create_time:type_name -> google.protobuf.Timestamp
+	21, // 8: torpor.v1.TokenInfo.expire_time:type_name -> google.protobuf.Timestamp
+	7,  // 9: torpor.v1.ListTokensResponse.tokens:type_name -> torpor.v1.TokenInfo
+	7,  // 10: torpor.v1.RevokeTokenResponse.token:type_name -> torpor.v1.TokenInfo
+	1,  // 11: torpor.v1.Client.role:type_name -> torpor.v1.ClientRole
+	21, // 12: torpor.v1.Client.create_time:type_name -> google.protobuf.Timestamp
+	12, // 13: torpor.v1.ListClientsResponse.clients:type_name -> torpor.v1.Client
+	17, // 14: torpor.v1.MintCertRequest.workload:type_name -> torpor.v1.WorkloadClaim
+	17, // 15: torpor.v1.MintJWTRequest.workload:type_name -> torpor.v1.WorkloadClaim
+	21, // 16: torpor.v1.MintJWTResponse.expire_time:type_name -> google.protobuf.Timestamp
+	2,  // 17: torpor.v1.IdentityService.Join:input_type -> torpor.v1.JoinRequest
+	3,  // 18: torpor.v1.IdentityService.RenewCertificate:input_type -> torpor.v1.RenewCertificateRequest
+	5,  // 19: torpor.v1.IdentityService.CreateToken:input_type -> torpor.v1.CreateTokenRequest
+	8,  // 20: torpor.v1.IdentityService.ListTokens:input_type -> torpor.v1.ListTokensRequest
+	10, // 21: torpor.v1.IdentityService.RevokeToken:input_type -> torpor.v1.RevokeTokenRequest
+	13, // 22: torpor.v1.IdentityService.ListClients:input_type -> torpor.v1.ListClientsRequest
+	15, // 23: torpor.v1.IdentityService.DeleteClient:input_type -> torpor.v1.DeleteClientRequest
+	18, // 24: torpor.v1.IdentityService.MintCert:input_type -> torpor.v1.MintCertRequest
+	19, // 25: torpor.v1.IdentityService.MintJWT:input_type -> torpor.v1.MintJWTRequest
+	4,  // 26: torpor.v1.IdentityService.Join:output_type -> torpor.v1.IssuedCertificate
+	4,  // 27: torpor.v1.IdentityService.RenewCertificate:output_type -> torpor.v1.IssuedCertificate
+	6,  // 28: torpor.v1.IdentityService.CreateToken:output_type -> torpor.v1.CreateTokenResponse
+	9,  // 29: torpor.v1.IdentityService.ListTokens:output_type -> torpor.v1.ListTokensResponse
+	11, // 30: torpor.v1.IdentityService.RevokeToken:output_type -> torpor.v1.RevokeTokenResponse
+	14, // 31: torpor.v1.IdentityService.ListClients:output_type -> torpor.v1.ListClientsResponse
+	16, // 32: torpor.v1.IdentityService.DeleteClient:output_type -> torpor.v1.DeleteClientResponse
+	4,  // 33: torpor.v1.IdentityService.MintCert:output_type -> torpor.v1.IssuedCertificate
+	20, // 34: torpor.v1.IdentityService.MintJWT:output_type -> torpor.v1.MintJWTResponse
+	26, // [26:35] is the sub-list for method output_type
+	17, // [17:26] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_identity_proto_init() }
@@ -747,8 +1404,8 @@ func file_torpor_v1_identity_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_identity_proto_rawDesc), len(file_torpor_v1_identity_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   9,
+			NumEnums:      2,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,15 +33,26 @@ const (
 // reflection-formatted method names, remove the leading slash and convert the remaining slash to a
 // period.
 const (
-	// IdentityServiceJoinNodeProcedure is the fully-qualified name of the IdentityService's JoinNode
-	// RPC.
-	IdentityServiceJoinNodeProcedure = "/torpor.v1.IdentityService/JoinNode"
-	// IdentityServiceRenewNodeCertificateProcedure is the fully-qualified name of the IdentityService's
-	// RenewNodeCertificate RPC.
-	IdentityServiceRenewNodeCertificateProcedure = "/torpor.v1.IdentityService/RenewNodeCertificate"
+	// IdentityServiceJoinProcedure is the fully-qualified name of the IdentityService's Join RPC.
+	IdentityServiceJoinProcedure = "/torpor.v1.IdentityService/Join"
+	// IdentityServiceRenewCertificateProcedure is the fully-qualified name of the IdentityService's
+	// RenewCertificate RPC.
+	IdentityServiceRenewCertificateProcedure = "/torpor.v1.IdentityService/RenewCertificate"
 	// IdentityServiceCreateTokenProcedure is the fully-qualified name of the IdentityService's
 	// CreateToken RPC.
 	IdentityServiceCreateTokenProcedure = "/torpor.v1.IdentityService/CreateToken"
+	// IdentityServiceListTokensProcedure is the fully-qualified name of the IdentityService's
+	// ListTokens RPC.
+	IdentityServiceListTokensProcedure = "/torpor.v1.IdentityService/ListTokens"
+	// IdentityServiceRevokeTokenProcedure is the fully-qualified name of the IdentityService's
+	// RevokeToken RPC.
+	IdentityServiceRevokeTokenProcedure = "/torpor.v1.IdentityService/RevokeToken"
+	// IdentityServiceListClientsProcedure is the fully-qualified name of the IdentityService's
+	// ListClients RPC.
+	IdentityServiceListClientsProcedure = "/torpor.v1.IdentityService/ListClients"
+	// IdentityServiceDeleteClientProcedure is the fully-qualified name of the IdentityService's
+	// DeleteClient RPC.
+	IdentityServiceDeleteClientProcedure = "/torpor.v1.IdentityService/DeleteClient"
 	// IdentityServiceMintCertProcedure is the fully-qualified name of the IdentityService's MintCert
 	// RPC.
 	IdentityServiceMintCertProcedure = "/torpor.v1.IdentityService/MintCert"
@@ -51,14 +62,27 @@ const (
 
 // IdentityServiceClient is a client for the torpor.v1.IdentityService service.
 type IdentityServiceClient interface {
-	// JoinNode exchanges a join token (the caller's only credential here)
-	// for the node's first certificate. Node tokens are single-use.
-	JoinNode(context.Context, *connect.Request[v1.JoinNodeRequest]) (*connect.Response[v1.IssuedCertificate], error)
-	// RenewNodeCertificate issues a fresh certificate for the calling node;
-	// call it before the current one expires.
-	RenewNodeCertificate(context.Context, *connect.Request[v1.RenewNodeCertificateRequest]) (*connect.Response[v1.IssuedCertificate], error)
-	// CreateToken makes a node join token or an API token. Nodes may not.
+	// Join exchanges a join token (the caller's only credential here) for a
+	// member's first certificate: a node's (spiffe://<td>/node/<name>) for a
+	// node join token, an API client's (spiffe://<td>/client/<name>) for a
+	// client join token. Join tokens are single-use. Joining a client
+	// replaces any client of that name: its certificates stop working.
+	Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.IssuedCertificate], error)
+	// RenewCertificate issues a fresh certificate for the calling member
+	// (node or client); call it before the current one expires.
+	RenewCertificate(context.Context, *connect.Request[v1.RenewCertificateRequest]) (*connect.Response[v1.IssuedCertificate], error)
+	// CreateToken makes a join token or an API token. Admins only.
 	CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error)
+	// ListTokens lists the tokens not yet used or expired (never their
+	// secrets). Admins only.
+	ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error)
+	// RevokeToken deletes a token before it is used or expires. Admins only.
+	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
+	// ListClients lists the API clients that joined. Admins only.
+	ListClients(context.Context, *connect.Request[v1.ListClientsRequest]) (*connect.Response[v1.ListClientsResponse], error)
+	// DeleteClient revokes an API client: its certificates stop working at
+	// once (every call reads the client's record). Admins only.
+	DeleteClient(context.Context, *connect.Request[v1.DeleteClientRequest]) (*connect.Response[v1.DeleteClientResponse], error)
 	// MintCert issues the X.509 certificate of the actor on a worker of the
 	// calling node.
 	MintCert(context.Context, *connect.Request[v1.MintCertRequest]) (*connect.Response[v1.IssuedCertificate], error)
@@ -78,22 +102,46 @@ func NewIdentityServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 	baseURL = strings.TrimRight(baseURL, "/")
 	identityServiceMethods := v1.File_torpor_v1_identity_proto.Services().ByName("IdentityService").Methods()
 	return &identityServiceClient{
-		joinNode: connect.NewClient[v1.JoinNodeRequest, v1.IssuedCertificate](
+		join: connect.NewClient[v1.JoinRequest, v1.IssuedCertificate](
 			httpClient,
-			baseURL+IdentityServiceJoinNodeProcedure,
-			connect.WithSchema(identityServiceMethods.ByName("JoinNode")),
+			baseURL+IdentityServiceJoinProcedure,
+			connect.WithSchema(identityServiceMethods.ByName("Join")),
 			connect.WithClientOptions(opts...),
 		),
-		renewNodeCertificate: connect.NewClient[v1.RenewNodeCertificateRequest, v1.IssuedCertificate](
+		renewCertificate: connect.NewClient[v1.RenewCertificateRequest, v1.IssuedCertificate](
 			httpClient,
-			baseURL+IdentityServiceRenewNodeCertificateProcedure,
-			connect.WithSchema(identityServiceMethods.ByName("RenewNodeCertificate")),
+			baseURL+IdentityServiceRenewCertificateProcedure,
+			connect.WithSchema(identityServiceMethods.ByName("RenewCertificate")),
 			connect.WithClientOptions(opts...),
 		),
 		createToken: connect.NewClient[v1.CreateTokenRequest, v1.CreateTokenResponse](
 			httpClient,
 			baseURL+IdentityServiceCreateTokenProcedure,
 			connect.WithSchema(identityServiceMethods.ByName("CreateToken")),
+			connect.WithClientOptions(opts...),
+		),
+		listTokens: connect.NewClient[v1.ListTokensRequest, v1.ListTokensResponse](
+			httpClient,
+			baseURL+IdentityServiceListTokensProcedure,
+			connect.WithSchema(identityServiceMethods.ByName("ListTokens")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeToken: connect.NewClient[v1.RevokeTokenRequest, v1.RevokeTokenResponse](
+			httpClient,
+			baseURL+IdentityServiceRevokeTokenProcedure,
+			connect.WithSchema(identityServiceMethods.ByName("RevokeToken")),
+			connect.WithClientOptions(opts...),
+		),
+		listClients: connect.NewClient[v1.ListClientsRequest, v1.ListClientsResponse](
+			httpClient,
+			baseURL+IdentityServiceListClientsProcedure,
+			connect.WithSchema(identityServiceMethods.ByName("ListClients")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteClient: connect.NewClient[v1.DeleteClientRequest, v1.DeleteClientResponse](
+			httpClient,
+			baseURL+IdentityServiceDeleteClientProcedure,
+			connect.WithSchema(identityServiceMethods.ByName("DeleteClient")),
 			connect.WithClientOptions(opts...),
 		),
 		mintCert: connect.NewClient[v1.MintCertRequest, v1.IssuedCertificate](
@@ -113,26 +161,50 @@ func NewIdentityServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 
 // identityServiceClient implements IdentityServiceClient.
 type identityServiceClient struct {
-	joinNode             *connect.Client[v1.JoinNodeRequest, v1.IssuedCertificate]
-	renewNodeCertificate *connect.Client[v1.RenewNodeCertificateRequest, v1.IssuedCertificate]
-	createToken          *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
-	mintCert             *connect.Client[v1.MintCertRequest, v1.IssuedCertificate]
-	mintJWT              *connect.Client[v1.MintJWTRequest, v1.MintJWTResponse]
+	join             *connect.Client[v1.JoinRequest, v1.IssuedCertificate]
+	renewCertificate *connect.Client[v1.RenewCertificateRequest, v1.IssuedCertificate]
+	createToken      *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
+	listTokens       *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
+	revokeToken      *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
+	listClients      *connect.Client[v1.ListClientsRequest, v1.ListClientsResponse]
+	deleteClient     *connect.Client[v1.DeleteClientRequest, v1.DeleteClientResponse]
+	mintCert         *connect.Client[v1.MintCertRequest, v1.IssuedCertificate]
+	mintJWT          *connect.Client[v1.MintJWTRequest, v1.MintJWTResponse]
 }
 
-// JoinNode calls torpor.v1.IdentityService.JoinNode.
-func (c *identityServiceClient) JoinNode(ctx context.Context, req *connect.Request[v1.JoinNodeRequest]) (*connect.Response[v1.IssuedCertificate], error) {
-	return c.joinNode.CallUnary(ctx, req)
+// Join calls torpor.v1.IdentityService.Join.
+func (c *identityServiceClient) Join(ctx context.Context, req *connect.Request[v1.JoinRequest]) (*connect.Response[v1.IssuedCertificate], error) {
+	return c.join.CallUnary(ctx, req)
 }
 
-// RenewNodeCertificate calls torpor.v1.IdentityService.RenewNodeCertificate.
-func (c *identityServiceClient) RenewNodeCertificate(ctx context.Context, req *connect.Request[v1.RenewNodeCertificateRequest]) (*connect.Response[v1.IssuedCertificate], error) {
-	return c.renewNodeCertificate.CallUnary(ctx, req)
+// RenewCertificate calls torpor.v1.IdentityService.RenewCertificate.
+func (c *identityServiceClient) RenewCertificate(ctx context.Context, req *connect.Request[v1.RenewCertificateRequest]) (*connect.Response[v1.IssuedCertificate], error) {
+	return c.renewCertificate.CallUnary(ctx, req)
 }
 
 // CreateToken calls torpor.v1.IdentityService.CreateToken.
 func (c *identityServiceClient) CreateToken(ctx context.Context, req *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error) {
 	return c.createToken.CallUnary(ctx, req)
+}
+
+// ListTokens calls torpor.v1.IdentityService.ListTokens.
+func (c *identityServiceClient) ListTokens(ctx context.Context, req *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error) {
+	return c.listTokens.CallUnary(ctx, req)
+}
+
+// RevokeToken calls torpor.v1.IdentityService.RevokeToken.
+func (c *identityServiceClient) RevokeToken(ctx context.Context, req *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
+	return c.revokeToken.CallUnary(ctx, req)
+}
+
+// ListClients calls torpor.v1.IdentityService.ListClients.
+func (c *identityServiceClient) ListClients(ctx context.Context, req *connect.Request[v1.ListClientsRequest]) (*connect.Response[v1.ListClientsResponse], error) {
+	return c.listClients.CallUnary(ctx, req)
+}
+
+// DeleteClient calls torpor.v1.IdentityService.DeleteClient.
+func (c *identityServiceClient) DeleteClient(ctx context.Context, req *connect.Request[v1.DeleteClientRequest]) (*connect.Response[v1.DeleteClientResponse], error) {
+	return c.deleteClient.CallUnary(ctx, req)
 }
 
 // MintCert calls torpor.v1.IdentityService.MintCert.
@@ -147,14 +219,27 @@ func (c *identityServiceClient) MintJWT(ctx context.Context, req *connect.Reques
 
 // IdentityServiceHandler is an implementation of the torpor.v1.IdentityService service.
 type IdentityServiceHandler interface {
-	// JoinNode exchanges a join token (the caller's only credential here)
-	// for the node's first certificate. Node tokens are single-use.
-	JoinNode(context.Context, *connect.Request[v1.JoinNodeRequest]) (*connect.Response[v1.IssuedCertificate], error)
-	// RenewNodeCertificate issues a fresh certificate for the calling node;
-	// call it before the current one expires.
-	RenewNodeCertificate(context.Context, *connect.Request[v1.RenewNodeCertificateRequest]) (*connect.Response[v1.IssuedCertificate], error)
-	// CreateToken makes a node join token or an API token. Nodes may not.
+	// Join exchanges a join token (the caller's only credential here) for a
+	// member's first certificate: a node's (spiffe://<td>/node/<name>) for a
+	// node join token, an API client's (spiffe://<td>/client/<name>) for a
+	// client join token. Join tokens are single-use. Joining a client
+	// replaces any client of that name: its certificates stop working.
+	Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.IssuedCertificate], error)
+	// RenewCertificate issues a fresh certificate for the calling member
+	// (node or client); call it before the current one expires.
+	RenewCertificate(context.Context, *connect.Request[v1.RenewCertificateRequest]) (*connect.Response[v1.IssuedCertificate], error)
+	// CreateToken makes a join token or an API token. Admins only.
 	CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error)
+	// ListTokens lists the tokens not yet used or expired (never their
+	// secrets). Admins only.
+	ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error)
+	// RevokeToken deletes a token before it is used or expires. Admins only.
+	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
+	// ListClients lists the API clients that joined. Admins only.
+	ListClients(context.Context, *connect.Request[v1.ListClientsRequest]) (*connect.Response[v1.ListClientsResponse], error)
+	// DeleteClient revokes an API client: its certificates stop working at
+	// once (every call reads the client's record). Admins only.
+	DeleteClient(context.Context, *connect.Request[v1.DeleteClientRequest]) (*connect.Response[v1.DeleteClientResponse], error)
 	// MintCert issues the X.509 certificate of the actor on a worker of the
 	// calling node.
 	MintCert(context.Context, *connect.Request[v1.MintCertRequest]) (*connect.Response[v1.IssuedCertificate], error)
@@ -170,22 +255,46 @@ type IdentityServiceHandler interface {
 // and JSON codecs. They also support gzip compression.
 func NewIdentityServiceHandler(svc IdentityServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
 	identityServiceMethods := v1.File_torpor_v1_identity_proto.Services().ByName("IdentityService").Methods()
-	identityServiceJoinNodeHandler := connect.NewUnaryHandler(
-		IdentityServiceJoinNodeProcedure,
-		svc.JoinNode,
-		connect.WithSchema(identityServiceMethods.ByName("JoinNode")),
+	identityServiceJoinHandler := connect.NewUnaryHandler(
+		IdentityServiceJoinProcedure,
+		svc.Join,
+		connect.WithSchema(identityServiceMethods.ByName("Join")),
 		connect.WithHandlerOptions(opts...),
 	)
-	identityServiceRenewNodeCertificateHandler := connect.NewUnaryHandler(
-		IdentityServiceRenewNodeCertificateProcedure,
-		svc.RenewNodeCertificate,
-		connect.WithSchema(identityServiceMethods.ByName("RenewNodeCertificate")),
+	identityServiceRenewCertificateHandler := connect.NewUnaryHandler(
+		IdentityServiceRenewCertificateProcedure,
+		svc.RenewCertificate,
+		connect.WithSchema(identityServiceMethods.ByName("RenewCertificate")),
 		connect.WithHandlerOptions(opts...),
 	)
 	identityServiceCreateTokenHandler := connect.NewUnaryHandler(
 		IdentityServiceCreateTokenProcedure,
 		svc.CreateToken,
 		connect.WithSchema(identityServiceMethods.ByName("CreateToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	identityServiceListTokensHandler := connect.NewUnaryHandler(
+		IdentityServiceListTokensProcedure,
+		svc.ListTokens,
+		connect.WithSchema(identityServiceMethods.ByName("ListTokens")),
+		connect.WithHandlerOptions(opts...),
+	)
+	identityServiceRevokeTokenHandler := connect.NewUnaryHandler(
+		IdentityServiceRevokeTokenProcedure,
+		svc.RevokeToken,
+		connect.WithSchema(identityServiceMethods.ByName("RevokeToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	identityServiceListClientsHandler := connect.NewUnaryHandler(
+		IdentityServiceListClientsProcedure,
+		svc.ListClients,
+		connect.WithSchema(identityServiceMethods.ByName("ListClients")),
+		connect.WithHandlerOptions(opts...),
+	)
+	identityServiceDeleteClientHandler := connect.NewUnaryHandler(
+		IdentityServiceDeleteClientProcedure,
+		svc.DeleteClient,
+		connect.WithSchema(identityServiceMethods.ByName("DeleteClient")),
 		connect.WithHandlerOptions(opts...),
 	)
 	identityServiceMintCertHandler := connect.NewUnaryHandler(
@@ -202,12 +311,20 @@ func NewIdentityServiceHandler(svc IdentityServiceHandler, opts ...connect.Handl
 	)
 	return "/torpor.v1.IdentityService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
-		case IdentityServiceJoinNodeProcedure:
-			identityServiceJoinNodeHandler.ServeHTTP(w, r)
-		case IdentityServiceRenewNodeCertificateProcedure:
-			identityServiceRenewNodeCertificateHandler.ServeHTTP(w, r)
+		case IdentityServiceJoinProcedure:
+			identityServiceJoinHandler.ServeHTTP(w, r)
+		case IdentityServiceRenewCertificateProcedure:
+			identityServiceRenewCertificateHandler.ServeHTTP(w, r)
 		case IdentityServiceCreateTokenProcedure:
 			identityServiceCreateTokenHandler.ServeHTTP(w, r)
+		case IdentityServiceListTokensProcedure:
+			identityServiceListTokensHandler.ServeHTTP(w, r)
+		case IdentityServiceRevokeTokenProcedure:
+			identityServiceRevokeTokenHandler.ServeHTTP(w, r)
+		case IdentityServiceListClientsProcedure:
+			identityServiceListClientsHandler.ServeHTTP(w, r)
+		case IdentityServiceDeleteClientProcedure:
+			identityServiceDeleteClientHandler.ServeHTTP(w, r)
 		case IdentityServiceMintCertProcedure:
 			identityServiceMintCertHandler.ServeHTTP(w, r)
 		case IdentityServiceMintJWTProcedure:
@@ -221,16 +338,32 @@ func NewIdentityServiceHandler(svc IdentityServiceHandler, opts ...connect.Handl
 // UnimplementedIdentityServiceHandler returns CodeUnimplemented from all methods.
 type UnimplementedIdentityServiceHandler struct{}
 
-func (UnimplementedIdentityServiceHandler) JoinNode(context.Context, *connect.Request[v1.JoinNodeRequest]) (*connect.Response[v1.IssuedCertificate], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.IdentityService.JoinNode is not implemented"))
+func (UnimplementedIdentityServiceHandler) Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.IssuedCertificate], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.IdentityService.Join is not implemented"))
 }
 
-func (UnimplementedIdentityServiceHandler) RenewNodeCertificate(context.Context, *connect.Request[v1.RenewNodeCertificateRequest]) (*connect.Response[v1.IssuedCertificate], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.IdentityService.RenewNodeCertificate is not implemented"))
+func (UnimplementedIdentityServiceHandler) RenewCertificate(context.Context, *connect.Request[v1.RenewCertificateRequest]) (*connect.Response[v1.IssuedCertificate], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.IdentityService.RenewCertificate is not implemented"))
 }
 
 func (UnimplementedIdentityServiceHandler) CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.IdentityService.CreateToken is not implemented"))
+}
+
+func (UnimplementedIdentityServiceHandler) ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.IdentityService.ListTokens is not implemented"))
+}
+
+func (UnimplementedIdentityServiceHandler) RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.IdentityService.RevokeToken is not implemented"))
+}
+
+func (UnimplementedIdentityServiceHandler) ListClients(context.Context, *connect.Request[v1.ListClientsRequest]) (*connect.Response[v1.ListClientsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.IdentityService.ListClients is not implemented"))
+}
+
+func (UnimplementedIdentityServiceHandler) DeleteClient(context.Context, *connect.Request[v1.DeleteClientRequest]) (*connect.Response[v1.DeleteClientResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.IdentityService.DeleteClient is not implemented"))
 }
 
 func (UnimplementedIdentityServiceHandler) MintCert(context.Context, *connect.Request[v1.MintCertRequest]) (*connect.Response[v1.IssuedCertificate], error) {

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/torpor-dev/torpor/internal/identity"
+)
+
+// joinFlags are how a member (node agent, router) joins the control plane
+// on its first start: a join token, and the CA it pins before sending it.
+type joinFlags struct {
+	token         string
+	caFingerprint string
+	caFile        string
+}
+
+// register adds the flags; made names the command that makes the token.
+func (f *joinFlags) register(flags *pflag.FlagSet, made string) {
+	flags.StringVar(&f.token, "join-token", "", "join token for the first start (default $TORPOR_JOIN_TOKEN; see "+made+")")
+	flags.StringVar(&f.caFingerprint, "ca-fingerprint", "", "sha256:<hex> of the control plane's CA, printed with the join token")
+	flags.StringVar(&f.caFile, "ca", "", "file of the control plane's CA certificate (PEM), instead of --ca-fingerprint")
+}
+
+// resolve returns the CA fingerprint to pin (given, or the certificate
+// file's) and the token (flag or environment; nil when there is none: a
+// member with a certificate needs none, one without says so).
+func (f *joinFlags) resolve() (caFingerprint string, token func(context.Context) (string, error), err error) {
+	caFingerprint = f.caFingerprint
+	if f.caFile != "" {
+		if caFingerprint != "" {
+			return "", nil, errors.New("--ca and --ca-fingerprint: give one")
+		}
+		data, err := os.ReadFile(f.caFile)
+		if err != nil {
+			return "", nil, fmt.Errorf("--ca: %w", err)
+		}
+		block, _ := pem.Decode(data)
+		if block == nil || block.Type != "CERTIFICATE" {
+			return "", nil, fmt.Errorf("--ca %s: no PEM CERTIFICATE block", f.caFile)
+		}
+		caFingerprint = identity.Fingerprint(block.Bytes)
+	}
+	secret := cmp.Or(f.token, os.Getenv("TORPOR_JOIN_TOKEN"))
+	if secret == "" {
+		return caFingerprint, nil, nil
+	}
+	if caFingerprint == "" {
+		return "", nil, errors.New("--join-token needs --ca-fingerprint or --ca: the control plane to trust must be known before the token is sent")
+	}
+	return caFingerprint, func(context.Context) (string, error) { return secret, nil }, nil
+}
