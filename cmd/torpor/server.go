@@ -69,6 +69,7 @@ or put server, ca and token in the client config file
 	flags.StringVar(&opts.TrustDomain, "trust-domain", identity.DefaultTrustDomain, "trust domain of the SPIFFE IDs the CA issues (fixed when the CA is created)")
 	flags.StringVar(&opts.Issuer, "issuer", "", "iss of workload JWTs, the URL verifiers find /.well-known/jwks.json under (default https://<listen>)")
 	flags.StringSliceVar(&opts.TLSNames, "tls-san", nil, "more DNS names or IP addresses for the server certificate (it always has the listen host, 127.0.0.1 and localhost)")
+	flags.DurationVar(&opts.MemberCertTTL, "member-cert-ttl", identity.DefaultMemberCertTTL, "lifetime of node and API client certificates (they renew at two thirds of it)")
 	flags.StringVar(&opts.AdminTokenFile, "admin-token-file", "", "where to write the admin token (default <data dir>/admin-token)")
 	flags.StringVar(&opts.CAFile, "ca-file", "", "where to write the CA certificate clients verify the server with (default <data dir>/ca.pem)")
 	return cmd

@@ -26,6 +26,11 @@ type ClientConfig struct {
 	CA string `json:"ca,omitempty"`
 	// Token is the API token calls authenticate with.
 	Token string `json:"token,omitempty"`
+	// Client and Credentials are the API client name and its certificate
+	// file (relative to this file's directory), written by torpor login;
+	// used when no token is set.
+	Client      string `json:"client,omitempty"`
+	Credentials string `json:"credentials,omitempty"`
 }
 
 // ConfigPath is $XDG_CONFIG_HOME/torpor/config.yaml, or

@@ -1,16 +1,20 @@
 package cli
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/torpor-dev/torpor/internal/identity"
 )
 
 // Environment variables a client reads when no flag says otherwise.
@@ -28,6 +32,10 @@ type Connection struct {
 	CA []byte
 	// Token is sent as "Authorization: Bearer <token>", over TLS only.
 	Token string
+	// Client, with its certificate file Credentials, authenticates calls
+	// when there is no Token (torpor login).
+	Client      string
+	Credentials string
 }
 
 // ResolveConnection finds the API the way every client does (the CLI, the
@@ -43,6 +51,12 @@ func ResolveConnection(serverFlag, caFlag, tokenFlag string) (Connection, error)
 	c := Connection{
 		Server: firstSet(serverFlag, os.Getenv(envServer), cfg.Server, defaultServer),
 		Token:  firstSet(tokenFlag, os.Getenv(envToken), cfg.Token),
+	}
+	if c.Token == "" && cfg.Client != "" {
+		c.Client, c.Credentials = cfg.Client, cfg.Credentials
+		if !filepath.IsAbs(c.Credentials) {
+			c.Credentials = filepath.Join(cfgDir, c.Credentials)
+		}
 	}
 	if !strings.Contains(c.Server, "://") {
 		c.Server = "https://" + c.Server
@@ -102,7 +116,8 @@ func (c ClientConfig) caPEM(dir string) ([]byte, error) {
 }
 
 // HTTPClient calls the API over c: TLS 1.3 verified against c.CA, with
-// the token on every request.
+// the token on every request, or else the client certificate (renewed
+// first when it is due).
 func (c Connection) HTTPClient() (*http.Client, error) {
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS13}
 	if len(c.CA) > 0 {
@@ -111,6 +126,13 @@ func (c Connection) HTTPClient() (*http.Client, error) {
 			return nil, errors.New("ca: no PEM certificate in it")
 		}
 		tlsConfig.RootCAs = pool
+	}
+	if c.Token == "" && c.Client != "" {
+		cert, err := c.clientCertificate()
+		if err != nil {
+			return nil, err
+		}
+		tlsConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert.Certificate(), nil }
 	}
 	transport := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
@@ -142,4 +164,28 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.next.RoundTrip(r)
+}
+
+// clientCertificate loads the logged-in client's certificate, renewing it
+// when two thirds of its life have passed.
+func (c Connection) clientCertificate() (*identity.Keypair, error) {
+	m := c.member()
+	creds, err := m.LoadCredentials()
+	if err != nil {
+		return nil, fmt.Errorf("client %s: %w (log in again: torpor login)", c.Client, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), identity.DefaultCallTimeout)
+	defer cancel()
+	if err := m.RenewIfDue(ctx, creds); err != nil {
+		return nil, err
+	}
+	return creds.Keypair(), nil
+}
+
+// member is the logged-in client as a member of the installation.
+func (c Connection) member() *identity.Member {
+	return &identity.Member{
+		Kind: identity.MemberClient, Name: c.Client, ServerURL: c.Server, File: c.Credentials,
+		Logger: slog.New(slog.DiscardHandler),
+	}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/pem"
 	"log/slog"
 	"net"
@@ -170,5 +171,85 @@ func TestTokensAgainstRealServer(t *testing.T) {
 		if msg := fails(t, url, args...); !strings.Contains(msg, "--node") {
 			t.Errorf("%v: %q, want an error naming --node", args, msg)
 		}
+	}
+}
+
+// TestLoginAgainstRealServer: the CLI spends a client join token on a
+// certificate and then authenticates with it alone (the config keeps no
+// token), within the client's spaces; it renews the certificate when two
+// thirds of its life have passed; a deleted client is refused.
+func TestLoginAgainstRealServer(t *testing.T) {
+	isolate(t)
+	ctx := context.Background()
+	data := t.TempDir()
+	st, err := store.Open(ctx, "sqlite:"+filepath.Join(data, "torpor.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	objects, err := snapshot.NewDirStore(filepath.Join(data, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler), MemberCertTTL: 10 * time.Second})
+	url := serveAPI(t, srv)
+	ok(t, url, "space", "create", "other")
+	var created torporv1.CreateTokenResponse
+	decodeAs(t, formatJSON, ok(t, url, "token", "create", "--client", "dev", "--role", "user", "--spaces", "default", "-o", "json"), &created)
+
+	if msg := fails(t, url, "login", "--name", "dev", "--join-token", created.GetToken()); !strings.Contains(msg, "--ca-fingerprint") {
+		t.Errorf("login without a pinned CA: %q", msg)
+	}
+	out := ok(t, url, "login", "--name", "dev", "--join-token", created.GetToken(), "--ca-fingerprint", created.GetCaFingerprint())
+	if !strings.Contains(out, "spiffe://torpor.local/client/dev") {
+		t.Errorf("login printed %q", out)
+	}
+	path, err := ConfigPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ReadClientConfig(path)
+	if err != nil || cfg.Token != "" || cfg.Client != "dev" {
+		t.Fatalf("client config after login: %+v (%v), want client dev and no token", cfg, err)
+	}
+	if r := torpor(t, url, "actor", "list"); r.code != 0 || r.stderr != "No actors found.\n" {
+		t.Errorf("the client's space: exit %d, stderr %q", r.code, r.stderr)
+	}
+	for _, args := range [][]string{{"actor", "list", "--space", "other"}, {"space", "list"}, {"token", "list"}} {
+		if msg := fails(t, url, args...); !strings.HasPrefix(msg, "Error: permission_denied: ") {
+			t.Errorf("%v as a user client: %q", args, msg)
+		}
+	}
+
+	conn, err := ResolveConnection("", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := func() *x509.Certificate {
+		t.Helper()
+		creds, err := conn.member().LoadCredentials()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return creds.Keypair().Certificate().Leaf
+	}
+	// Certificates are backdated a minute for clock skew, so with a
+	// lifetime of seconds two thirds of it have always passed: every
+	// command renews.
+	first := saved()
+	ok(t, url, "actor", "list")
+	if renewed := saved(); renewed.SerialNumber.Cmp(first.SerialNumber) == 0 {
+		t.Errorf("certificate past two thirds of its life not renewed (serial %x)", first.SerialNumber)
+	}
+
+	a, err := srv.Authority(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteClient(ctx, "dev"); err != nil {
+		t.Fatal(err)
+	}
+	if msg := fails(t, url, "actor", "list"); !strings.HasPrefix(msg, "Error: unauthenticated: ") {
+		t.Errorf("deleted client: %q", msg)
 	}
 }

@@ -99,6 +99,7 @@ func NewRoot() *cobra.Command {
 		newSnapshotCommand(a),
 		newTokenCommand(a),
 		newClientCommand(a),
+		newLoginCommand(a),
 	)
 	return root
 }

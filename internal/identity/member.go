@@ -79,6 +79,7 @@ type Member struct {
 type Credentials struct {
 	keypair     *Keypair
 	roots       *x509.CertPool
+	bundle      [][]byte
 	trustDomain string
 }
 
@@ -87,6 +88,9 @@ func (c *Credentials) Keypair() *Keypair { return c.keypair }
 
 // Roots is the CA the member trusts.
 func (c *Credentials) Roots() *x509.CertPool { return c.roots }
+
+// TrustBundle is the CA the member trusts, as DER certificates.
+func (c *Credentials) TrustBundle() [][]byte { return c.bundle }
 
 // TrustDomain is the trust domain of the member's certificate.
 func (c *Credentials) TrustDomain() string { return c.trustDomain }
@@ -132,7 +136,7 @@ func (m *Member) Credentials(ctx context.Context) (*Credentials, error) {
 	if m.JoinToken == nil || m.CAFingerprint == "" {
 		return nil, fmt.Errorf("%s %s has no usable certificate (%v): join it with a join token and the CA fingerprint (torpor token create --%s %s)", m.Kind, m.Name, err, m.Kind, m.Name)
 	}
-	return m.join(ctx)
+	return m.Join(ctx)
 }
 
 // LoadCredentials reads the saved certificate; it is usable if it is this
@@ -182,13 +186,16 @@ func (m *Member) check(key crypto.Signer, chain, bundle [][]byte) (*Credentials,
 	if want := spiffeURL(td, string(m.Kind), m.Name).String(); cert.Leaf.URIs[0].String() != want {
 		return nil, fmt.Errorf("the certificate is %s's, not %s's", cert.Leaf.URIs[0], want)
 	}
-	return &Credentials{keypair: NewKeypair(cert), roots: roots, trustDomain: td}, nil
+	return &Credentials{keypair: NewKeypair(cert), roots: roots, bundle: bundle, trustDomain: td}, nil
 }
 
-// join spends a join token on the member's first certificate. A control
-// plane that cannot be reached yet is retried until ctx ends; a refusal
-// is final.
-func (m *Member) join(ctx context.Context) (*Credentials, error) {
+// Join spends a join token on a new certificate for the member, replacing
+// any saved one. A control plane that cannot be reached yet is retried
+// until ctx ends; a refusal is final.
+func (m *Member) Join(ctx context.Context) (*Credentials, error) {
+	if m.JoinToken == nil || m.CAFingerprint == "" {
+		return nil, fmt.Errorf("%s %s: joining needs a join token and the CA fingerprint", m.Kind, m.Name)
+	}
 	token, err := m.JoinToken(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: join token: %w", m.Kind, m.Name, err)

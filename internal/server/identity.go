@@ -34,7 +34,7 @@ func (s *Server) newIdentityService() *identityService {
 // identityConfig is the trust domain and JWT issuer of Options: by
 // default the issuer is the API's listen address over https.
 func (s *Server) identityConfig() identity.Config {
-	cfg := identity.Config{TrustDomain: s.opts.TrustDomain, Issuer: s.opts.Issuer}
+	cfg := identity.Config{TrustDomain: s.opts.TrustDomain, Issuer: s.opts.Issuer, MemberCertTTL: s.opts.MemberCertTTL}
 	if cfg.Issuer != "" {
 		return cfg
 	}

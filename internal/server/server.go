@@ -57,6 +57,9 @@ type Options struct {
 	// carries besides the listen host, 127.0.0.1 and localhost: the names
 	// clients reach the API by.
 	TLSNames []string
+	// MemberCertTTL is the lifetime of node and API client certificates
+	// (renewed at two thirds of it). Default identity.DefaultMemberCertTTL.
+	MemberCertTTL time.Duration
 	// AdminTokenFile, when set, is where Run writes the admin token (mode
 	// 0600), and CAFile where it writes the CA certificate (PEM) clients
 	// verify the server with.
