@@ -120,17 +120,12 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.CACertificate().Raw})
 
 	nodeCfg := node.Config{
-		Name:          defaultNodeName(),
-		ServerURL:     apiURL,
-		Listen:        f.nodeListen,
-		Workers:       f.workers,
-		Pool:          "default",
-		StateDir:      filepath.Join(f.dataDir, "node"),
-		CAFingerprint: ca.CAFingerprint(),
-	}
-	nodeCfg.JoinToken = func(ctx context.Context) (string, error) {
-		tok, err := ca.CreateToken(ctx, identity.TokenRequest{Purpose: identity.PurposeNodeJoin, Name: nodeCfg.Name, TTL: 10 * time.Minute})
-		return tok.Secret, err
+		Name:      defaultNodeName(),
+		ServerURL: apiURL,
+		Listen:    f.nodeListen,
+		Workers:   f.workers,
+		Pool:      "default",
+		StateDir:  filepath.Join(f.dataDir, "node"),
 	}
 	routerMember := &identity.Member{
 		Kind: identity.MemberClient, Name: "router", ServerURL: apiURL,
@@ -145,6 +140,11 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	f.node.runtime = gvisor.Class
 	if err := completeNodeConfig(&nodeCfg, &f.node, logger); err != nil {
 		return err
+	}
+	nodeCfg.CAFingerprint = ca.CAFingerprint()
+	nodeCfg.JoinToken = func(ctx context.Context) (string, error) {
+		tok, err := ca.CreateToken(ctx, identity.TokenRequest{Purpose: identity.PurposeNodeJoin, Name: nodeCfg.Name, TTL: 10 * time.Minute})
+		return tok.Secret, err
 	}
 	agent, err := node.New(nodeCfg)
 	if err != nil {

@@ -36,7 +36,11 @@ func newClientCommand(a *app) *cobra.Command {
 			now := time.Now()
 			rows := make([][]string, 0, len(resp.GetClients()))
 			for _, cl := range resp.GetClients() {
-				rows = append(rows, []string{cl.GetName(), strings.ToLower(enumName(cl.GetRole())), strings.Join(cl.GetSpaces(), ","), age(cl.GetCreateTime(), now)})
+				spaces := strings.Join(cl.GetSpaces(), ",")
+				if spaces == "" {
+					spaces = "(all)" // admins, and routers that name none
+				}
+				rows = append(rows, []string{cl.GetName(), strings.ToLower(enumName(cl.GetRole())), spaces, age(cl.GetCreateTime(), now)})
 			}
 			return printTable(w, []string{"NAME", "ROLE", "SPACES", "AGE"}, rows)
 		},
