@@ -70,9 +70,10 @@ func torporBinary(t testing.TB) string {
 // process is a torpor subcommand running as a child process. Its output
 // goes to a log file that a failing test prints.
 type process struct {
-	name   string
-	cmd    *exec.Cmd
-	exited chan struct{}
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{}
 }
 
 func startProcess(t testing.TB, name string, args ...string) *process {
@@ -88,7 +89,7 @@ func startProcess(t testing.TB, name string, args ...string) *process {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start torpor %s: %v", strings.Join(args, " "), err)
 	}
-	p := &process{name: name, cmd: cmd, exited: make(chan struct{})}
+	p := &process{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
 	go func() {
 		cmd.Wait() //nolint:errcheck // a killed process exits with an error by design
 		close(p.exited)

@@ -33,6 +33,7 @@ type upFlags struct {
 	listen       string
 	routerListen string
 	nodeListen   string
+	nodeName     string
 	domain       string
 	workers      int
 	node         nodeFlags
@@ -59,6 +60,7 @@ actor, then stops. Needs root (sandboxes and network namespaces).`,
 	flags.StringVar(&f.nodeListen, "node-listen", "127.0.0.1:7071", "node agent address")
 	flags.StringVar(&f.domain, "domain", router.DefaultDomain, "actors are reached at <actor>.<space>.<domain>")
 	flags.IntVar(&f.workers, "workers", 4, "worker slots")
+	flags.StringVar(&f.nodeName, "node-name", defaultNodeName(), "name of the node agent (a DNS-1123 label); workers are <name>-w<i>")
 	flags.StringVar(&f.node.runsc, "runsc", "", "runsc binary (default: runsc next to this binary, else in PATH)")
 	flags.StringVar(&f.node.bridge, "bridge", netns.DefaultBridge, "bridge of the workers' network namespaces")
 	flags.StringVar(&f.node.cidr, "cidr", netns.DefaultCIDR, "workers' subnet")
@@ -120,7 +122,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.CACertificate().Raw})
 
 	nodeCfg := node.Config{
-		Name:      defaultNodeName(),
+		Name:      f.nodeName,
 		ServerURL: apiURL,
 		Listen:    f.nodeListen,
 		Workers:   f.workers,
@@ -191,6 +193,14 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	}
 	if err != nil {
 		errc <- fmt.Errorf("router: %w", err)
+	}
+
+	// "up" means a request can be served: wait for the node's workers.
+	select {
+	case <-agent.Registered():
+	case err := <-errc:
+		errc <- err
+	case <-ctx.Done():
 	}
 
 	configPath, err := cli.ConfigPath()

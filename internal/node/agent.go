@@ -572,3 +572,7 @@ func (a *Agent) dropOrphans(ctx context.Context, slots []*slot, workers []*torpo
 		}
 	}
 }
+
+// Registered is closed once the agent has registered with the control
+// plane: from then on its workers can take actors.
+func (a *Agent) Registered() <-chan struct{} { return a.registered }
