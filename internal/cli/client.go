@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 )
 
 func newClientCommand(a *app) *cobra.Command {
@@ -16,24 +19,12 @@ func newClientCommand(a *app) *cobra.Command {
 		Use:   "client",
 		Short: "List and delete the API clients that joined with a certificate (admin only)",
 	}
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List API clients: routers, users and admins with certificates",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.clients()
-			if err != nil {
-				return err
-			}
-			resp, err := call(cmd.Context(), c.identity.ListClients, &torporv1.ListClientsRequest{})
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			if a.output != formatTable {
-				return printMessages(w, a.output, []proto.Message{resp}, false)
-			}
-			now := time.Now()
+	list := identityList(a, "List API clients: routers, users and admins with certificates",
+		func(c torporv1connect.IdentityServiceClient) listRPC[torporv1.ListClientsRequest, torporv1.ListClientsResponse] {
+			return c.ListClients
+		},
+		[]string{"NAME", "ROLE", "SPACES", "AGE"},
+		func(resp *torporv1.ListClientsResponse, now time.Time) [][]string {
 			rows := make([][]string, 0, len(resp.GetClients()))
 			for _, cl := range resp.GetClients() {
 				spaces := strings.Join(cl.GetSpaces(), ",")
@@ -42,9 +33,8 @@ func newClientCommand(a *app) *cobra.Command {
 				}
 				rows = append(rows, []string{cl.GetName(), strings.ToLower(enumName(cl.GetRole())), spaces, age(cl.GetCreateTime(), now)})
 			}
-			return printTable(w, []string{"NAME", "ROLE", "SPACES", "AGE"}, rows)
-		},
-	}
+			return rows
+		})
 	del := &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Revoke an API client: its certificates stop working with its next call",
@@ -63,4 +53,32 @@ func newClientCommand(a *app) *cobra.Command {
 	}
 	noun.AddCommand(list, del)
 	return noun
+}
+
+type listRPC[Req, Resp any] = func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)
+
+// identityList is a `list` verb over one IdentityService call: a table of
+// headers and rows, or the whole response with -o json|yaml.
+func identityList[Req, Resp any](a *app, short string, rpc func(torporv1connect.IdentityServiceClient) listRPC[Req, Resp],
+	headers []string, rows func(*Resp, time.Time) [][]string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := call(cmd.Context(), rpc(c.identity), new(Req))
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if a.output != formatTable {
+				return printMessages(w, a.output, []proto.Message{any(resp).(proto.Message)}, false)
+			}
+			return printTable(w, headers, rows(resp, time.Now()))
+		},
+	}
 }

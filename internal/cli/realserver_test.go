@@ -23,18 +23,7 @@ import (
 // meaning, not only its shape.
 func TestAgainstRealServer(t *testing.T) {
 	isolate(t)
-	ctx := context.Background()
-	data := t.TempDir()
-	st, err := store.Open(ctx, "sqlite:"+filepath.Join(data, "torpor.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	objects, err := snapshot.NewDirStore(filepath.Join(data, "snapshots"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := serveAPI(t, server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler)}))
+	_, url := realServer(t, server.Options{})
 
 	dir, pinned := imageDir(t)
 	file := filepath.Join(dir, "counter.yaml")
@@ -78,6 +67,25 @@ func TestAgainstRealServer(t *testing.T) {
 		t.Errorf("deleted actor: %q", msg)
 	}
 	equalText(t, "delete template", ok(t, url, "template", "delete", "counter"), "template/counter deleted\n")
+}
+
+// realServer is a control plane on a fresh SQLite store, served as
+// serveAPI does; it returns the server and the API's URL.
+func realServer(t *testing.T, opts server.Options) (*server.Server, string) {
+	t.Helper()
+	data := t.TempDir()
+	st, err := store.Open(context.Background(), "sqlite:"+filepath.Join(data, "torpor.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	objects, err := snapshot.NewDirStore(filepath.Join(data, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Logger = slog.New(slog.DiscardHandler)
+	srv := server.New(st, objects, opts)
+	return srv, serveAPI(t, srv)
 }
 
 // serveAPI serves srv over TLS until t ends and points the CLI at it the
@@ -124,18 +132,7 @@ func serveAPI(t *testing.T, srv *server.Server) string {
 func TestTokensAgainstRealServer(t *testing.T) {
 	isolate(t)
 	ctx := context.Background()
-	data := t.TempDir()
-	st, err := store.Open(ctx, "sqlite:"+filepath.Join(data, "torpor.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	objects, err := snapshot.NewDirStore(filepath.Join(data, "snapshots"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler)})
-	url := serveAPI(t, srv)
+	srv, url := realServer(t, server.Options{})
 	a, err := srv.Authority(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -181,21 +178,27 @@ func TestTokensAgainstRealServer(t *testing.T) {
 func TestLoginAgainstRealServer(t *testing.T) {
 	isolate(t)
 	ctx := context.Background()
-	data := t.TempDir()
-	st, err := store.Open(ctx, "sqlite:"+filepath.Join(data, "torpor.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	objects, err := snapshot.NewDirStore(filepath.Join(data, "snapshots"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler), MemberCertTTL: 10 * time.Second})
-	url := serveAPI(t, srv)
+	srv, url := realServer(t, server.Options{MemberCertTTL: 10 * time.Second})
 	ok(t, url, "space", "create", "other")
 	var created torporv1.CreateTokenResponse
 	decodeAs(t, formatJSON, ok(t, url, "token", "create", "--client", "dev", "--role", "user", "--spaces", "default", "-o", "json"), &created)
+
+	admin, err := srv.AdminToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unused torporv1.CreateTokenResponse
+	decodeAs(t, formatJSON, ok(t, url, "token", "create", "--node", "n9", "-o", "json"), &unused)
+	tokens := ok(t, url, "token", "list")
+	for _, want := range []string{created.GetId()[:12] + " CLIENT_JOIN dev user default", unused.GetId()[:12] + " NODE_JOIN n9"} {
+		if !strings.Contains(strings.Join(strings.Fields(tokens), " "), want) {
+			t.Errorf("token list:\n%s\nwant a row %q", tokens, want)
+		}
+	}
+	equalText(t, "revoke", ok(t, url, "token", "revoke", unused.GetId()[:12]), "token "+unused.GetId()[:12]+" (node_join) revoked\n")
+	if tokens := ok(t, url, "token", "list"); strings.Contains(tokens, unused.GetId()[:12]) {
+		t.Errorf("token list after the revocation:\n%s", tokens)
+	}
 
 	if msg := fails(t, url, "login", "--name", "dev", "--join-token", created.GetToken()); !strings.Contains(msg, "--ca-fingerprint") {
 		t.Errorf("login without a pinned CA: %q", msg)
@@ -219,6 +222,11 @@ func TestLoginAgainstRealServer(t *testing.T) {
 		if msg := fails(t, url, args...); !strings.HasPrefix(msg, "Error: permission_denied: ") {
 			t.Errorf("%v as a user client: %q", args, msg)
 		}
+	}
+
+	clients := ok(t, url, "--token", admin, "client", "list")
+	if lines := strings.Split(strings.TrimSpace(clients), "\n"); len(lines) != 2 || !strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), "dev user default ") {
+		t.Errorf("client list:\n%s", clients)
 	}
 
 	conn, err := ResolveConnection("", "", "")

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 )
 
 func newTokenCommand(a *app) *cobra.Command {
@@ -122,24 +123,12 @@ Join tokens last 1h by default, API tokens 24h.`,
 }
 
 func newTokenListCommand(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List the tokens that are neither used nor expired (never their secrets)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.clients()
-			if err != nil {
-				return err
-			}
-			resp, err := call(cmd.Context(), c.identity.ListTokens, &torporv1.ListTokensRequest{})
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			if a.output != formatTable {
-				return printMessages(w, a.output, []proto.Message{resp}, false)
-			}
-			now := time.Now()
+	return identityList(a, "List the tokens that are neither used nor expired (never their secrets)",
+		func(c torporv1connect.IdentityServiceClient) listRPC[torporv1.ListTokensRequest, torporv1.ListTokensResponse] {
+			return c.ListTokens
+		},
+		[]string{"ID", "PURPOSE", "NAME", "ROLE", "SPACES", "AGE", "EXPIRES"},
+		func(resp *torporv1.ListTokensResponse, now time.Time) [][]string {
 			rows := make([][]string, 0, len(resp.GetTokens()))
 			for _, t := range resp.GetTokens() {
 				rows = append(rows, []string{
@@ -147,9 +136,8 @@ func newTokenListCommand(a *app) *cobra.Command {
 					strings.Join(t.GetSpaces(), ","), age(t.GetCreateTime(), now), t.GetExpireTime().AsTime().Format(time.RFC3339),
 				})
 			}
-			return printTable(w, []string{"ID", "PURPOSE", "NAME", "ROLE", "SPACES", "AGE", "EXPIRES"}, rows)
-		},
-	}
+			return rows
+		})
 }
 
 // shortID is enough of a token's id to revoke it by.
