@@ -102,7 +102,9 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 	}
 	// The writer never checkpoints inside a commit: the checkpointer does,
 	// in the background, on a connection of its own (see checkpoint.go).
-	writer := sql.OpenDB(stmtCachingConnector{dsn: path + "?" + sqliteParams + "&_pragma=wal_autocheckpoint(0)&_txlock=immediate", driver: &sqlite.Driver{}})
+	// Its savepoints (batch.go) keep their undo pages in memory
+	// (temp_store), never in a temporary file.
+	writer := sql.OpenDB(stmtCachingConnector{dsn: path + "?" + sqliteParams + "&_pragma=wal_autocheckpoint(0)&_pragma=temp_store(MEMORY)&_txlock=immediate", driver: &sqlite.Driver{}})
 	writer.SetMaxOpenConns(1)
 	writer.SetMaxIdleConns(1)
 	readers := 2 * runtime.GOMAXPROCS(0)
@@ -130,6 +132,8 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 	}
 	cp = startCheckpointer(ckpt)
 	s.wrote = cp.wrote
+	s.batch = newBatcher(writer)
+	s.batch.committed = cp.wrote
 	s.view = newView(executor{read: reader, write: countingWriter{db: writer, wrote: cp.wrote}})
 	return s, nil
 }

@@ -60,6 +60,8 @@ type sqlStore struct {
 	writer *sql.DB
 	// wrote, when set, is told of every commit (SQLite's checkpointer).
 	wrote func()
+	// batch, when set, runs InTx with group commit (SQLite).
+	batch *batcher
 	close func() error
 }
 
@@ -75,6 +77,9 @@ func newSQLStore(d *dialect, writer, reader *sql.DB, close func() error) *sqlSto
 // InTx runs fn in one transaction. Inside fn, use only the Tx it is given:
 // on SQLite the store's own write path waits for the transaction to end.
 func (s *sqlStore) InTx(ctx context.Context, fn func(tx Tx) error) error {
+	if s.batch != nil {
+		return s.batch.inTx(ctx, fn)
+	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)

@@ -75,10 +75,12 @@ func (c *stmtCachingConn) stmt(ctx context.Context, query string) (cachedStmt, e
 }
 
 // Statements without arguments are one-offs (schema changes, pragmas) and
-// are not kept.
+// are not kept, except the savepoints of group commit (batch.go), which
+// run for every transaction.
+var keptWithoutArgs = map[string]bool{savepointSQL: true, releaseSQL: true, rollbackToSQL: true}
 
 func (c *stmtCachingConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	if len(args) == 0 {
+	if len(args) == 0 && !keptWithoutArgs[query] {
 		return c.sqliteConn.ExecContext(ctx, query, args)
 	}
 	s, err := c.stmt(ctx, query)
