@@ -16,10 +16,13 @@ import (
 // BenchmarkProxy measures the latency the router adds for a running actor:
 // the same small request straight to the workload ("direct"), through a
 // bare httputil.ReverseProxy ("bare-proxy": the cost of any extra hop), and
-// through the router ("router"), sequentially over keep-alive connections.
-// router minus direct is the router's cost per request; router minus
-// bare-proxy is what its own work (addressing, cache, tracking, metrics,
-// log) adds to the hop.
+// through the router ("router": an API client with a certificate, as
+// torpor router is), sequentially over keep-alive connections. router
+// minus direct is the router's cost per request; router minus bare-proxy
+// is what its own work (addressing, cache, tracking, metrics, log) adds to
+// the hop. "router-admin-token" calls the API with the admin token instead,
+// which the server checks without a store read: the difference is the cost
+// of reading the client's record on every call.
 func BenchmarkProxy(b *testing.B) {
 	e := newEnv(b, 1, helloWorkload)
 	key := e.createActor("app", nil)
@@ -36,6 +39,7 @@ func BenchmarkProxy(b *testing.B) {
 		b.Fatal(err)
 	}
 	routed := tr.request(b, http.MethodGet, key, "/", nil)
+	withToken := e.newRouter(Config{HTTPClient: e.apiClient}).request(b, http.MethodGet, key, "/", nil)
 	bare := httptest.NewServer(httputil.NewSingleHostReverseProxy(direct.URL))
 	defer bare.Close()
 	viaBare, err := http.NewRequest(http.MethodGet, bare.URL+"/", nil)
@@ -46,7 +50,7 @@ func BenchmarkProxy(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		req  *http.Request
-	}{{"direct", direct}, {"bare-proxy", viaBare}, {"router", routed}} {
+	}{{"direct", direct}, {"bare-proxy", viaBare}, {"router", routed}, {"router-admin-token", withToken}} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
 				resp, err := client.Do(bc.req)
