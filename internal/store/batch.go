@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 )
 
@@ -42,10 +43,14 @@ type batcher struct {
 	// waiting counts callers waiting for the turn: while there are any,
 	// the batch stays open for them.
 	waiting atomic.Int32
+	// exclusiveWaiting counts callers of exclusive waiting: while there
+	// are any, every member commits before it gives up the turn.
+	exclusiveWaiting atomic.Int32
 	// cur is the open batch; only the holder of turn reads or writes it.
 	cur *batch
 	// committed is told of every commit.
 	committed func()
+	columns   *columnCache
 }
 
 type batch struct {
@@ -55,8 +60,8 @@ type batch struct {
 	err     error // the commit's, read after done is closed
 }
 
-func newBatcher(db *sql.DB) *batcher {
-	return &batcher{db: db, turn: make(chan struct{}, 1)}
+func newBatcher(db *sql.DB, columns *columnCache) *batcher {
+	return &batcher{db: db, turn: make(chan struct{}, 1), columns: columns}
 }
 
 func (b *batcher) inTx(ctx context.Context, fn func(tx Tx) error) (err error) {
@@ -89,7 +94,7 @@ func (b *batcher) inTx(ctx context.Context, fn func(tx Tx) error) (err error) {
 	if bt.members == 1 {
 		// The first member needs no savepoint: when it fails, the whole
 		// transaction is rolled back and the batch ends with it.
-		fnErr, p = runFn(ctx, bt.tx, fn)
+		fnErr, p = b.runFn(ctx, bt.tx, fn)
 		if fnErr != nil || p != nil {
 			_ = bt.tx.Rollback()
 			b.finish(bt, nil)
@@ -99,7 +104,7 @@ func (b *batcher) inTx(ctx context.Context, fn func(tx Tx) error) (err error) {
 			return fnErr
 		}
 	} else {
-		fnErr, p, broken = runMember(ctx, bt.tx, fn)
+		fnErr, p, broken = b.runMember(ctx, bt.tx, fn)
 	}
 	switch {
 	case broken != nil:
@@ -107,7 +112,7 @@ func (b *batcher) inTx(ctx context.Context, fn func(tx Tx) error) (err error) {
 		// now, so no later member runs outside a transaction.
 		_ = bt.tx.Rollback()
 		b.finish(bt, fmt.Errorf("transaction aborted: %w", broken))
-	case b.waiting.Load() == 0 || bt.members >= maxBatch:
+	case b.waiting.Load() == 0 || bt.members >= maxBatch || b.exclusiveWaiting.Load() > 0:
 		var err error
 		if err = bt.tx.Commit(); err != nil {
 			err = fmt.Errorf("commit transaction: %w", err)
@@ -130,6 +135,25 @@ func (b *batcher) inTx(ctx context.Context, fn func(tx Tx) error) (err error) {
 	return fnErr
 }
 
+// exclusive runs f while no transaction of the store is open: it holds
+// the turn at a moment when no batch is open.
+func (b *batcher) exclusive(f func()) {
+	b.exclusiveWaiting.Add(1)
+	defer b.exclusiveWaiting.Add(-1)
+	for {
+		b.turn <- struct{}{}
+		if b.cur == nil {
+			break
+		}
+		// A member left the batch open for a caller waiting behind us; it
+		// gets the turn now and, seeing us wait, commits.
+		<-b.turn
+		runtime.Gosched()
+	}
+	defer func() { <-b.turn }()
+	f()
+}
+
 // finish ends bt with err (nil: committed) and gives up the turn.
 func (b *batcher) finish(bt *batch, err error) {
 	bt.err = err
@@ -145,7 +169,7 @@ const (
 )
 
 // runFn runs fn on tx and returns its error, or what it panicked with.
-func runFn(ctx context.Context, tx *sql.Tx, fn func(tx Tx) error) (err error, panicked any) {
+func (b *batcher) runFn(ctx context.Context, tx *sql.Tx, fn func(tx Tx) error) (err error, panicked any) {
 	if err := ctx.Err(); err != nil {
 		return err, nil
 	}
@@ -155,18 +179,18 @@ func runFn(ctx context.Context, tx *sql.Tx, fn func(tx Tx) error) (err error, pa
 		}
 	}()
 	ex := uncancelable{tx}
-	return fn(newView(executor{read: ex, write: ex})), nil
+	return fn(newView(executor{read: ex, write: ex, columns: b.columns})), nil
 }
 
 // runMember runs fn in a savepoint of tx. broken is set when the
 // savepoint could not be opened, released or rolled back: the
 // transaction is no longer usable.
-func runMember(ctx context.Context, tx *sql.Tx, fn func(tx Tx) error) (fnErr error, panicked any, broken error) {
+func (b *batcher) runMember(ctx context.Context, tx *sql.Tx, fn func(tx Tx) error) (fnErr error, panicked any, broken error) {
 	bg := context.WithoutCancel(ctx)
 	if _, err := tx.ExecContext(bg, savepointSQL); err != nil {
 		return err, nil, err
 	}
-	fnErr, panicked = runFn(ctx, tx, fn)
+	fnErr, panicked = b.runFn(ctx, tx, fn)
 	if fnErr != nil {
 		if _, err := tx.ExecContext(bg, rollbackToSQL); err != nil {
 			return fnErr, panicked, err

@@ -187,3 +187,33 @@ func TestGroupCommit(t *testing.T) {
 		}
 	})
 }
+
+// TestExclusiveWaitsForTheOpenBatch: the checkpointer's exclusive section
+// runs only when no transaction is open, and a batch that someone would
+// have kept open commits for it.
+func TestExclusiveWaitsForTheOpenBatch(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openBatching(t)
+	var ran, open bool
+	var seen error
+	var wg sync.WaitGroup
+	_, errs := joined(t, s, func(tx Tx) error {
+		wg.Go(func() {
+			s.batch.exclusive(func() {
+				ran, open = true, s.batch.cur != nil
+				_, seen = s.Spaces().Get(ctx, "", "a")
+			})
+		})
+		for s.batch.exclusiveWaiting.Load() == 0 {
+			runtime.Gosched()
+		}
+		return create("a")(tx)
+	}, create("b"))
+	wg.Wait()
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if !ran || open || seen != nil {
+		t.Fatalf("exclusive ran %v, with a batch open %v, saw the committed space: %v", ran, open, seen)
+	}
+}

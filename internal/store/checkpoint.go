@@ -19,22 +19,40 @@ import (
 // blocks readers or the writer, and it changes nothing about durability:
 // a commit is in the WAL either way, and what survives a crash is decided
 // by synchronous (see sqliteParams), not by when pages are copied.
+//
+// A WAL only starts over from its beginning when a writer finds it fully
+// copied and no reader still using it. Under a steady load of writes and
+// reads that never happens by itself, and the WAL grows without bound
+// (hundreds of MB within seconds at 8 goroutines), making every read
+// slower: a page lookup searches the WAL's whole index. So once the WAL
+// holds restartFrames pages, the checkpointer runs a RESTART checkpoint:
+// it copies the little the PASSIVE one left and waits for readers to move
+// on to the database file, after which the next commit writes the WAL
+// from its beginning again. RESTART must have the writer's lock to itself;
+// SQLite would have it poll for that lock (sleeping 1, 2, 5, ... ms) while
+// the store's writer, busy, takes it again and again, so the checkpointer
+// takes the store's own turn instead (batcher.exclusive): transactions
+// wait in Go for the few milliseconds the RESTART takes.
 const (
 	checkpointEvery    = 100
 	checkpointInterval = time.Second
+	restartFrames      = 4096
 )
 
 // checkpointer runs PASSIVE WAL checkpoints off the request path.
 type checkpointer struct {
-	db     *sql.DB
+	db *sql.DB
+	// exclusive runs its function while no transaction of the store is
+	// open.
+	exclusive func(func())
 	writes atomic.Int64
 	kick   chan struct{}
 	stop   chan struct{}
 	done   sync.WaitGroup
 }
 
-func startCheckpointer(db *sql.DB) *checkpointer {
-	c := &checkpointer{db: db, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+func startCheckpointer(db *sql.DB, exclusive func(func())) *checkpointer {
+	c := &checkpointer{db: db, exclusive: exclusive, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	c.done.Go(c.loop)
 	return c
 }
@@ -67,8 +85,18 @@ func (c *checkpointer) loop() {
 		last = c.writes.Load()
 		// An error (the file busy with another process's checkpoint) is
 		// left to the next round: nothing depends on one checkpoint.
-		_, _ = c.db.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)")
+		if frames, err := c.checkpoint("PASSIVE"); err == nil && frames >= restartFrames {
+			c.exclusive(func() { _, _ = c.checkpoint("RESTART") })
+		}
 	}
+}
+
+// checkpoint runs one checkpoint of mode and returns the WAL's size in
+// pages.
+func (c *checkpointer) checkpoint(mode string) (frames int, err error) {
+	var busy, done int
+	err = c.db.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &frames, &done)
+	return frames, err
 }
 
 // close stops the loop and closes its connection. The last connection to

@@ -54,7 +54,8 @@ func (c *collection[T]) Create(ctx context.Context, obj T) (T, error) {
 	if err != nil {
 		return zero, fmt.Errorf("create %s: encode: %w", c.describe(meta.Space, meta.Name), err)
 	}
-	args := append([]any{meta.Space, meta.Name, meta.Uid, meta.Version, t, t, data}, c.columnValues(rec)...)
+	values := c.columnValues(rec)
+	args := append([]any{meta.Space, meta.Name, meta.Uid, meta.Version, t, t, data}, anys(values)...)
 	// ON CONFLICT DO NOTHING rather than a unique-violation error: on
 	// PostgreSQL a failed statement would abort the caller's transaction.
 	res, err := c.ex.write.ExecContext(ctx, c.kind.insertSQL, args...)
@@ -68,6 +69,7 @@ func (c *collection[T]) Create(ctx context.Context, obj T) (T, error) {
 	if n == 0 {
 		return zero, c.createConflict(ctx, meta.Space, meta.Name, meta.Uid)
 	}
+	c.ex.columns.put(c.kind.table, meta.Uid, meta.Version, values)
 	return rec, nil
 }
 
@@ -181,10 +183,31 @@ func (c *collection[T]) Update(ctx context.Context, obj T) (T, error) {
 	if err != nil {
 		return zero, fmt.Errorf("update %s: encode: %w", what, err)
 	}
-	args := append([]any{meta.Version, t, data}, c.columnValues(rec)...)
-	args = append(args, meta.Space, meta.Name, meta.Uid, expected)
+	values := c.columnValues(rec)
 	var created time.Time
-	err = c.ex.write.QueryRowContext(ctx, c.kind.updateSQL, args...).Scan(&created)
+	// Indexed columns known to keep their value are left alone (see
+	// columns.go); when that guess is wrong, the full update follows.
+	err = sql.ErrNoRows
+	if keep := c.unchanged(meta.Uid, expected, values); keep != 0 {
+		args := []any{meta.Version, t, data}
+		for i, v := range values {
+			if keep&(1<<i) == 0 {
+				args = append(args, v)
+			}
+		}
+		args = append(args, meta.Space, meta.Name, meta.Uid, expected)
+		for i, v := range values {
+			if keep&(1<<i) != 0 {
+				args = append(args, v)
+			}
+		}
+		err = c.ex.write.QueryRowContext(ctx, c.kind.updateKeeping[keep], args...).Scan(&created)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		args := append([]any{meta.Version, t, data}, anys(values)...)
+		args = append(args, meta.Space, meta.Name, meta.Uid, expected)
+		err = c.ex.write.QueryRowContext(ctx, c.kind.updateSQL, args...).Scan(&created)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return zero, c.mismatch(ctx, "update", meta.Space, meta.Name, meta.Uid, expected)
 	}
@@ -193,6 +216,7 @@ func (c *collection[T]) Update(ctx context.Context, obj T) (T, error) {
 	}
 	// The create time is the stored one, whatever the caller sent.
 	meta.CreateTime = timestamppb.New(created)
+	c.ex.columns.put(c.kind.table, meta.Uid, meta.Version, values)
 	return rec, nil
 }
 
@@ -260,12 +284,36 @@ func (c *collection[T]) prepare(obj T) (T, *torporv1.ObjectMeta, error) {
 	return rec, meta, nil
 }
 
-func (c *collection[T]) columnValues(rec T) []any {
-	vals := make([]any, len(c.kind.columns))
+func (c *collection[T]) columnValues(rec T) []string {
+	vals := make([]string, len(c.kind.columns))
 	for i, col := range c.kind.columns {
 		vals[i] = col.value(rec)
 	}
 	return vals
+}
+
+// unchanged returns the bit set of the indexed columns whose stored value
+// at (uid, version) is known to equal values (bit i: column i).
+func (c *collection[T]) unchanged(uid string, version int64, values []string) int {
+	old, ok := c.ex.columns.get(c.kind.table, uid, version)
+	if !ok || len(old) != len(values) {
+		return 0
+	}
+	keep := 0
+	for i := range values {
+		if old[i] == values[i] {
+			keep |= 1 << i
+		}
+	}
+	return keep
+}
+
+func anys(values []string) []any {
+	a := make([]any, len(values))
+	for i, v := range values {
+		a[i] = v
+	}
+	return a
 }
 
 // scan decodes rows of recordColumns. The key, uid, version and times come
@@ -290,6 +338,9 @@ func (c *collection[T]) scan(rows *sql.Rows) ([]T, error) {
 		}
 		meta := c.kind.metadata(rec)
 		meta.Space, meta.Name, meta.Uid, meta.Version = space, name, uid, version
+		if c.ex.columns != nil && len(c.kind.columns) > 0 {
+			c.ex.columns.put(c.kind.table, uid, version, c.columnValues(rec))
+		}
 		meta.CreateTime = timestamppb.New(createTime)
 		meta.UpdateTime = timestamppb.New(updateTime)
 		recs = append(recs, rec)

@@ -92,6 +92,10 @@ type kind[T Object] struct {
 	meta    protoreflect.FieldDescriptor
 
 	insertSQL, updateSQL, getSQL, currentSQL string
+	// updateKeeping[m] is the update that leaves the columns in bit set m
+	// (bit i: columns[i]) out of its SET list and requires their values in
+	// its WHERE clause (see columns.go). updateKeeping[0] is updateSQL.
+	updateKeeping []string
 }
 
 const recordColumns = "space, name, uid, version, create_time, update_time, data"
@@ -114,6 +118,30 @@ func newKind[T Object](name, table string, columns ...column[T]) *kind[T] {
 	n := len(sets)
 	k.updateSQL = fmt.Sprintf("UPDATE %s SET %s WHERE space = $%d AND name = $%d AND uid = $%d AND version = $%d RETURNING create_time",
 		table, strings.Join(sets, ", "), n+1, n+2, n+3, n+4)
+	k.updateKeeping = make([]string, 1<<len(columns))
+	for m := range k.updateKeeping {
+		sets := []string{"version = $1", "update_time = $2", "data = $3"}
+		var kept []string
+		n := 3
+		for i, c := range columns {
+			if m&(1<<i) == 0 {
+				n++
+				sets = append(sets, fmt.Sprintf("%s = $%d", c.name, n))
+			}
+		}
+		where := fmt.Sprintf("space = $%d AND name = $%d AND uid = $%d AND version = $%d", n+1, n+2, n+3, n+4)
+		n += 4
+		for i, c := range columns {
+			if m&(1<<i) != 0 {
+				n++
+				kept = append(kept, fmt.Sprintf(" AND %s = $%d", c.name, n))
+			}
+		}
+		k.updateKeeping[m] = fmt.Sprintf("UPDATE %s SET %s WHERE %s%s RETURNING create_time", table, strings.Join(sets, ", "), where, strings.Join(kept, ""))
+	}
+	if k.updateKeeping[0] != k.updateSQL {
+		panic(fmt.Sprintf("store: %s: update statements disagree:\n%s\n%s", name, k.updateKeeping[0], k.updateSQL))
+	}
 	k.getSQL = fmt.Sprintf("SELECT %s FROM %s WHERE space = $1 AND name = $2", recordColumns, table)
 	k.currentSQL = fmt.Sprintf("SELECT uid, version FROM %s WHERE space = $1 AND name = $2", table)
 	return k

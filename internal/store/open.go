@@ -130,11 +130,11 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("sqlite %s: %w", path, err)
 	}
-	cp = startCheckpointer(ckpt)
+	s.batch = newBatcher(writer, s.columns)
+	cp = startCheckpointer(ckpt, s.batch.exclusive)
 	s.wrote = cp.wrote
-	s.batch = newBatcher(writer)
 	s.batch.committed = cp.wrote
-	s.view = newView(executor{read: reader, write: countingWriter{db: writer, wrote: cp.wrote}})
+	s.view = newView(executor{read: reader, write: countingWriter{db: writer, wrote: cp.wrote}, columns: s.columns})
 	return s, nil
 }
 

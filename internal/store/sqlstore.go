@@ -19,6 +19,8 @@ type dbtx interface {
 // go to different connection pools, inside one both are the transaction.
 type executor struct {
 	read, write dbtx
+	// columns, when set, remembers indexed column values (columns.go).
+	columns *columnCache
 }
 
 // view is the Tx implementation over one executor.
@@ -62,14 +64,18 @@ type sqlStore struct {
 	wrote func()
 	// batch, when set, runs InTx with group commit (SQLite).
 	batch *batcher
+	// columns is shared by every view of the store.
+	columns *columnCache
 	close func() error
 }
 
 func newSQLStore(d *dialect, writer, reader *sql.DB, close func() error) *sqlStore {
+	columns := newColumnCache()
 	return &sqlStore{
-		view:    newView(executor{read: reader, write: writer}),
+		view:    newView(executor{read: reader, write: writer, columns: columns}),
 		dialect: d,
 		writer:  writer,
+		columns: columns,
 		close:   close,
 	}
 }
@@ -91,7 +97,7 @@ func (s *sqlStore) InTx(ctx context.Context, fn func(tx Tx) error) error {
 			_ = tx.Rollback()
 		}
 	}()
-	if err := fn(newView(executor{read: tx, write: tx})); err != nil {
+	if err := fn(newView(executor{read: tx, write: tx, columns: s.columns})); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
