@@ -45,10 +45,10 @@ type checkpointer struct {
 	// exclusive runs its function while no transaction of the store is
 	// open.
 	exclusive func(func())
-	writes atomic.Int64
-	kick   chan struct{}
-	stop   chan struct{}
-	done   sync.WaitGroup
+	writes    atomic.Int64
+	kick      chan struct{}
+	stop      chan struct{}
+	done      sync.WaitGroup
 }
 
 func startCheckpointer(db *sql.DB, exclusive func(func())) *checkpointer {

@@ -66,7 +66,7 @@ type sqlStore struct {
 	batch *batcher
 	// columns is shared by every view of the store.
 	columns *columnCache
-	close func() error
+	close   func() error
 }
 
 func newSQLStore(d *dialect, writer, reader *sql.DB, close func() error) *sqlStore {
