@@ -1,10 +1,12 @@
 # Tool versions are pinned in tools/go.mod (Go tool directives) and
-# GVISOR_VERSION below; everything builds from the Go module proxy.
+# GVISOR_VERSION and VERSITYGW_VERSION below; everything builds from the Go
+# module proxy.
 GVISOR_VERSION := v0.0.0-20260905035102-160fafc42237
+VERSITYGW_VERSION := v1.8.0
 TOOLS := go tool -modfile=tools/go.mod
 BIN := $(CURDIR)/bin
 
-.PHONY: all build generate runsc images up test bench clean
+.PHONY: all build generate runsc s3server images up test bench clean
 
 all: build
 
@@ -20,6 +22,12 @@ runsc: $(BIN)/runsc
 $(BIN)/runsc:
 	CGO_ENABLED=0 GOBIN=$(BIN) go install -ldflags="-s -w" gvisor.dev/gvisor/runsc@$(GVISOR_VERSION)
 
+# A real S3-compatible server (Versity's gateway over a directory) for the
+# tests of S3 snapshot storage.
+s3server: $(BIN)/versitygw
+$(BIN)/versitygw:
+	GOBIN=$(BIN) go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+
 # The counter example's OCI image layout, built without a container engine
 # or registry; rebuilt only when its sources change.
 images: examples/counter/image/index.json
@@ -30,10 +38,10 @@ examples/counter/image/index.json: $(filter-out %_test.go,$(wildcard examples/co
 up: build runsc images
 	$(BIN)/torpor up
 
-test: build runsc images
+test: build runsc s3server images
 	go test -count=1 -timeout 60m ./...
 
-bench: build runsc images
+bench: build runsc s3server images
 	go test -run '^$$' -bench . -benchtime 2s ./...
 
 clean:

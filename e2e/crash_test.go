@@ -353,7 +353,7 @@ func tamperSnapshot(t testing.TB, c *cluster, name string) (file, object string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(c.objects.Root(), filepath.FromSlash(resp.Msg.GetLocation()))
+	dir := filepath.Join(c.snapshotStorage, filepath.FromSlash(resp.Msg.GetLocation())) // a directory: the cluster has no s3
 	body, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -481,7 +481,7 @@ func (c *cluster) startNodeProcess(workers int) *nodeProcess {
 	token, fingerprint := c.joinToken(n.name)
 	n.args = []string{"node",
 		"--server", c.api, "--join-token", token, "--ca-fingerprint", fingerprint, "--name", n.name, "--workers", strconv.Itoa(workers),
-		"--listen", freeAddr(t), "--state-dir", n.stateDir, "--snapshots", c.objects.Root(),
+		"--listen", freeAddr(t), "--state-dir", n.stateDir, "--snapshots", c.snapshotStorage,
 		"--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)}
 	n.process = startProcess(t, "node-"+n.name, n.args...)
 	t.Cleanup(func() { n.removeLeftovers(t) })

@@ -34,6 +34,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/server"
 	"github.com/torpor-dev/torpor/internal/snapshot"
+	"github.com/torpor-dev/torpor/internal/snapshot/s3test"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
 )
@@ -47,19 +48,25 @@ type clusterOptions struct {
 	workersPerNode   int
 	heartbeatTimeout time.Duration
 	parkTimeout      time.Duration
+	// s3 keeps snapshots in S3-compatible storage (a real server,
+	// s3test) instead of a local directory.
+	s3 bool
 }
 
 // cluster is a control plane, its node agents and a router.
 type cluster struct {
-	t       testing.TB
-	ctx     context.Context
-	store   store.Store
-	server  *server.Server
-	api     string
-	objects *snapshot.DirStore
-	nodes   []*nodeAgent
-	router  *router.Router
-	ingress string
+	t      testing.TB
+	ctx    context.Context
+	store  store.Store
+	server *server.Server
+	api    string
+	// snapshotStorage is the snapshot storage's location (a directory or an
+	// s3:// location), objects the store at it.
+	snapshotStorage string
+	objects         snapshot.ObjectStore
+	nodes           []*nodeAgent
+	router          *router.Router
+	ingress         string
 	// conn reaches the API as the admin (the CA to verify it with and the
 	// admin token); http is its client.
 	conn cli.Connection
@@ -99,7 +106,11 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.store.Close() })
-	if c.objects, err = snapshot.NewDirStore(t.TempDir()); err != nil {
+	c.snapshotStorage = t.TempDir()
+	if opts.s3 {
+		c.snapshotStorage = s3test.Location(t, "torpor")
+	}
+	if c.objects, err = snapshot.Open(ctx, c.snapshotStorage); err != nil {
 		t.Fatal(err)
 	}
 	logger := testLogger()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -75,7 +76,7 @@ certificate, to the control plane only.`,
 	flags.StringVar(&cfg.Listen, "listen", "127.0.0.1:7071", "address to serve the node agent API on")
 	flags.StringVar(&cfg.Advertise, "advertise", "", "URL the control plane reaches this agent at (default https://<listen>)")
 	flags.StringVar(&cfg.StateDir, "state-dir", "", "node state: records, volumes, images, snapshot cache (default <data dir>/node/<name>)")
-	flags.StringVar(&f.snapshots, "snapshots", "", "snapshot storage directory, shared with the server (default <data dir>/snapshots)")
+	flags.StringVar(&f.snapshots, "snapshots", "", "snapshot storage shared with the server: a directory, or s3://BUCKET[/PREFIX][?endpoint=HOST:PORT&region=R&insecure=true] with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (default <data dir>/snapshots)")
 	flags.StringVar(&f.runtime, "runtime", gvisor.Class, "sandbox runtime: gvisor")
 	flags.StringVar(&f.runsc, "runsc", "", "runsc binary (default: runsc next to this binary, else in PATH)")
 	flags.StringVar(&f.bridge, "bridge", netns.DefaultBridge, "node bridge the workers' network namespaces attach to")
@@ -106,7 +107,7 @@ func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) err
 			f.snapshots = filepath.Join(dir, "snapshots")
 		}
 	}
-	if cfg.Snapshots, err = snapshot.NewDirStore(f.snapshots); err != nil {
+	if cfg.Snapshots, err = snapshot.Open(context.Background(), f.snapshots); err != nil {
 		return fmt.Errorf("--snapshots: %w", err)
 	}
 	if cfg.Network, err = netns.New(netns.Config{Node: cfg.Name, Bridge: f.bridge, CIDR: f.cidr}); err != nil {

@@ -62,7 +62,7 @@ or put server, ca and token in the client config file
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&opts.Listen, "listen", "127.0.0.1:7070", "address to serve the API on (HTTPS)")
-	flags.StringVar(&opts.Snapshots, "snapshots", "", "snapshot storage directory, shared with the nodes (default <data dir>/snapshots)")
+	flags.StringVar(&opts.Snapshots, "snapshots", "", "snapshot storage shared with the nodes: a directory, or s3://BUCKET[/PREFIX][?endpoint=HOST:PORT&region=R&insecure=true] with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (default <data dir>/snapshots)")
 	flags.DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "a node silent for longer is lost and its actors crash")
 	flags.DurationVar(&opts.RecoverAfter, "recover-after", 2*time.Minute, "re-drive workflow steps in flight for longer than this")
 	flags.StringVar(&opts.Store, "store", "", "store: sqlite:PATH or postgres://... (default sqlite:<data dir>/torpor.db, data dir $XDG_DATA_HOME/torpor or ~/.local/share/torpor)")

@@ -38,7 +38,8 @@ type Options struct {
 	Listen string
 	// Store is "sqlite:PATH" or a postgres:// URL.
 	Store string
-	// Snapshots is the snapshot storage directory, shared with the nodes.
+	// Snapshots is the snapshot storage shared with the nodes: a
+	// directory or an s3:// location (snapshot.Open).
 	Snapshots string
 	// HeartbeatTimeout: a node silent for longer is lost and its actors
 	// crash. Default 15s.
@@ -233,7 +234,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("open store %s: %w", opts.Store, err)
 	}
 	defer st.Close()
-	objects, err := snapshot.NewDirStore(opts.Snapshots)
+	objects, err := snapshot.Open(ctx, opts.Snapshots)
 	if err != nil {
 		return fmt.Errorf("open snapshot storage %s: %w", opts.Snapshots, err)
 	}

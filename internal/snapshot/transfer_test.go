@@ -36,9 +36,16 @@ func mixedContent(n int, seed uint64) []byte {
 	return b
 }
 
+// TestRoundTrip uploads and downloads a tree with every kind of entry on
+// each backend.
 func TestRoundTrip(t *testing.T) {
+	for _, b := range objectStoreBackends {
+		t.Run(b.name, func(t *testing.T) { testRoundTrip(t, b.open(t, "")) })
+	}
+}
+
+func testRoundTrip(t *testing.T, base ObjectStore) {
 	ctx := t.Context()
-	base := newDirStore(t)
 	store := &recordingStore{ObjectStore: base}
 	entries := []treeEntry{
 		{path: ".", dir: true, mode: 0o750},
