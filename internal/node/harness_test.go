@@ -35,7 +35,6 @@ type registry struct {
 	mu         sync.Mutex
 	nodes      map[string]*torporv1.RegisterNodeRequest
 	heartbeats map[string]int
-	changed    chan struct{}
 	// placements, when set, is the actor uid each worker hosts as far as
 	// the control plane knows (answered as worker status).
 	placements map[string]string
@@ -55,7 +54,7 @@ func newRegistry(t testing.TB) *registry { return newRegistryWithCA(t, identity.
 // newRegistryWithCA serves a registry whose CA has cfg.
 func newRegistryWithCA(t testing.TB, cfg identity.Config) *registry {
 	t.Helper()
-	r := &registry{nodes: map[string]*torporv1.RegisterNodeRequest{}, heartbeats: map[string]int{}, changed: make(chan struct{}, 100)}
+	r := &registry{nodes: map[string]*torporv1.RegisterNodeRequest{}, heartbeats: map[string]int{}}
 	st, err := store.Open(context.Background(), storetest.URL(t, "sqlite"))
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +156,6 @@ func (r *registry) RegisterNode(_ context.Context, req *connect.Request[torporv1
 		}
 		resp.Workers = append(resp.Workers, w)
 	}
-	r.changed <- struct{}{}
 	return connect.NewResponse(resp), nil
 }
 
@@ -168,7 +166,6 @@ func (r *registry) Heartbeat(_ context.Context, req *connect.Request[torporv1.He
 		return nil, connect.NewError(connect.CodeNotFound, errors.New("node "+req.Msg.GetNode()+" is not registered"))
 	}
 	r.heartbeats[req.Msg.GetNode()]++
-	r.changed <- struct{}{}
 	return connect.NewResponse(&torporv1.HeartbeatResponse{HeartbeatTime: timestamppb.Now()}), nil
 }
 
