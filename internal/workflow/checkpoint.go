@@ -179,12 +179,28 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 		e.setState(cur, kind.done)
 		return worker
 	}
+	// What the transaction changes besides the actor is read before it,
+	// so the store's single writer (SQLite) does not wait for the reads:
+	// the worker (its release compare-and-sets the version read here) and
+	// the actor's snapshots (retention).
+	var worker *torporv1.Worker
+	if ref := st.GetWorker(); ref != nil {
+		if worker, err = e.store.Workers().Get(ctx, ref.GetNamespace(), ref.GetName()); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("finalize %s of actor %s: %w", stateName(kind.done), actorKey(a), err)
+		}
+	}
+	var expire []*torporv1.Snapshot
+	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE {
+		if expire, err = e.expiring(ctx, a, snap); err != nil {
+			return nil, fmt.Errorf("finalize %s of actor %s: %w", stateName(kind.done), actorKey(a), err)
+		}
+	}
 	var out, lost *torporv1.Actor
 	var expired []*torporv1.Snapshot
 	err = e.store.InTx(ctx, func(tx store.Tx) error {
 		out, lost, expired = nil, nil, nil
 		next := proto.CloneOf(a)
-		worker := finish(next)
+		ref := finish(next)
 		written, cur, err := updateClaimed(ctx, tx, next)
 		if err != nil {
 			return err
@@ -199,7 +215,7 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 				lost = cur
 				return nil
 			}
-			worker = finish(cur)
+			ref = finish(cur)
 			if written, err = tx.Actors().Update(ctx, cur); err != nil {
 				return err
 			}
@@ -211,16 +227,14 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 		if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
 			return err
 		}
-		if err := releaseWorker(ctx, tx, worker, written.GetMetadata().GetUid()); err != nil {
+		if err := releaseReadWorker(ctx, tx, ref, written.GetMetadata().GetUid(), worker); err != nil {
 			return err
 		}
-		if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE {
-			if expired, err = e.expireInTx(ctx, tx, written); err != nil {
-				return err
-			}
+		if expired, err = expireInTx(ctx, tx, expire); err != nil {
+			return err
 		}
 		return e.record(ctx, tx, written.GetMetadata().GetUid(), transition{
-			from: kind.during, to: kind.done, op: op, worker: worker, since: op.GetStartTime().AsTime(),
+			from: kind.during, to: kind.done, op: op, worker: ref, since: op.GetStartTime().AsTime(),
 			reason: fmt.Sprintf("%s: %s snapshot %s (%d bytes)", stateName(kind.done), scopeName(snap.GetScope()), snap.GetMetadata().GetName(), snap.GetSizeBytes()),
 		})
 	})
@@ -285,31 +299,38 @@ func scopeName(s torporv1.SnapshotScope) string {
 	return s.String()
 }
 
-// expireInTx applies retention within the transaction that commits a new
-// durable snapshot of a: it keeps the actor's newest K durable snapshots
-// (its template's keep, never the latest) and deletes the records of older
-// ones, which it returns: their files are removed after the commit, so
-// nothing ever points at files that are going away.
-func (e *Engine) expireInTx(ctx context.Context, tx store.Tx, a *torporv1.Actor) ([]*torporv1.Snapshot, error) {
+// expiring applies retention to the actor's durable snapshots once
+// latest is committed as its newest: it keeps the newest K (its template's
+// keep) and returns the older ones. An actor's snapshots are only created
+// by its checkpoints, one at a time, so the list read before the
+// finalize's transaction is the list at its commit.
+func (e *Engine) expiring(ctx context.Context, a *torporv1.Actor, latest *torporv1.Snapshot) ([]*torporv1.Snapshot, error) {
 	keep := int(a.GetStatus().GetCurrentTemplateSpec().GetSnapshotPolicy().GetKeep())
 	if keep <= 0 {
 		keep = 2
 	}
-	snaps, err := listAll(ctx, tx.Snapshots(), store.ListOptions{Space: a.GetMetadata().GetSpace(), Filter: store.Filter{"actor_uid": a.GetMetadata().GetUid()}})
+	snaps, err := e.actorSnapshots(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	var durable, expired []*torporv1.Snapshot
+	var durable []*torporv1.Snapshot
 	for _, s := range snaps {
-		if s.GetNode() == "" {
+		if s.GetNode() == "" && s.GetMetadata().GetName() != latest.GetMetadata().GetName() {
 			durable = append(durable, s)
 		}
 	}
-	for i := 0; i < len(durable)-keep; i++ {
-		m := durable[i].GetMetadata()
-		if m.GetName() == a.GetStatus().GetLatestSnapshot() {
-			continue
-		}
+	// latest sorts last (names sort by creation time) and is kept.
+	return durable[:max(len(durable)+1-keep, 0)], nil
+}
+
+// expireInTx deletes the records of expired snapshots within the
+// transaction that commits the actor's new snapshot and returns those it
+// deleted: their files are removed after the commit, so nothing ever
+// points at files that are going away.
+func expireInTx(ctx context.Context, tx store.Tx, expire []*torporv1.Snapshot) ([]*torporv1.Snapshot, error) {
+	var expired []*torporv1.Snapshot
+	for _, s := range expire {
+		m := s.GetMetadata()
 		err := tx.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), 0)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -317,7 +338,7 @@ func (e *Engine) expireInTx(ctx context.Context, tx store.Tx, a *torporv1.Actor)
 		case err != nil:
 			return nil, err
 		}
-		expired = append(expired, durable[i])
+		expired = append(expired, s)
 	}
 	return expired, nil
 }

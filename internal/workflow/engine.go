@@ -18,6 +18,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -219,8 +220,23 @@ func (e *Engine) record(ctx context.Context, tx store.Tx, actorUID string, t tra
 // releaseWorker clears w's placement within tx if it still names actorUID;
 // a worker already re-used by another actor is left alone.
 func releaseWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef, actorUID string) error {
+	return releaseReadWorker(ctx, tx, ref, actorUID, nil)
+}
+
+// releaseReadWorker is releaseWorker given the worker's record as read
+// before the transaction (nil: none). The release compare-and-sets that
+// version; when the worker changed since, it reads it again within tx.
+func releaseReadWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef, actorUID string, read *torporv1.Worker) error {
 	if ref == nil {
 		return nil
+	}
+	if m := read.GetMetadata(); m.GetSpace() == ref.GetNamespace() && m.GetName() == ref.GetName() && read.GetStatus().GetActor().GetUid() == actorUID {
+		w := proto.CloneOf(read)
+		w.Status.Actor = nil
+		_, err := tx.Workers().Update(ctx, w)
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
 	}
 	w, err := tx.Workers().Get(ctx, ref.GetNamespace(), ref.GetName())
 	if errors.Is(err, store.ErrNotFound) {
