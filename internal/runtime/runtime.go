@@ -1,6 +1,8 @@
 // Package runtime defines what a node needs from a sandbox runtime: cold
-// boot, checkpoint, restore and terminate of one workload per worker slot.
-// Implementations: gvisor (runsc) for real workloads, fake for unit tests.
+// boot, checkpoint, restore and terminate of one workload per worker slot,
+// and warming a free slot ahead of a workload, so starting it there skips
+// the sandbox's boot. Implementations: gvisor (runsc) for real workloads,
+// fake for unit tests.
 package runtime
 
 import (
@@ -49,6 +51,9 @@ type Stats struct {
 	Running     bool
 	MemoryBytes int64
 	Started     time.Time
+	// Warm: the slot holds no workload, only a sandbox made ahead of one
+	// by Warm (never Running at the same time).
+	Warm bool
 }
 
 // Runtime runs workloads in slots. Every method is safe to call again after
@@ -63,11 +68,23 @@ type Runtime interface {
 	// Restore brings w back in slot from a memory image in imageDir (FULL or
 	// a golden image); durable volumes must already be in place.
 	Restore(ctx context.Context, slot Slot, w Workload, imageDir string) error
-	// Terminate removes the sandbox and everything it made; no error if
-	// there is nothing to remove.
+	// Terminate removes the sandbox (running or warm) and everything it
+	// made; no error if there is nothing to remove.
 	Terminate(ctx context.Context, slot Slot) error
 	Stats(ctx context.Context, slot Slot) (Stats, error)
-	// Sandboxes lists slots that have a sandbox, so a restarted node can
-	// adopt or clean them up.
+	// Sandboxes lists slots that have a sandbox, running or warm, so a
+	// restarted node can adopt or clean them up.
 	Sandboxes(ctx context.Context) ([]string, error)
+	// Warm prepares a free slot for w ahead of time, off the critical
+	// path: a sandbox is made but nothing runs in it. A later Run or
+	// Restore in this slot of a workload that matches w (same template,
+	// actor and root filesystems, the same mounts at the same guest paths;
+	// host directories may differ and need not exist yet) uses it and
+	// skips the sandbox's boot; any other start discards it first, so
+	// warming never changes what runs, only how fast it starts. A warm
+	// slot runs nothing: Stats reports Warm, Checkpoint fails with
+	// ErrNotRunning, Sandboxes lists it and Terminate removes it. ErrBusy
+	// if a workload occupies the slot; warming again for a matching
+	// workload does nothing, for another replaces the warm sandbox.
+	Warm(ctx context.Context, slot Slot, w Workload) error
 }

@@ -41,7 +41,14 @@ type Checked struct {
 // Check validates w for a runtime that runs one container per sandbox.
 // Runtimes call it before doing anything, so bad input fails the same way
 // on every runtime, naming the field at fault.
-func (w Workload) Check() (Checked, error) {
+func (w Workload) Check() (Checked, error) { return w.check(true) }
+
+// CheckShape is Check for a workload that is not started yet (see
+// Runtime.Warm): the host directories of its mounts are checked for being
+// absolute paths, but need not exist yet. The root filesystem must.
+func (w Workload) CheckShape() (Checked, error) { return w.check(false) }
+
+func (w Workload) check(hostsExist bool) (Checked, error) {
 	tmpl := w.Template
 	if tmpl == nil {
 		return Checked{}, fmt.Errorf("actor %s: workload has no template", w.ActorUID)
@@ -75,7 +82,11 @@ func (w Workload) Check() (Checked, error) {
 		if prev, ok := guests[m.Guest]; ok {
 			return fmt.Errorf("actor %s: %s: guest path %s is already used by %s", w.ActorUID, what, m.Guest, prev)
 		}
-		if err := hostDir(m.Host); err != nil {
+		check := hostDir
+		if !hostsExist {
+			check = absPath
+		}
+		if err := check(m.Host); err != nil {
 			return fmt.Errorf("actor %s: %s: %w", w.ActorUID, what, err)
 		}
 		guests[m.Guest] = what
@@ -109,12 +120,19 @@ func (w Workload) Check() (Checked, error) {
 	return out, nil
 }
 
-func hostDir(path string) error {
+func absPath(path string) error {
 	if path == "" {
 		return errors.New("no host directory given")
 	}
 	if !filepath.IsAbs(path) {
 		return fmt.Errorf("host directory %q is not absolute", path)
+	}
+	return nil
+}
+
+func hostDir(path string) error {
+	if err := absPath(path); err != nil {
+		return err
 	}
 	fi, err := os.Stat(path)
 	if err != nil {

@@ -73,6 +73,26 @@ func TestWorkloadCheck(t *testing.T) {
 		})
 	}
 
+	// CheckShape takes host directories that do not exist yet, never
+	// relative ones or a missing rootfs.
+	future := good()
+	future.Volumes["data"] = filepath.Join(data, "later")
+	if _, err := future.CheckShape(); err != nil {
+		t.Fatalf("CheckShape with a volume directory made later: %v", err)
+	}
+	if _, err := future.Check(); err == nil {
+		t.Fatal("Check with a missing volume directory succeeded")
+	}
+	future.Volumes["data"] = "later"
+	if _, err := future.CheckShape(); err == nil || !strings.Contains(err.Error(), "not absolute") {
+		t.Fatalf("CheckShape with a relative volume directory = %v", err)
+	}
+	future = good()
+	future.Rootfs["main"] = filepath.Join(rootfs, "x")
+	if _, err := future.CheckShape(); err == nil {
+		t.Fatal("CheckShape with a missing rootfs succeeded")
+	}
+
 	c, err := good().Check()
 	if err != nil {
 		t.Fatal(err)

@@ -36,12 +36,15 @@ type Call struct {
 	ActorUID     string
 	ImageDir     string
 	LeaveRunning bool
+	// Warm: this Run or Restore started in the slot's warm sandbox.
+	Warm bool
 }
 
 // Runtime is the fake. The zero value is not usable; call New.
 type Runtime struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox // by slot name
+	warm      map[string]string   // by slot name: the shape it was warmed for
 	calls     []Call
 	faults    map[string][]fault // by method, oldest first
 	gen       int
@@ -76,7 +79,7 @@ var _ runtime.Runtime = (*Runtime)(nil)
 
 // New returns an empty fake runtime.
 func New() *Runtime {
-	return &Runtime{sandboxes: map[string]*sandbox{}, faults: map[string][]fault{}}
+	return &Runtime{sandboxes: map[string]*sandbox{}, warm: map[string]string{}, faults: map[string][]fault{}}
 }
 
 // FailNext makes the next call of method (e.g. "Restore") return err
@@ -191,6 +194,60 @@ func (f *Runtime) Run(ctx context.Context, slot runtime.Slot, w runtime.Workload
 	return f.start(slot, w, nil)
 }
 
+// Warm implements runtime.Runtime. What a warm slot was made for is the
+// workload's shape (see shapeOf); a start of the same shape uses it.
+func (f *Runtime) Warm(ctx context.Context, slot runtime.Slot, w runtime.Workload) error {
+	if err := f.enter(ctx, Call{Method: "Warm", Slot: slot.Name, ActorUID: w.ActorUID}); err != nil {
+		return err
+	}
+	if slot.Name == "" {
+		return errors.New("slot has no name")
+	}
+	c, err := w.CheckShape()
+	if err != nil {
+		return fmt.Errorf("slot %s: warm: %w", slot.Name, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if sb, ok := f.sandboxes[slot.Name]; ok {
+		return fmt.Errorf("slot %s: warm for actor %s: %w (sandbox %s)", slot.Name, w.ActorUID, runtime.ErrBusy, sb.id)
+	}
+	f.warm[slot.Name] = shapeOf(w, c)
+	return nil
+}
+
+// Warmed returns whether slot is warm for a workload of w's shape.
+func (f *Runtime) Warmed(slot string, w runtime.Workload) bool {
+	c, err := w.CheckShape()
+	if err != nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	shape, ok := f.warm[slot]
+	return ok && shape == shapeOf(w, c)
+}
+
+// shapeOf is what a warm sandbox fixes of a workload: everything its spec
+// holds but the host directories of mounts.
+func shapeOf(w runtime.Workload, c runtime.Checked) string {
+	type mount struct {
+		Guest    string
+		ReadOnly bool
+	}
+	mounts := make([]mount, 0, len(c.Mounts))
+	for _, m := range c.Mounts {
+		mounts = append(mounts, mount{m.Guest, m.ReadOnly})
+	}
+	b, _ := json.Marshal(struct {
+		Actor     string
+		Rootfs    string
+		Container any
+		Mounts    []mount
+	}{w.Actor, c.Rootfs, c.Container, mounts})
+	return string(b)
+}
+
 // Restore implements runtime.Runtime.
 func (f *Runtime) Restore(ctx context.Context, slot runtime.Slot, w runtime.Workload, imageDir string) error {
 	if err := f.enter(ctx, Call{Method: "Restore", Slot: slot.Name, ActorUID: w.ActorUID, ImageDir: imageDir}); err != nil {
@@ -213,6 +270,9 @@ func (f *Runtime) Restore(ctx context.Context, slot runtime.Slot, w runtime.Work
 	return f.start(slot, w, &img)
 }
 
+// start starts w in slot, in its warm sandbox if that was made for w's
+// shape (the slot's latest Run or Restore call records it); any other warm
+// sandbox goes.
 func (f *Runtime) start(slot runtime.Slot, w runtime.Workload, img *image) error {
 	if slot.Name == "" {
 		return errors.New("slot has no name")
@@ -226,6 +286,15 @@ func (f *Runtime) start(slot runtime.Slot, w runtime.Workload, img *image) error
 	defer f.mu.Unlock()
 	if sb, ok := f.sandboxes[slot.Name]; ok {
 		return fmt.Errorf("slot %s: start actor %s: %w (sandbox %s)", slot.Name, w.ActorUID, runtime.ErrBusy, sb.id)
+	}
+	if shape, ok := f.warm[slot.Name]; ok {
+		delete(f.warm, slot.Name)
+		for i := len(f.calls) - 1; i >= 0; i-- {
+			if call := &f.calls[i]; call.Slot == slot.Name && (call.Method == "Run" || call.Method == "Restore") {
+				call.Warm = shape == shapeOf(w, c)
+				break
+			}
+		}
 	}
 	var memory int64
 	if img != nil {
@@ -292,6 +361,7 @@ func (f *Runtime) Terminate(ctx context.Context, slot runtime.Slot) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.sandboxes, slot.Name)
+	delete(f.warm, slot.Name)
 	return nil
 }
 
@@ -304,7 +374,8 @@ func (f *Runtime) Stats(ctx context.Context, slot runtime.Slot) (runtime.Stats, 
 	defer f.mu.Unlock()
 	sb, ok := f.sandboxes[slot.Name]
 	if !ok {
-		return runtime.Stats{}, nil
+		_, warm := f.warm[slot.Name]
+		return runtime.Stats{Warm: warm}, nil
 	}
 	return runtime.Stats{Running: !sb.crashed, MemoryBytes: sb.memory, Started: sb.started}, nil
 }
@@ -316,9 +387,14 @@ func (f *Runtime) Sandboxes(ctx context.Context) ([]string, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	slots := make([]string, 0, len(f.sandboxes))
+	slots := make([]string, 0, len(f.sandboxes)+len(f.warm))
 	for name := range f.sandboxes {
 		slots = append(slots, name)
+	}
+	for name := range f.warm {
+		if _, ok := f.sandboxes[name]; !ok {
+			slots = append(slots, name)
+		}
 	}
 	slices.Sort(slots)
 	return slots, nil

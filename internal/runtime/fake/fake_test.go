@@ -223,3 +223,48 @@ func TestHang(t *testing.T) {
 		t.Fatalf("Workload(%s) = %q, %v", slotA.Name, uid, ok)
 	}
 }
+
+func TestStartsRecordWhetherTheyUsedTheWarmSandbox(t *testing.T) {
+	ctx := context.Background()
+	f := New()
+	w := workload(t)
+	if err := f.Run(ctx, slotA, w); err != nil {
+		t.Fatal(err)
+	}
+	img := t.TempDir()
+	if err := f.Checkpoint(ctx, slotA, img, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Warm(ctx, slotA, w); err != nil {
+		t.Fatal(err)
+	}
+	if !f.Warmed(slotA.Name, w) {
+		t.Fatal("Warmed after Warm = false")
+	}
+	other := w
+	other.Actor = "b"
+	if f.Warmed(slotA.Name, other) {
+		t.Fatal("warm for another actor's name")
+	}
+	if err := f.Restore(ctx, slotA, w, img); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Checkpoint(ctx, slotA, img, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Warm(ctx, slotA, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Restore(ctx, slotA, w, img); err != nil {
+		t.Fatal(err)
+	}
+	var got []bool
+	for _, c := range f.Calls() {
+		if c.Method == "Restore" {
+			got = append(got, c.Warm)
+		}
+	}
+	if len(got) != 2 || !got[0] || got[1] {
+		t.Fatalf("Restore calls used the warm sandbox: %v, want [true false]", got)
+	}
+}

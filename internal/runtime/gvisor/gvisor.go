@@ -11,9 +11,22 @@
 //	    rootfs/                     overlay of the shared rootfs (see below)
 //	    upper/ work/                that overlay's private layers
 //	    console.log                 workload stdout/stderr and runsc errors
+//	    warm.json                   only while the sandbox is warm (below)
+//	    mnt/<i>/                    warm sandboxes: where the i-th bind
+//	                                mount's host directory is mounted
 //
 // A sandbox's directory exists from before runsc is invoked until after
 // runsc deleted it, so the directories alone tell whether a slot is busy.
+//
+// Warm sandboxes. Warm runs `runsc create` for a workload ahead of time:
+// sandbox and gofer boot, nothing runs. Its spec names mnt/<i> as the
+// source of every bind mount, each a shared mount of itself, so the gofer's
+// copies receive what is mounted on them later. Run or Restore of a
+// matching workload mounts the workload's host directories there and runs
+// `runsc start` or `runsc restore` into the sandbox, skipping its boot;
+// warm.json is removed once it runs. The host directories therefore need
+// not exist when the slot is warmed (volumes are per actor and made just
+// before a start), and a warm sandbox never holds a workload's data.
 package gvisor
 
 import (
@@ -30,6 +43,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -148,7 +162,8 @@ func (r *Runtime) Restore(ctx context.Context, slot runtime.Slot, w runtime.Work
 	return r.start(ctx, slot, w, imageDir)
 }
 
-// start cold-boots w (imageDir empty) or restores it from imageDir.
+// start cold-boots w (imageDir empty) or restores it from imageDir, into
+// the slot's warm sandbox when it matches w.
 func (r *Runtime) start(ctx context.Context, slot runtime.Slot, w runtime.Workload, imageDir string) error {
 	verb := "run"
 	if imageDir != "" {
@@ -162,22 +177,43 @@ func (r *Runtime) start(ctx context.Context, slot runtime.Slot, w runtime.Worklo
 		return fmt.Errorf("slot %s: %s: %w", slot.Name, verb, err)
 	}
 	defer r.lock(slot.Name)()
-	ids, err := r.bundles(slot.Name)
+	active, warm, err := r.sandboxes(slot.Name)
 	if err != nil {
 		return err
 	}
-	if len(ids) > 0 {
-		return fmt.Errorf("slot %s: %s actor %s: %w (sandbox %s)", slot.Name, verb, w.ActorUID, runtime.ErrBusy, ids[0])
+	if len(active) > 0 {
+		return fmt.Errorf("slot %s: %s actor %s: %w (sandbox %s)", slot.Name, verb, w.ActorUID, runtime.ErrBusy, active[0])
 	}
 	// The previous sandbox took the address with it (see netns.Configure).
 	if err := netns.Configure(ctx, slot); err != nil {
 		return fmt.Errorf("%s actor %s: %w", verb, w.ActorUID, err)
 	}
+	log := r.log.With("slot", slot.Name, "actor_uid", w.ActorUID)
+	if len(warm) == 1 && r.matches(slot, warm[0], w, checked) {
+		began := time.Now()
+		err := r.activate(ctx, slot, warm[0], checked, imageDir)
+		if err == nil {
+			log.Debug("sandbox started in the warm sandbox", "sandbox", warm[0], "verb", verb, "image", imageDir, "took", time.Since(began))
+			return nil
+		}
+		// Whatever went wrong, the slot's usual path decides.
+		log.Warn("starting in the warm sandbox failed; starting a new one", "sandbox", warm[0], "verb", verb, "err", err)
+		if err := r.removeCleanly(ctx, slot.Name, warm[0]); err != nil {
+			return fmt.Errorf("slot %s: %s actor %s: remove the warm sandbox that failed: %w", slot.Name, verb, w.ActorUID, err)
+		}
+		warm = nil
+		if err := netns.Configure(ctx, slot); err != nil {
+			return fmt.Errorf("%s actor %s: %w", verb, w.ActorUID, err)
+		}
+	}
+	// A warm sandbox made for another workload goes, meanwhile: it has
+	// not touched the network, and the new sandbox does not wait for it.
+	discarded := r.discard(ctx, slot.Name, warm)
 	id, err := r.newID(slot.Name)
 	if err != nil {
-		return err
+		return errors.Join(err, discarded())
 	}
-	log := r.log.With("slot", slot.Name, "sandbox", id, "actor_uid", w.ActorUID)
+	log = log.With("sandbox", id)
 	began := time.Now()
 	err = r.launch(ctx, slot, w, checked, id, imageDir)
 	if err != nil {
@@ -187,34 +223,54 @@ func (r *Runtime) start(ctx context.Context, slot runtime.Slot, w runtime.Worklo
 		if rmErr := r.remove(cleanupCtx, slot.Name, id); rmErr != nil {
 			log.Error("removing a sandbox that failed to start", "err", rmErr)
 		}
-		return fmt.Errorf("slot %s: %s actor %s (%s/%s) as sandbox %s: %w", slot.Name, verb, w.ActorUID, w.Space, w.Actor, id, err)
+		return errors.Join(fmt.Errorf("slot %s: %s actor %s (%s/%s) as sandbox %s: %w", slot.Name, verb, w.ActorUID, w.Space, w.Actor, id, err), discarded())
+	}
+	if err := discarded(); err != nil {
+		return fmt.Errorf("slot %s: %s actor %s: %w", slot.Name, verb, w.ActorUID, err)
 	}
 	log.Debug("sandbox started", "verb", verb, "image", imageDir, "took", time.Since(began))
 	return nil
 }
 
+// discard removes warm sandboxes of slot in the background; wait waits
+// for that and returns its error.
+func (r *Runtime) discard(ctx context.Context, slot string, ids []string) (wait func() error) {
+	if len(ids) == 0 {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandTimeout)
+		defer cancel()
+		var errs []error
+		for _, id := range ids {
+			r.log.Debug("discarding a warm sandbox made for another workload", "slot", slot, "sandbox", id)
+			errs = append(errs, r.remove(ctx, slot, id))
+		}
+		done <- errors.Join(errs...)
+	}()
+	return func() error {
+		if err := <-done; err != nil {
+			return fmt.Errorf("discard warm sandbox: %w", err)
+		}
+		return nil
+	}
+}
+
+// removeCleanly is remove with a deadline of its own.
+func (r *Runtime) removeCleanly(ctx context.Context, slot, id string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandTimeout)
+	defer cancel()
+	return r.remove(ctx, slot, id)
+}
+
 func (r *Runtime) launch(ctx context.Context, slot runtime.Slot, w runtime.Workload, c runtime.Checked, id, imageDir string) error {
 	dir := r.bundleDir(slot.Name, id)
-	rootfs := filepath.Join(dir, "rootfs")
-	for _, d := range []string{rootfs, filepath.Join(dir, "upper"), filepath.Join(dir, "work")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
+	rootfs, err := r.prepareBundle(dir, c)
+	if err != nil {
+		return err
 	}
-	// runsc's gofer creates missing mount points in the root filesystem
-	// on the host; a private kernel overlay keeps them out of the shared
-	// rootfs.
-	if strings.ContainsAny(c.Rootfs, ",:\\") {
-		return fmt.Errorf("rootfs path %q contains one of ',', ':', '\\', which overlayfs options cannot carry", c.Rootfs)
-	}
-	// volatile: unmounting would otherwise sync the whole host filesystem
-	// holding upper, with the image just written (tens of ms); upper only
-	// ever holds empty mount point directories.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile", c.Rootfs, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
-	if err := unix.Mount("overlay", rootfs, "overlay", 0, opts); err != nil {
-		return fmt.Errorf("mount rootfs overlay at %s: %w", rootfs, err)
-	}
-	spec, err := json.MarshalIndent(buildSpec(w, c, rootfs, slot.NetNS), "", " ")
+	spec, err := specJSON(buildSpec(w, c, rootfs, slot.NetNS))
 	if err != nil {
 		return err
 	}
@@ -232,6 +288,211 @@ func (r *Runtime) launch(ctx context.Context, slot runtime.Slot, w runtime.Workl
 	return r.detached(ctx, filepath.Join(dir, "console.log"), args...)
 }
 
+// prepareBundle makes a bundle directory with its root filesystem
+// overlay mounted, returning the overlay's path.
+func (r *Runtime) prepareBundle(dir string, c runtime.Checked) (string, error) {
+	rootfs := filepath.Join(dir, "rootfs")
+	for _, d := range []string{rootfs, filepath.Join(dir, "upper"), filepath.Join(dir, "work")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	// runsc's gofer creates missing mount points in the root filesystem
+	// on the host; a private kernel overlay keeps them out of the shared
+	// rootfs.
+	if strings.ContainsAny(c.Rootfs, ",:\\") {
+		return "", fmt.Errorf("rootfs path %q contains one of ',', ':', '\\', which overlayfs options cannot carry", c.Rootfs)
+	}
+	// volatile: unmounting would otherwise sync the whole host filesystem
+	// holding upper, with the image just written (tens of ms); upper only
+	// ever holds empty mount point directories.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile", c.Rootfs, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
+	if err := unix.Mount("overlay", rootfs, "overlay", 0, opts); err != nil {
+		return "", fmt.Errorf("mount rootfs overlay at %s: %w", rootfs, err)
+	}
+	return rootfs, nil
+}
+
+func specJSON(spec ociSpec) ([]byte, error) { return json.MarshalIndent(spec, "", " ") }
+
+// warmFile marks a warm sandbox's bundle; it records what the spec does
+// not: the root filesystem under the overlay.
+const warmFile = "warm.json"
+
+type warmRecord struct {
+	Rootfs string `json:"rootfs"`
+}
+
+// mountPoint is where a warm sandbox of bundle dir takes its i-th bind
+// mount from.
+func mountPoint(dir string, i int) string { return filepath.Join(dir, "mnt", strconv.Itoa(i)) }
+
+// warmSpec is the spec of w in the warm sandbox whose bundle is dir: its
+// bind mounts come from the bundle's mount points.
+func warmSpec(w runtime.Workload, c runtime.Checked, dir, netnsPath string) ([]byte, error) {
+	c.Mounts = slices.Clone(c.Mounts)
+	for i := range c.Mounts {
+		c.Mounts[i].Host = mountPoint(dir, i)
+	}
+	return specJSON(buildSpec(w, c, filepath.Join(dir, "rootfs"), netnsPath))
+}
+
+// matches says whether the warm sandbox id of slot was made for w.
+func (r *Runtime) matches(slot runtime.Slot, id string, w runtime.Workload, c runtime.Checked) bool {
+	dir := r.bundleDir(slot.Name, id)
+	var rec warmRecord
+	if err := readJSONFile(filepath.Join(dir, warmFile), &rec); err != nil || rec.Rootfs != c.Rootfs {
+		return false
+	}
+	have, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return false
+	}
+	want, err := warmSpec(w, c, dir, slot.NetNS)
+	return err == nil && bytes.Equal(have, want)
+}
+
+func readJSONFile(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// Warm implements runtime.Runtime.
+func (r *Runtime) Warm(ctx context.Context, slot runtime.Slot, w runtime.Workload) error {
+	if err := checkSlot(slot); err != nil {
+		return fmt.Errorf("warm for actor %s: %w", w.ActorUID, err)
+	}
+	checked, err := w.CheckShape()
+	if err != nil {
+		return fmt.Errorf("slot %s: warm: %w", slot.Name, err)
+	}
+	defer r.lock(slot.Name)()
+	active, warm, err := r.sandboxes(slot.Name)
+	if err != nil {
+		return err
+	}
+	if len(active) > 0 {
+		return fmt.Errorf("slot %s: warm for actor %s: %w (sandbox %s)", slot.Name, w.ActorUID, runtime.ErrBusy, active[0])
+	}
+	if len(warm) == 1 && r.matches(slot, warm[0], w, checked) {
+		return nil
+	}
+	for _, id := range warm {
+		if err := r.remove(ctx, slot.Name, id); err != nil {
+			return fmt.Errorf("slot %s: warm: replace the warm sandbox: %w", slot.Name, err)
+		}
+	}
+	id, err := r.newID(slot.Name)
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	if err := r.create(ctx, slot, w, checked, id); err != nil {
+		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandTimeout)
+		defer cancel()
+		if rmErr := r.remove(cleanupCtx, slot.Name, id); rmErr != nil {
+			r.log.Error("removing a warm sandbox that failed to start", "slot", slot.Name, "sandbox", id, "err", rmErr)
+		}
+		return fmt.Errorf("slot %s: warm for actor %s (%s/%s) as sandbox %s: %w", slot.Name, w.ActorUID, w.Space, w.Actor, id, err)
+	}
+	r.log.Debug("sandbox warm", "slot", slot.Name, "sandbox", id, "actor_uid", w.ActorUID, "took", time.Since(began))
+	return nil
+}
+
+// create makes the warm sandbox id for w.
+func (r *Runtime) create(ctx context.Context, slot runtime.Slot, w runtime.Workload, c runtime.Checked, id string) error {
+	dir := r.bundleDir(slot.Name, id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// The marker goes first: whatever follows is undone by remove.
+	rec, err := json.Marshal(warmRecord{Rootfs: c.Rootfs})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, warmFile), rec, 0o644); err != nil {
+		return err
+	}
+	if _, err := r.prepareBundle(dir, c); err != nil {
+		return err
+	}
+	for i := range c.Mounts {
+		mp := mountPoint(dir, i)
+		if err := os.MkdirAll(mp, 0o755); err != nil {
+			return err
+		}
+		// Shared, so what is mounted here later reaches the gofer's copy
+		// (runsc makes the gofer's mounts slaves of the host's).
+		if err := unix.Mount(mp, mp, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mount point %s: %w", mp, err)
+		}
+		if err := unix.Mount("", mp, "", unix.MS_SHARED, ""); err != nil {
+			return fmt.Errorf("mount point %s: make shared: %w", mp, err)
+		}
+	}
+	spec, err := warmSpec(w, c, dir, slot.NetNS)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o644); err != nil {
+		return err
+	}
+	return r.detached(ctx, filepath.Join(dir, "console.log"), "create", "--bundle="+dir, id)
+}
+
+// activate starts w (imageDir empty) or restores it in the warm sandbox
+// id: its host directories are mounted on the sandbox's mount points, then
+// runsc starts or restores into the sandbox it made already.
+func (r *Runtime) activate(ctx context.Context, slot runtime.Slot, id string, c runtime.Checked, imageDir string) error {
+	dir := r.bundleDir(slot.Name, id)
+	for i, m := range c.Mounts {
+		if err := bindOnto(m, mountPoint(dir, i)); err != nil {
+			return err
+		}
+	}
+	args := []string{"start", id}
+	if imageDir != "" {
+		abs, err := filepath.Abs(imageDir)
+		if err != nil {
+			return err
+		}
+		args = []string{"restore", "--detach", "--image-path=" + abs, "--bundle=" + dir, id}
+	}
+	if err := r.detached(ctx, filepath.Join(dir, "console.log"), args...); err != nil {
+		return err
+	}
+	return os.Remove(filepath.Join(dir, warmFile))
+}
+
+// bindOnto mounts m's host directory (recursively) at target, read-only if
+// m is. The mount is made read-only before it is attached, as propagation
+// copies it with its flags (a later read-only remount would not reach the
+// gofer's copy).
+func bindOnto(m runtime.BindMount, target string) error {
+	if !m.ReadOnly {
+		if err := unix.Mount(m.Host, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("mount %s at %s: %w", m.Host, target, err)
+		}
+		return nil
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, m.Host, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return fmt.Errorf("open_tree %s: %w", m.Host, err)
+	}
+	defer unix.Close(fd)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		return fmt.Errorf("make %s read-only: %w", m.Host, err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount %s at %s: %w", m.Host, target, err)
+	}
+	return nil
+}
+
 // Checkpoint implements runtime.Runtime. The image is uncompressed: flate
 // costs more time on both ends than the smaller image saves here.
 func (r *Runtime) Checkpoint(ctx context.Context, slot runtime.Slot, imageDir string, leaveRunning bool) error {
@@ -246,7 +507,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, slot runtime.Slot, imageDir st
 		return fmt.Errorf("slot %s: checkpoint: image dir: %w", slot.Name, err)
 	}
 	defer r.lock(slot.Name)()
-	ids, err := r.bundles(slot.Name)
+	ids, _, err := r.sandboxes(slot.Name)
 	if err != nil {
 		return err
 	}
@@ -341,6 +602,17 @@ func (r *Runtime) remove(ctx context.Context, slot, id string) error {
 		}
 	}
 	dir := r.bundleDir(slot, id)
+	// A warm sandbox's mount points may hold a workload's volumes: they
+	// must be unmounted and empty before anything is removed, or RemoveAll
+	// would delete the volumes' data.
+	points, _ := filepath.Glob(filepath.Join(dir, "mnt", "*"))
+	for _, mp := range points {
+		for unix.Unmount(mp, unix.MNT_DETACH) == nil {
+		}
+		if err := os.Remove(mp); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove bundle of sandbox %s: mount point: %w", id, err)
+		}
+	}
 	rootfs := filepath.Join(dir, "rootfs")
 	for unix.Unmount(rootfs, unix.MNT_DETACH) == nil {
 	}
@@ -385,9 +657,22 @@ func (r *Runtime) Stats(ctx context.Context, slot runtime.Slot) (runtime.Stats, 
 		return runtime.Stats{}, fmt.Errorf("stats: %w", err)
 	}
 	defer r.lock(slot.Name)()
-	ids, err := r.bundles(slot.Name)
-	if err != nil || len(ids) == 0 {
+	ids, warm, err := r.sandboxes(slot.Name)
+	if err != nil {
 		return runtime.Stats{}, err
+	}
+	if len(ids) == 0 {
+		if len(warm) == 0 {
+			return runtime.Stats{}, nil
+		}
+		// A warm sandbox runsc no longer holds as created (it died, or
+		// began running and the runtime stopped before recording it) is
+		// no warm sandbox: it is reported as one that is not running,
+		// which a node removes.
+		if st, err := r.state(ctx, warm[0]); err != nil || st.Status != "created" {
+			return runtime.Stats{Running: err == nil && st.Status == "running"}, nil
+		}
+		return runtime.Stats{Warm: true}, nil
 	}
 	id := ids[0]
 	st, err := r.state(ctx, id)
@@ -488,6 +773,23 @@ func (r *Runtime) bundles(slot string) ([]string, error) {
 		ids = append(ids, e.Name())
 	}
 	return ids, nil
+}
+
+// sandboxes splits the sandboxes of slot into active ones (running, or
+// stopped and not removed yet) and warm ones.
+func (r *Runtime) sandboxes(slot string) (active, warm []string, err error) {
+	ids, err := r.bundles(slot)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, id := range ids {
+		if _, err := os.Stat(filepath.Join(r.bundleDir(slot, id), warmFile)); err == nil {
+			warm = append(warm, id)
+		} else {
+			active = append(active, id)
+		}
+	}
+	return active, warm, nil
 }
 
 // containers lists the container ids runsc knows.

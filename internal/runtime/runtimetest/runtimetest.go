@@ -187,6 +187,138 @@ func Conformance(t *testing.T, env Env) {
 		}
 		assertRunning(t, b, true)
 	})
+
+	t.Run("WarmSlot", func(t *testing.T) {
+		defer terminate(t)
+		w := env.Workload(t)
+		// Host directories need not exist yet: volumes are made just
+		// before a start.
+		future := w
+		future.Volumes = map[string]string{}
+		for name, vol := range w.Volumes {
+			future.Volumes[name] = filepath.Join(vol, "not-yet")
+		}
+		if err := rt.Warm(ctx, a, future); err != nil {
+			t.Fatal(err)
+		}
+		assertWarm(t, rt, a, true)
+		assertRunning(t, a, false)
+		assertSandboxes(t, a.Name)
+		if err := rt.Checkpoint(ctx, a, t.TempDir(), false); !errors.Is(err, runtime.ErrNotRunning) {
+			t.Fatalf("Checkpoint of a warm slot = %v, want ErrNotRunning", err)
+		}
+		// Again for the same workload: nothing changes.
+		if err := rt.Warm(ctx, a, w); err != nil {
+			t.Fatalf("Warm again: %v", err)
+		}
+		assertWarm(t, rt, a, true)
+		if err := rt.Terminate(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		assertWarm(t, rt, a, false)
+		assertSandboxes(t)
+		// A slot with a workload cannot be warmed.
+		if err := rt.Run(ctx, a, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Warm(ctx, a, w); !errors.Is(err, runtime.ErrBusy) {
+			t.Fatalf("Warm of a busy slot = %v, want ErrBusy", err)
+		}
+		assertRunning(t, a, true)
+		assertWarm(t, rt, a, false)
+	})
+
+	t.Run("RunAndRestoreIntoWarmSlots", func(t *testing.T) {
+		defer terminate(t)
+		w := env.Workload(t)
+		if err := rt.Warm(ctx, a, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Run(ctx, a, w); err != nil {
+			t.Fatalf("Run in a warm slot: %v", err)
+		}
+		assertRunning(t, a, true)
+		assertWarm(t, rt, a, false)
+		assertSandboxes(t, a.Name)
+		img := t.TempDir()
+		if err := rt.Checkpoint(ctx, a, img, false); err != nil {
+			t.Fatal(err)
+		}
+		// The restore gets volumes of its own, as after a suspend.
+		moved := w
+		moved.Volumes = map[string]string{}
+		for name := range w.Volumes {
+			moved.Volumes[name] = t.TempDir()
+		}
+		if err := rt.Warm(ctx, b, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Restore(ctx, b, moved, img); err != nil {
+			t.Fatalf("Restore in a warm slot: %v", err)
+		}
+		assertRunning(t, b, true)
+		assertWarm(t, rt, b, false)
+		assertSandboxes(t, b.Name)
+		if err := rt.Checkpoint(ctx, b, t.TempDir(), true); err != nil {
+			t.Fatalf("Checkpoint after a restore in a warm slot: %v", err)
+		}
+	})
+
+	t.Run("WarmSlotForAnotherWorkload", func(t *testing.T) {
+		defer terminate(t)
+		w := env.Workload(t)
+		if err := rt.Run(ctx, a, w); err != nil {
+			t.Fatal(err)
+		}
+		img := t.TempDir()
+		if err := rt.Checkpoint(ctx, a, img, false); err != nil {
+			t.Fatal(err)
+		}
+		other := withTemplate(w, func(tmpl *torporv1.TemplateSpec) {
+			tmpl.Containers[0].Args = append(tmpl.Containers[0].Args, "--other")
+		})
+		renamed := w
+		renamed.Actor += "-other"
+		for name, warmFor := range map[string]runtime.Workload{"other args": other, "other actor": renamed} {
+			if err := rt.Warm(ctx, b, warmFor); err != nil {
+				t.Fatal(err)
+			}
+			// The start does not use it, and does not fail for it.
+			if err := rt.Restore(ctx, b, w, img); err != nil {
+				t.Fatalf("Restore in a slot warm for %s: %v", name, err)
+			}
+			assertRunning(t, b, true)
+			assertWarm(t, rt, b, false)
+			assertSandboxes(t, b.Name)
+			if err := rt.Terminate(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Warming for another workload replaces the warm sandbox; a
+		// restore that fails leaves the slot without one.
+		if err := rt.Warm(ctx, b, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Warm(ctx, b, other); err != nil {
+			t.Fatal(err)
+		}
+		assertSandboxes(t, b.Name)
+		if err := rt.Restore(ctx, b, other, img); err == nil {
+			t.Fatal("restoring another workload's image in a warm slot succeeded")
+		}
+		assertSandboxes(t)
+	})
+}
+
+func assertWarm(t *testing.T, rt runtime.Runtime, s runtime.Slot, want bool) {
+	t.Helper()
+	st, err := rt.Stats(context.Background(), s)
+	if err != nil {
+		t.Fatalf("Stats(%s): %v", s.Name, err)
+	}
+	if st.Warm != want {
+		t.Fatalf("Stats(%s).Warm = %v, want %v", s.Name, st.Warm, want)
+	}
 }
 
 // withTemplate returns w with a changed copy of its template.
