@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,7 +43,8 @@ const (
 
 // checkpointer runs PASSIVE WAL checkpoints off the request path.
 type checkpointer struct {
-	db *sql.DB
+	db   *sql.DB
+	conn *sql.Conn // of db, for the checkpointer's lifetime
 	// exclusive runs its function while no transaction of the store is
 	// open.
 	exclusive func(func())
@@ -51,10 +54,20 @@ type checkpointer struct {
 	done      sync.WaitGroup
 }
 
-func startCheckpointer(db *sql.DB, exclusive func(func())) *checkpointer {
-	c := &checkpointer{db: db, exclusive: exclusive, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+func startCheckpointer(ctx context.Context, db *sql.DB, exclusive func(func())) (*checkpointer, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("checkpointer: %w", err)
+	}
+	// It waits at most 100 ms for readers: its RESTART holds up the
+	// store's writes meanwhile. Busy, it tries again at the next round.
+	if _, err := conn.ExecContext(ctx, "PRAGMA busy_timeout = 100"); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("checkpointer: %w", err)
+	}
+	c := &checkpointer{db: db, conn: conn, exclusive: exclusive, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	c.done.Go(c.loop)
-	return c
+	return c, nil
 }
 
 // wrote counts one write (a commit); every checkpointEvery of them wake the
@@ -95,7 +108,7 @@ func (c *checkpointer) loop() {
 // pages.
 func (c *checkpointer) checkpoint(mode string) (frames int, err error) {
 	var busy, done int
-	err = c.db.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &frames, &done)
+	err = c.conn.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &frames, &done)
 	return frames, err
 }
 
@@ -104,7 +117,7 @@ func (c *checkpointer) checkpoint(mode string) (frames int, err error) {
 func (c *checkpointer) close() error {
 	close(c.stop)
 	c.done.Wait()
-	return c.db.Close()
+	return errors.Join(c.conn.Close(), c.db.Close())
 }
 
 // countingWriter is the SQLite store's write handle outside transactions:

@@ -131,7 +131,11 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 		return nil, fmt.Errorf("sqlite %s: %w", path, err)
 	}
 	s.batch = newBatcher(writer, s.columns)
-	cp = startCheckpointer(ckpt, s.batch.exclusive)
+	var err error
+	if cp, err = startCheckpointer(ctx, ckpt, s.batch.exclusive); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite %s: %w", path, err)
+	}
 	s.wrote = cp.wrote
 	s.batch.committed = cp.wrote
 	s.view = newView(executor{read: reader, write: countingWriter{db: writer, wrote: cp.wrote}, columns: s.columns})
