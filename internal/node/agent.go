@@ -90,6 +90,10 @@ type Config struct {
 	// 5 minutes (readiness probes wait at most their template's timeout
 	// within it).
 	OperationTimeout time.Duration
+	// NoWarm turns off warming workers: by default a worker an actor was
+	// suspended or paused out of gets a sandbox made ready for that actor,
+	// so its next restore there skips the sandbox's boot (see warm.go).
+	NoWarm bool
 }
 
 const (
@@ -403,6 +407,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 			if err := s.commit(nil); err != nil {
 				return err
 			}
+		case a.keepOrRewarm(ctx, s, present[s.name()]):
 		case present[s.name()]:
 			log.Warn("removing a sandbox no record knows")
 			if err := a.rt.Terminate(ctx, s.rt); err != nil {

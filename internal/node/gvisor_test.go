@@ -87,7 +87,7 @@ func uniqueName(t testing.TB, prefix string) string {
 // newGVisorNode starts an agent with two workers on runsc. cacheBytes
 // bounds its snapshot cache: 1 makes every restore fetch and verify from
 // storage, as on a node that did not take the snapshot.
-func newGVisorNode(t testing.TB, cacheBytes int64) *gvisorNode {
+func newGVisorNode(t testing.TB, cacheBytes int64, options ...func(*Config)) *gvisorNode {
 	t.Helper()
 	runtimetest.RequireRoot(t)
 	runsc := runtimetest.Runsc(t)
@@ -129,6 +129,9 @@ func newGVisorNode(t testing.TB, cacheBytes int64) *gvisorNode {
 		HeartbeatInterval: 100 * time.Millisecond,
 	}
 	reg.join(t, &cfg)
+	for _, o := range options {
+		o(&cfg)
+	}
 	n.running = startAgent(t, reg, cfg)
 	waitFor(t, "registration", func() bool { return reg.registration(name) != nil })
 	return n

@@ -91,8 +91,10 @@ func (a service) Terminate(ctx context.Context, req *connect.Request[torporv1.Te
 		switch cur.ActorUID {
 		case "":
 			// Already stopped; its volumes may still be here.
+			a.dropWarm(ctx, s, op.GetActorUid())
 			return &torporv1.TerminateResponse{}, a.removeVolumes(op.GetActorUid())
 		case op.GetActorUid():
+			a.dropWarm(ctx, s, op.GetActorUid())
 			return &torporv1.TerminateResponse{}, a.vacate(ctx, s, cur)
 		}
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s, not %s: not terminating it", s.name(), cur.ActorUID, op.GetActorUid()))
@@ -371,6 +373,8 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 	} else if err := a.release(s, cur.ActorUID); err != nil {
 		// The capture stopped the workload already.
 		return nil, err
+	} else {
+		a.warmLater(ctx, s, w)
 	}
 	steps.done("release")
 	a.log.Debug("checkpoint steps", append([]any{"worker", s.name(), "actor_uid", cur.ActorUID, "bytes", size}, steps.attrs...)...)

@@ -37,6 +37,10 @@ type slotRecord struct {
 	// (protojson), kept for checkpoints (its volumes) and adoption.
 	Workload json.RawMessage `json:"workload,omitempty"`
 	LastOp   *opRecord       `json:"lastOp,omitempty"`
+	// Warm is, on a free slot, the workload (protojson) its runtime
+	// sandbox was made ready for ahead of time (see warm.go), so a
+	// restarted agent can make it again if the sandbox is gone.
+	Warm json.RawMessage `json:"warm,omitempty"`
 }
 
 func (r slotRecord) workload() (*torporv1.Workload, error) {

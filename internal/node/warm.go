@@ -1,0 +1,154 @@
+package node
+
+import (
+	"context"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/runtime"
+)
+
+// Warm slots. A restore into a slot whose sandbox the runtime made ahead
+// of time skips the sandbox's boot (runtime.Runtime.Warm). A warm sandbox
+// is made for one workload shape, the actor's name included, so the agent
+// warms a slot for the actor most likely to come back to it: the one that
+// was just suspended or paused out of it. Warming runs after the
+// operation that emptied the slot, under the slot's lock, so it never
+// overlaps another operation on the slot; a start that finds the slot
+// warm for another workload discards it in the runtime, transparently.
+// The slot record remembers the workload while the slot stays free, so a
+// restarted agent keeps a warm sandbox it finds (reconcile) or makes it
+// again.
+
+// warmTimeout bounds one warm-up.
+const warmTimeout = time.Minute
+
+// warmLater warms s for w in the background, once the operation holding
+// s is over, if s is still free then.
+func (a *Agent) warmLater(ctx context.Context, s *slot, w *torporv1.Workload) {
+	if a.cfg.NoWarm || isGolden(w) {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	a.ops.Go(func() {
+		s.lock()
+		defer s.unlock()
+		ctx, cancel := context.WithTimeout(ctx, warmTimeout)
+		defer cancel()
+		a.warm(ctx, s, w)
+	})
+}
+
+// warm makes s's sandbox ready for w and records it; s is locked. A slot
+// that is not free is left alone.
+func (a *Agent) warm(ctx context.Context, s *slot, w *torporv1.Workload) {
+	cur := s.current()
+	if cur.ActorUID != "" {
+		return
+	}
+	log := a.log.With("worker", s.name(), "actor_uid", w.GetActorUid())
+	began := time.Now()
+	rw, err := a.warmWorkload(ctx, s, w)
+	if err == nil {
+		err = a.rt.Warm(ctx, s.rt, rw)
+	}
+	if err != nil {
+		// Only speed is lost: the next start boots its own sandbox.
+		log.Warn("worker not warmed", "err", err)
+		return
+	}
+	body, err := protojson.Marshal(w)
+	if err != nil {
+		log.Warn("warm worker not recorded", "err", err)
+		return
+	}
+	cur.Warm = body
+	s.stage(cur)
+	if err := s.commit(nil); err != nil {
+		log.Warn("warm worker not recorded", "err", err)
+	}
+	log.Debug("worker warm", "took", time.Since(began))
+}
+
+// warmWorkload is w as a start in s will pass it to the runtime: the same
+// root filesystems, volume directories (made only at the start) and
+// identity directory.
+func (a *Agent) warmWorkload(ctx context.Context, s *slot, w *torporv1.Workload) (runtime.Workload, error) {
+	rootfs, err := a.unpack(ctx, w)
+	if err != nil {
+		return runtime.Workload{}, err
+	}
+	volumes := map[string]string{}
+	for _, name := range durableVolumes(w.GetTemplate()) {
+		volumes[name] = filepath.Join(a.volumeRoot(w.GetActorUid()), name)
+	}
+	return runtime.Workload{
+		ActorUID: w.GetActorUid(), Space: w.GetSpace(), Actor: w.GetActor(),
+		Template: w.GetTemplate(), Rootfs: rootfs, Volumes: volumes,
+		ExtraMounts: map[string]string{IdentityMountPath: a.identityDir(s)},
+	}, nil
+}
+
+// keepOrRewarm settles a free slot at startup: a warm sandbox the previous
+// agent made is kept; one recorded but gone is made again.
+func (a *Agent) keepOrRewarm(ctx context.Context, s *slot, present bool) (keep bool) {
+	rec := s.current()
+	if present {
+		st, err := a.rt.Stats(ctx, s.rt)
+		if err == nil && st.Warm && !st.Running {
+			a.log.Info("kept warm sandbox", "worker", s.name())
+			return true
+		}
+		return false
+	}
+	if len(rec.Warm) > 0 {
+		w := &torporv1.Workload{}
+		if err := protojson.Unmarshal(rec.Warm, w); err != nil {
+			a.log.Warn("recorded warm workload unreadable; not warming", "worker", s.name(), "err", err)
+			return false
+		}
+		a.warmLater(ctx, s, w)
+	}
+	return false
+}
+
+// dropWarm removes the warm sandboxes made for actorUID on this node's
+// free workers: the actor is terminated, so it is not coming back to
+// them. s is locked by the caller; other workers busy with an operation
+// are left alone (a start there replaces the sandbox anyway).
+func (a *Agent) dropWarm(ctx context.Context, s *slot, actorUID string) {
+	for _, other := range a.slots {
+		if other != s {
+			if !other.tryLock() {
+				continue
+			}
+		}
+		cur := other.current()
+		if cur.ActorUID == "" && len(cur.Warm) > 0 && warmFor(cur.Warm) == actorUID {
+			if err := a.rt.Terminate(ctx, other.rt); err != nil {
+				a.log.Warn("warm sandbox of a terminated actor not removed", "worker", other.name(), "actor_uid", actorUID, "err", err)
+			} else {
+				cur.Warm = nil
+				other.stage(cur)
+				if err := other.commit(nil); err != nil {
+					a.log.Warn("worker record not written", "worker", other.name(), "err", err)
+				}
+			}
+		}
+		if other != s {
+			other.unlock()
+		}
+	}
+}
+
+// warmFor returns the actor uid of a recorded warm workload.
+func warmFor(body []byte) string {
+	w := &torporv1.Workload{}
+	if protojson.Unmarshal(body, w) != nil {
+		return ""
+	}
+	return w.GetActorUid()
+}
