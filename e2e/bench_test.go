@@ -20,6 +20,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/netns"
+	"github.com/torpor-dev/torpor/internal/node"
 	"github.com/torpor-dev/torpor/internal/router"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
@@ -29,10 +30,21 @@ import (
 // BenchmarkActivation measures the design's activation latency on real
 // gVisor: a request through the router for a suspended counter actor until
 // its response arrives (resume through the control plane, the node agent's
-// restore from the snapshot on local disk, readiness, proxying). Interleaved
-// with it, as the baseline, a plain `runsc restore` of a counter checkpoint
-// to its first response, in a slot of the same node network the agent does
-// not use, with the runtime's runsc flags. Percentiles need samples:
+// restore from the snapshot on local disk, readiness, proxying). Each
+// iteration activates the actor twice and runs a baseline, interleaved:
+//
+//   - activation: the node agent warmed the worker the actor was suspended
+//     out of (a sandbox made ahead for it, see node/warm.go), as it does
+//     for an actor idle long enough to be suspended; the benchmark waits
+//     for that warm-up, untimed.
+//   - activation-cold: the same after the warm sandbox was removed behind
+//     the agent's back, so the restore boots its sandbox (the path without
+//     warm workers).
+//   - runsc-restore: a plain `runsc restore` of a counter checkpoint to its
+//     first response, in a slot of the same node network the agent does
+//     not use, with the runtime's runsc flags.
+//
+// Percentiles need samples:
 //
 //	go test -run '^$' -bench Activation -benchtime=30x ./e2e
 func BenchmarkActivation(b *testing.B) {
@@ -51,31 +63,68 @@ func BenchmarkActivation(b *testing.B) {
 	requests := 1
 	fetch(b, client, home)
 	raw := newRawCounter(b, c)
+	n := c.nodes[0]
 
 	b.Run("suspended", func(b *testing.B) {
-		var activation, resumeStep, restore samples
-		for range b.N {
+		var activation, cold, resumeStep, restore samples
+		activate := func(b *testing.B, warm bool) time.Duration {
 			b.StopTimer()
 			if _, err := c.actors.SuspendActor(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: "bench"})); err != nil {
 				b.Fatal(err)
 			}
+			slot := n.waitWarm(b)
+			if !warm {
+				if err := n.runtime.Terminate(c.ctx, slot); err != nil {
+					b.Fatal(err)
+				}
+			}
 			b.StartTimer()
 			took, body := fetch(b, client, home)
-			activation.add(took)
 			requests++
 			// FULL restores keep the count in memory and the lines on disk.
 			if want := fmt.Sprintf("count=%d lines=%d", requests, requests); body != want {
 				b.Fatalf("request %d after a suspend: %q, want %q", requests, body, want)
 			}
+			return took
+		}
+		for range b.N {
+			activation.add(activate(b, true))
 			resumeStep.add(lastResumeStep(b, c, "bench"))
+			cold.add(activate(b, false))
 			restore.add(raw.cycle(b))
 		}
 		activation.report(b, "activation")
 		resumeStep.report(b, "resume-step")
+		cold.report(b, "activation-cold")
 		restore.report(b, "runsc-restore")
 		b.ReportMetric(activation.at(0.50)/restore.at(0.50), "p50-ratio")
 		b.ReportMetric(activation.at(0.95)/restore.at(0.95), "p95-ratio")
+		b.ReportMetric(activation.at(0.50)/cold.at(0.50), "warm/cold-p50")
+		b.ReportMetric(activation.at(0.95)/cold.at(0.95), "warm/cold-p95")
 	})
+}
+
+// waitWarm waits (untimed) until one of the node's workers is warm, and
+// returns its slot.
+func (n *nodeAgent) waitWarm(b *testing.B) runtime.Slot {
+	b.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for i := range n.workers {
+			slot, err := n.network.Slot(ctx, node.WorkerName(n.name, i), i)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if st, err := n.runtime.Stats(ctx, slot); err == nil && st.Warm {
+				return slot
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("no worker of the node got warm within 30s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // lastResumeStep is how long the actor's last resume took in the control
