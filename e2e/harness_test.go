@@ -51,6 +51,8 @@ type clusterOptions struct {
 	// s3 keeps snapshots in S3-compatible storage (a real server,
 	// s3test) instead of a local directory.
 	s3 bool
+	// egress lets workloads reach beyond their node.
+	egress bool
 }
 
 // cluster is a control plane, its node agents and a router.
@@ -64,6 +66,8 @@ type cluster struct {
 	// s3:// location), objects the store at it.
 	snapshotStorage string
 	objects         snapshot.ObjectStore
+	// egress: node agents let workloads reach beyond them.
+	egress bool
 	nodes           []*nodeAgent
 	router          *router.Router
 	ingress         string
@@ -99,7 +103,7 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 		opts.workersPerNode = 2
 	}
 	ctx := context.Background()
-	c := &cluster{t: t, ctx: ctx}
+	c := &cluster{t: t, ctx: ctx, egress: opts.egress}
 	var err error
 	c.store, err = store.Open(ctx, storetest.URL(t, opts.backend))
 	if err != nil {
@@ -225,7 +229,7 @@ func (c *cluster) addNode(workers int) *nodeAgent {
 	suffix := randomHex(3)
 	n := &nodeAgent{name: "e2e-" + suffix, workers: workers, done: make(chan struct{})}
 	var err error
-	n.network, err = netns.New(netns.Config{Node: n.name, Bridge: "te" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 232+mrand.IntN(16), mrand.IntN(256))})
+	n.network, err = netns.New(netns.Config{Node: n.name, Bridge: "te" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 232+mrand.IntN(16), mrand.IntN(256)), Egress: c.egress})
 	if err != nil {
 		t.Fatal(err)
 	}

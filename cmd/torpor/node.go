@@ -29,6 +29,7 @@ type nodeFlags struct {
 	runsc     string
 	bridge    string
 	cidr      string
+	egress    bool
 	join      joinFlags
 }
 
@@ -81,6 +82,7 @@ certificate, to the control plane only.`,
 	flags.StringVar(&f.runsc, "runsc", "", "runsc binary (default: runsc next to this binary, else in PATH)")
 	flags.StringVar(&f.bridge, "bridge", netns.DefaultBridge, "node bridge the workers' network namespaces attach to")
 	flags.StringVar(&f.cidr, "cidr", netns.DefaultCIDR, "workers' subnet: the bridge gets the first address, worker i the (i+2)-th")
+	flags.BoolVar(&f.egress, "egress", true, "let workloads reach networks beyond this host, masqueraded as it (turns on IPv4 forwarding); --egress=false: the host only")
 	return cmd
 }
 
@@ -110,7 +112,7 @@ func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) err
 	if cfg.Snapshots, err = snapshot.Open(context.Background(), f.snapshots); err != nil {
 		return fmt.Errorf("--snapshots: %w", err)
 	}
-	if cfg.Network, err = netns.New(netns.Config{Node: cfg.Name, Bridge: f.bridge, CIDR: f.cidr}); err != nil {
+	if cfg.Network, err = netns.New(netns.Config{Node: cfg.Name, Bridge: f.bridge, CIDR: f.cidr, Egress: f.egress}); err != nil {
 		return err
 	}
 	if f.runtime != gvisor.Class {

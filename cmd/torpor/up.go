@@ -64,6 +64,7 @@ actor, then stops. Needs root (sandboxes and network namespaces).`,
 	flags.StringVar(&f.node.runsc, "runsc", "", "runsc binary (default: runsc next to this binary, else in PATH)")
 	flags.StringVar(&f.node.bridge, "bridge", netns.DefaultBridge, "bridge of the workers' network namespaces")
 	flags.StringVar(&f.node.cidr, "cidr", netns.DefaultCIDR, "workers' subnet")
+	flags.BoolVar(&f.node.egress, "egress", true, "let workloads reach networks beyond this host, masqueraded as it (turns on IPv4 forwarding); --egress=false: the host only")
 	return cmd
 }
 

@@ -8,9 +8,13 @@
 // SPIFFE ID and serial number of the certificate in IDENTITY_DIR (default
 // /run/torpor/identity), read on every request, so a renewed certificate
 // or the fresh one of a restore shows at once.
+//
+// GET /dial?addr=HOST:PORT answers the first line a TCP server there sends:
+// whether the actor reaches beyond its node (egress), and as whom.
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/x509"
@@ -19,6 +23,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -59,6 +64,7 @@ func run(ctx context.Context, addr, dataDir, identityDir string) error {
 	})
 	certPath := filepath.Join(identityDir, "cert.pem")
 	mux.HandleFunc("GET /whoami", func(w http.ResponseWriter, _ *http.Request) { serveWhoami(w, certPath) })
+	mux.HandleFunc("GET /dial", serveDial)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -141,4 +147,27 @@ func serveWhoami(w http.ResponseWriter, certPath string) {
 		return
 	}
 	fmt.Fprintf(w, "%s serial=%s\n", cert.URIs[0], cert.SerialNumber.Text(16))
+}
+
+// serveDial connects to the addr parameter and answers the first line the
+// server sends, or 502 with the error.
+func serveDial(w http.ResponseWriter, r *http.Request) {
+	addr := r.URL.Query().Get("addr")
+	if addr == "" {
+		http.Error(w, "addr=HOST:PORT is required", http.StatusBadRequest)
+		return
+	}
+	conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(3 * time.Second))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	fmt.Fprint(w, line)
 }

@@ -1,7 +1,9 @@
 // Package netns gives each worker slot of a node its own network: a named
 // network namespace holding one end of a veth pair whose other end sits on
 // the node's bridge. Every workload gets its own IP and can listen on any
-// port; the host reaches it directly at that IP.
+// port; the host reaches it directly at that IP. Workloads cannot reach
+// each other (the bridge ports are isolated), and reach beyond the node
+// only with Config.Egress.
 //
 // Namespaces and links are long-lived: made once per slot, kept across node
 // agent restarts (Slot adopts what exists), removed by Teardown.
@@ -55,6 +57,9 @@ type Config struct {
 	// CIDR is the workers' subnet; default DefaultCIDR. The bridge gets
 	// the first address (the gateway), slot i the (i+2)-th.
 	CIDR string
+	// Egress lets workloads reach beyond the node, masqueraded as it
+	// (egress.go). Without it they reach only the node.
+	Egress bool
 }
 
 // Network manages one node's bridge and slot namespaces.
@@ -65,6 +70,7 @@ type Network struct {
 	gateway netip.Addr
 	// linkTag keeps host-side veth names (at most 15 bytes) unique per node.
 	linkTag string
+	egress  bool
 }
 
 // New validates cfg; it changes nothing on the host.
@@ -97,6 +103,7 @@ func New(cfg Config) (*Network, error) {
 		prefix:  prefix,
 		gateway: prefix.Addr().Next(),
 		linkTag: fmt.Sprintf("tv%06x", h.Sum32()&0xffffff),
+		egress:  cfg.Egress,
 	}, nil
 }
 
@@ -162,7 +169,10 @@ func (n *Network) EnsureBridge(ctx context.Context) error {
 	if err := netlink.LinkSetUp(link); err != nil {
 		return fmt.Errorf("bridge %s: up: %w", n.bridge, err)
 	}
-	return nil
+	if n.egress {
+		return n.ensureEgress()
+	}
+	return n.removeEgress()
 }
 
 // Slot returns slot index's network, named name for the caller's logs,
@@ -181,6 +191,10 @@ func (n *Network) Slot(ctx context.Context, name string, index int) (runtime.Slo
 		return runtime.Slot{}, fmt.Errorf("worker %s: %w", name, err)
 	}
 	if n.intact(index) {
+		// Slots made before ports were isolated are isolated now.
+		if err := n.isolate(index); err != nil {
+			return runtime.Slot{}, fmt.Errorf("worker %s: %w", name, err)
+		}
 		return slot, nil
 	}
 	// Half-made (a crash during setup) or damaged: start over.
@@ -242,8 +256,25 @@ func (n *Network) create(index int) error {
 	if err := netlink.LinkSetAlias(link, n.nsName(index)); err != nil {
 		return fmt.Errorf("veth %s: alias: %w", host, err)
 	}
+	if err := n.isolate(index); err != nil {
+		return err
+	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		return fmt.Errorf("veth %s: up: %w", host, err)
+	}
+	return nil
+}
+
+// isolate makes slot index's bridge port an isolated one: it reaches the
+// bridge (the node) but no other isolated port, so one actor cannot reach
+// another's workload directly.
+func (n *Network) isolate(index int) error {
+	link, err := netlink.LinkByName(n.hostLink(index))
+	if err != nil {
+		return fmt.Errorf("veth %s: %w", n.hostLink(index), err)
+	}
+	if err := netlink.LinkSetIsolated(link, true); err != nil {
+		return fmt.Errorf("veth %s: isolate: %w", n.hostLink(index), err)
 	}
 	return nil
 }
@@ -332,6 +363,7 @@ func (n *Network) TeardownAll(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("bridge %s: delete: %w", n.bridge, err))
 		}
 	}
+	errs = append(errs, n.removeEgress())
 	return errors.Join(errs...)
 }
 

@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/torpor-dev/torpor/internal/netns/netnstest"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 )
 
@@ -98,10 +100,12 @@ func TestNamesStayWithinLimits(t *testing.T) {
 // testNetwork makes a network with its own bridge and subnet (distinct from
 // other packages' tests) and removes it, and leftovers of crashed runs, at
 // both ends of the test.
-func testNetwork(t *testing.T) *Network {
+func testNetwork(t *testing.T) *Network { return testNetworkWith(t, false) }
+
+func testNetworkWith(t *testing.T, egress bool) *Network {
 	t.Helper()
 	runtimetest.RequireRoot(t)
-	n, err := New(Config{Node: "netnstest", Bridge: "tpnetnstest", CIDR: "10.252.0.0/24"})
+	n, err := New(Config{Node: "netnstest", Bridge: "tpnetnstest", CIDR: "10.252.0.0/24", Egress: egress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +120,32 @@ func testNetwork(t *testing.T) *Network {
 		assertNothingLeft(t, n)
 	})
 	return n
+}
+
+// inNS runs fn on a thread in the namespace at nsPath.
+func inNS(t *testing.T, nsPath string, fn func()) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread dies with the goroutine instead of
+		// going back to the pool inside the namespace.
+		goruntime.LockOSThread()
+		ns, err := netns.GetFromPath(nsPath)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			done <- err
+			return
+		}
+		fn()
+		done <- nil
+	}()
+	if err := <-done; err != nil {
+		t.Fatalf("enter %s: %v", nsPath, err)
+	}
 }
 
 func assertNothingLeft(t *testing.T, n *Network) {
@@ -133,6 +163,11 @@ func assertNothingLeft(t *testing.T, n *Network) {
 	for _, l := range links {
 		if name := l.Attrs().Name; strings.HasPrefix(name, n.linkTag) || name == n.bridge {
 			t.Errorf("link %s left behind", name)
+		}
+	}
+	if c, err := nftables.New(); err == nil {
+		if _, err := c.ListTableOfFamily(n.natTable().Name, nftables.TableFamilyIPv4); err == nil {
+			t.Errorf("nftables table %s left behind", n.natTable().Name)
 		}
 	}
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
@@ -324,5 +359,73 @@ func TestTeardownIsIdempotent(t *testing.T) {
 	assertNothingLeft(t, n)
 	if err := n.TeardownAll(ctx); err != nil {
 		t.Fatalf("TeardownAll on nothing: %v", err)
+	}
+}
+
+// TestWorkloadsCannotReachEachOther: the node reaches every slot, a slot
+// reaches the node, but no slot reaches another.
+func TestWorkloadsCannotReachEachOther(t *testing.T) {
+	n := testNetwork(t)
+	ctx := context.Background()
+	const port = 18081
+	var slots []string
+	for i := range 2 {
+		s, err := n.Slot(ctx, fmt.Sprintf("w%d", i), i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serveIn(t, s.NetNS, port, fmt.Sprintf("slot %d", i))
+		slots = append(slots, s.NetNS)
+	}
+	if got, err := dial("10.252.0.3", port); err != nil || got != "slot 1" {
+		t.Fatalf("the node dials slot 1: %q, %v", got, err)
+	}
+	ln, err := net.Listen("tcp", "10.252.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(c, "node")
+			c.Close()
+		}
+	}()
+	inNS(t, slots[0], func() {
+		if got, err := dial("10.252.0.1", ln.Addr().(*net.TCPAddr).Port); err != nil || got != "node" {
+			t.Errorf("slot 0 dials the node: %q, %v", got, err)
+		}
+		if got, err := dial("10.252.0.3", port); err == nil {
+			t.Errorf("slot 0 reached slot 1 (%q): bridge ports are not isolated", got)
+		}
+	})
+}
+
+// TestEgress: with Egress a workload reaches a host beyond the node (here
+// a namespace the test wires to the node with a veth), which sees the
+// node's address; without it the connection fails.
+func TestEgress(t *testing.T) {
+	outside := netnstest.Outside(t)
+	for _, egress := range []bool{false, true} {
+		t.Run(fmt.Sprintf("egress=%v", egress), func(t *testing.T) {
+			n := testNetworkWith(t, egress)
+			s, err := n.Slot(context.Background(), "w0", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inNS(t, s.NetNS, func() {
+				got, err := dial(outside.IP, outside.Port)
+				switch {
+				case egress && (err != nil || got != outside.NodeIP):
+					t.Errorf("dial %s from the slot: %q, %v; want to be seen as the node, %s", outside.IP, got, err, outside.NodeIP)
+				case !egress && err == nil:
+					t.Errorf("dial %s from the slot without egress reached it (%q)", outside.IP, got)
+				}
+			})
+		})
 	}
 }

@@ -1,0 +1,43 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/torpor-dev/torpor/internal/netns/netnstest"
+)
+
+// TestWorkloadEgress: an actor in gVisor reaches a host beyond its node,
+// seen as the node (masqueraded), and keeps doing so after a suspend and
+// resume (the restored sandbox routes as the booted one did).
+func TestWorkloadEgress(t *testing.T) {
+	outside := netnstest.Outside(t)
+	c := newCluster(t, clusterOptions{backend: "sqlite", egress: true})
+	c.applyTemplate(counterTemplate(t, "counter", nil))
+	c.createActor("c1", "counter")
+	dial := func() (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, c.ingress+"/dial?addr="+url.QueryEscape(outside.Addr()), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "c1.default.actors.localhost"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(body))
+	}
+	if code, body := dial(); code != http.StatusOK || body != outside.NodeIP {
+		t.Fatalf("c1 dials %s: %d %q, want to be seen as the node, %s", outside.Addr(), code, body, outside.NodeIP)
+	}
+	c.suspend("c1")
+	if code, body := dial(); code != http.StatusOK || body != outside.NodeIP {
+		t.Fatalf("c1 dials %s after a resume: %d %q, want %s", outside.Addr(), code, body, outside.NodeIP)
+	}
+}
