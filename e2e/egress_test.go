@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"testing"
 
 	"github.com/torpor-dev/torpor/internal/netns/netnstest"
@@ -20,18 +18,8 @@ func TestWorkloadEgress(t *testing.T) {
 	c.createActor("c1", "counter")
 	dial := func() (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, c.ingress+"/dial?addr="+url.QueryEscape(outside.Addr()), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = "c1.default.actors.localhost"
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, strings.TrimSpace(string(body))
+		code, _, body := c.routerGetPath("c1", "/dial?addr="+url.QueryEscape(outside.Addr()))
+		return code, body
 	}
 	if code, body := dial(); code != http.StatusOK || body != outside.NodeIP {
 		t.Fatalf("c1 dials %s: %d %q, want to be seen as the node, %s", outside.Addr(), code, body, outside.NodeIP)

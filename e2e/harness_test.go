@@ -67,10 +67,10 @@ type cluster struct {
 	snapshotStorage string
 	objects         snapshot.ObjectStore
 	// egress: node agents let workloads reach beyond them.
-	egress bool
-	nodes           []*nodeAgent
-	router          *router.Router
-	ingress         string
+	egress  bool
+	nodes   []*nodeAgent
+	router  *router.Router
+	ingress string
 	// conn reaches the API as the admin (the CA to verify it with and the
 	// admin token); http is its client.
 	conn cli.Connection

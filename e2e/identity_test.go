@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"io"
 	"net/http"
 	"regexp"
-	"strings"
 	"testing"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -17,24 +15,10 @@ var whoamiPattern = regexp.MustCompile(`^spiffe://torpor\.local/space/default/ac
 // gave it, and returns the certificate's serial.
 func (c *cluster) whoami(actor string) string {
 	c.t.Helper()
-	req, err := http.NewRequest(http.MethodGet, c.ingress+"/whoami", nil)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	req.Host = actor + ".default.actors.localhost"
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	answer := strings.TrimSpace(string(body))
+	code, _, answer := c.routerGetPath(actor, "/whoami")
 	m := whoamiPattern.FindStringSubmatch(answer)
-	if resp.StatusCode != http.StatusOK || m == nil {
-		c.t.Fatalf("GET /whoami of %s: %d %q, want 200 and %s", actor, resp.StatusCode, answer, whoamiPattern)
+	if code != http.StatusOK || m == nil {
+		c.t.Fatalf("GET /whoami of %s: %d %q, want 200 and %s", actor, code, answer, whoamiPattern)
 	}
 	return m[1]
 }

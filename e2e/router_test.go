@@ -15,10 +15,17 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 )
 
-// routerGet sends one request for actor through the router.
+// routerGet sends one request for actor's / through the router.
 func (c *cluster) routerGet(actor string) (int, http.Header, string) {
 	c.t.Helper()
-	req, err := http.NewRequest(http.MethodGet, c.ingress+"/", nil)
+	return c.routerGetPath(actor, "/")
+}
+
+// routerGetPath sends GET path for actor through the router and returns
+// the status, headers and trimmed body.
+func (c *cluster) routerGetPath(actor, path string) (int, http.Header, string) {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, c.ingress+path, nil)
 	if err != nil {
 		c.t.Fatal(err)
 	}
