@@ -120,7 +120,7 @@ func (s *Server) Authority(ctx context.Context) (*identity.Authority, error) {
 	return s.identity.Authority(ctx)
 }
 
-// Handler serves the API. Every call but JoinNode needs a credential (see
+// Handler serves the API. Every call but Join needs a credential (see
 // auth.go): an API token, or a client certificate, which the TLS layer of
 // ServeAPI verifies.
 func (s *Server) Handler() http.Handler {
