@@ -191,8 +191,10 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 	}
 	var expire []*torporv1.Snapshot
 	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE {
+		// Retention is not worth failing the step for: the next suspend
+		// applies it again.
 		if expire, err = e.expiring(ctx, a, snap); err != nil {
-			return nil, fmt.Errorf("finalize %s of actor %s: %w", stateName(kind.done), actorKey(a), err)
+			e.logger(a).Warn("list snapshots for retention", "err", err)
 		}
 	}
 	var out, lost *torporv1.Actor
