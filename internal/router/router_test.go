@@ -593,7 +593,10 @@ func TestAccessLog(t *testing.T) {
 	tr := e.newRouter(Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	_, first := tr.get(t, key, "/one")
 	_, second := tr.get(t, key, "/two")
-	lines := logs.requestLines(t)
+	// A line is written once the handler returns, which may be after the
+	// client has read the whole answer.
+	var lines []map[string]any
+	waitFor(t, "two request log lines", func() bool { lines = logs.requestLines(t); return len(lines) >= 2 })
 	if len(lines) != 2 {
 		t.Fatalf("%d request log lines, want 2", len(lines))
 	}
