@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -201,27 +200,15 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 	var expired []*torporv1.Snapshot
 	err = e.store.InTx(ctx, func(tx store.Tx) error {
 		out, lost, expired = nil, nil, nil
-		next := proto.CloneOf(a)
-		ref := finish(next)
-		written, cur, err := updateClaimed(ctx, tx, next)
-		if err != nil {
+		end, err := endClaimedStep(ctx, tx, a, finish, func(cur *torporv1.Actor) bool {
+			return cur.GetStatus().GetState() == kind.done &&
+				(cur.GetStatus().GetLatestSnapshot() == snap.GetMetadata().GetName() || cur.GetStatus().GetLocalCheckpoint() == snap.GetMetadata().GetName())
+		})
+		if err != nil || end.written == nil {
+			out, lost = end.done, end.lost
 			return err
 		}
-		if written == nil {
-			// Changed since the claim: decide on the stored record.
-			if cur.GetMetadata().GetUid() != a.GetMetadata().GetUid() || cur.GetStatus().GetOperation().GetId() != op.GetId() {
-				if cur.GetStatus().GetState() == kind.done && (cur.GetStatus().GetLatestSnapshot() == snap.GetMetadata().GetName() || cur.GetStatus().GetLocalCheckpoint() == snap.GetMetadata().GetName()) {
-					out = cur // another driver of this operation finished it
-					return nil
-				}
-				lost = cur
-				return nil
-			}
-			ref = finish(cur)
-			if written, err = tx.Actors().Update(ctx, cur); err != nil {
-				return err
-			}
-		}
+		written, ref := end.written, end.result
 		out = written
 		// The record is written only now that the manifest exists
 		// (invariant 5), in the transaction that points the actor at it;

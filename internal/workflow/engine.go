@@ -253,19 +253,45 @@ func releaseReadWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef
 	return err
 }
 
-// updateClaimed writes next, the actor as a step claimed it plus the
-// step's outcome, within tx, as a compare-and-set on the claimed version.
-// If that version is still stored, nothing has changed since the claim:
-// the actor is still in the step's -ING state with the step's operation,
-// and no read is needed. Otherwise nothing is written and the stored
-// record is returned as cur, for the caller to decide on (invariant 2).
-func updateClaimed(ctx context.Context, tx store.Tx, next *torporv1.Actor) (written, cur *torporv1.Actor, err error) {
-	written, err = tx.Actors().Update(ctx, next)
+// stepEnd is how ending a claimed step went: written is the actor this
+// transaction wrote and result what finish returned; or the step ended
+// without this call: done is the record another driver of the same step
+// finished, lost the record of an actor that moved on (a crash, a delete).
+type stepEnd[R any] struct {
+	written, done, lost *torporv1.Actor
+	result              R
+}
+
+// endClaimedStep writes, in tx, the end of a step this engine claimed:
+// claimed (the actor as the claim left it) with finish applied, under the
+// claim's version, without reading the actor first. When the actor changed
+// since the claim, the stored record decides: still in this step (same
+// uid, state and operation), finish applies to it; finishedElsewhere(cur)
+// says another driver of the step finished it; anything else is lost, and
+// nothing is written over it (invariant 2).
+func endClaimedStep[R any](ctx context.Context, tx store.Tx, claimed *torporv1.Actor, finish func(*torporv1.Actor) R, finishedElsewhere func(cur *torporv1.Actor) bool) (stepEnd[R], error) {
+	next := proto.CloneOf(claimed)
+	result := finish(next)
+	written, err := tx.Actors().Update(ctx, next)
 	if !errors.Is(err, store.ErrConflict) {
-		return written, nil, err
+		return stepEnd[R]{written: written, result: result}, err
 	}
-	cur, err = tx.Actors().Get(ctx, next.GetMetadata().GetSpace(), next.GetMetadata().GetName())
-	return nil, cur, err
+	cur, err := tx.Actors().Get(ctx, claimed.GetMetadata().GetSpace(), claimed.GetMetadata().GetName())
+	if err != nil {
+		return stepEnd[R]{}, err
+	}
+	st, was := cur.GetStatus(), claimed.GetStatus()
+	if cur.GetMetadata().GetUid() != claimed.GetMetadata().GetUid() || st.GetState() != was.GetState() || st.GetOperation().GetId() != was.GetOperation().GetId() {
+		if finishedElsewhere(cur) {
+			return stepEnd[R]{done: cur}, nil
+		}
+		return stepEnd[R]{lost: cur}, nil
+	}
+	result = finish(cur)
+	if written, err = tx.Actors().Update(ctx, cur); err != nil {
+		return stepEnd[R]{}, err
+	}
+	return stepEnd[R]{written: written, result: result}, nil
 }
 
 // codeError wraps err with a status code a user can act on.

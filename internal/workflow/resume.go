@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -291,27 +290,14 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 	var lost *torporv1.Actor
 	err := e.store.InTx(ctx, func(tx store.Tx) error {
 		out, lost = nil, nil
-		next := proto.CloneOf(a)
-		local := finish(next)
-		written, cur, err := updateClaimed(ctx, tx, next)
-		if err != nil {
+		end, err := endClaimedStep(ctx, tx, a, finish, func(cur *torporv1.Actor) bool {
+			return cur.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING && cur.GetStatus().GetWorker().GetUid() == st.GetWorker().GetUid()
+		})
+		if err != nil || end.written == nil {
+			out, lost = end.done, end.lost
 			return err
 		}
-		if written == nil {
-			// Changed since the claim: decide on the stored record.
-			if cur.GetMetadata().GetUid() != a.GetMetadata().GetUid() || cur.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_RESUMING || cur.GetStatus().GetOperation().GetId() != op.GetId() {
-				if cur.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING && cur.GetStatus().GetWorker().GetUid() == st.GetWorker().GetUid() {
-					out = cur // another driver of this operation finished it
-					return nil
-				}
-				lost = cur
-				return nil
-			}
-			local = finish(cur)
-			if written, err = tx.Actors().Update(ctx, cur); err != nil {
-				return err
-			}
-		}
+		written, local := end.written, end.result
 		out = written
 		if local != "" {
 			if err := tx.Snapshots().Delete(ctx, written.GetMetadata().GetSpace(), local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
