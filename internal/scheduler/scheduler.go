@@ -22,6 +22,9 @@ type Request struct {
 	// CachedOn lists nodes that hold the actor's snapshot in their cache;
 	// they are preferred.
 	CachedOn []string
+	// WarmFor is the actor's uid: a worker kept warm for it (its sandbox
+	// made ahead, WorkerStatus.warm_actor_uid) is preferred over any other.
+	WarmFor string
 	// Claiming, when set, reports the free workers that other placements
 	// of this control plane are claiming right now. They are picked last:
 	// only one claim of a worker can win, so concurrent resumes that all
@@ -37,8 +40,9 @@ func (e *NoWorkerError) Error() string { return "no free worker: " + e.Reason }
 // Pick chooses among free workers on live nodes. Candidates are filtered one
 // constraint at a time so the error names the one that emptied the set.
 // Among the candidates it prefers, in order: a worker no other placement
-// is claiming (Request.Claiming), a node that caches the snapshot
-// (Request.CachedOn), the lowest name. So without concurrent claims the
+// is claiming (Request.Claiming), the worker kept warm for the actor
+// (Request.WarmFor), a node that caches the snapshot (Request.CachedOn),
+// the lowest name. So without concurrent claims the
 // choice is stable (by name) and placement is predictable; concurrent
 // claims spread over the free workers instead of racing for the first.
 func Pick(free []*torporv1.Worker, live func(node string) bool, req Request) (*torporv1.Worker, error) {
@@ -80,6 +84,11 @@ func better(a, b *torporv1.Worker, req Request) bool {
 	if req.Claiming != nil {
 		if ac, bc := req.Claiming(a), req.Claiming(b); ac != bc {
 			return bc
+		}
+	}
+	if req.WarmFor != "" {
+		if aw, bw := a.GetStatus().GetWarmActorUid() == req.WarmFor, b.GetStatus().GetWarmActorUid() == req.WarmFor; aw != bw {
+			return aw
 		}
 	}
 	ac, bc := slices.Contains(req.CachedOn, a.GetSpec().GetNode()), slices.Contains(req.CachedOn, b.GetSpec().GetNode())

@@ -27,6 +27,9 @@ func TestPick(t *testing.T) {
 		worker("w-c", "n2", "gvisor", "big", map[string]string{"tier": "gold"}),
 		worker("w-d", "dead", "gvisor", "default", nil),
 	}
+	// w-b is kept warm for actor uid-1, w-d (on a dead node) for uid-2.
+	workers[0].Status = &torporv1.WorkerStatus{WarmActorUid: "uid-1"}
+	workers[3].Status = &torporv1.WorkerStatus{WarmActorUid: "uid-2"}
 	live := func(n string) bool { return n != "dead" }
 	tests := []struct {
 		name    string
@@ -44,6 +47,11 @@ func TestPick(t *testing.T) {
 		{"before cache locality", workers, Request{SandboxClass: "gvisor", CachedOn: []string{"n2"}, Claiming: claiming("w-c")}, "w-a", ""},
 		{"but still picked when nothing else fits", workers, Request{SandboxClass: "gvisor", RequireNode: "n2", Claiming: claiming("w-c")}, "w-c", ""},
 		{"by name among the claimed", workers, Request{SandboxClass: "gvisor", Claiming: claiming("w-a", "w-b", "w-c")}, "w-a", ""},
+		{"the worker kept warm for the actor", workers, Request{SandboxClass: "gvisor", WarmFor: "uid-1"}, "w-b", ""},
+		{"warm before cache locality", workers, Request{SandboxClass: "gvisor", WarmFor: "uid-1", CachedOn: []string{"n2"}}, "w-b", ""},
+		{"warm for another actor counts for nothing", workers, Request{SandboxClass: "gvisor", WarmFor: "uid-3"}, "w-a", ""},
+		{"warm but being claimed", workers, Request{SandboxClass: "gvisor", WarmFor: "uid-1", Claiming: claiming("w-b")}, "w-a", ""},
+		{"warm on a dead node never chosen", workers, Request{SandboxClass: "gvisor", WarmFor: "uid-2"}, "w-a", ""},
 		{"dead node never chosen", workers[3:], Request{SandboxClass: "gvisor"}, "", "live node"},
 		{"class", workers, Request{SandboxClass: "microvm"}, "", `sandbox class "microvm"`},
 		{"selector fails", workers, Request{SandboxClass: "gvisor", Selector: map[string]string{"tier": "silver"}}, "", "selector tier=silver"},

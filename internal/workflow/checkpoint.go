@@ -216,7 +216,8 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 		if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
 			return err
 		}
-		if err := releaseReadWorker(ctx, tx, ref, written.GetMetadata().GetUid(), worker); err != nil {
+		// The node keeps the worker warm for this actor (node/warm.go).
+		if err := releaseReadWorker(ctx, tx, ref, written.GetMetadata().GetUid(), worker, written.GetMetadata().GetUid()); err != nil {
 			return err
 		}
 		if expired, err = expireInTx(ctx, tx, expire); err != nil {

@@ -220,19 +220,21 @@ func (e *Engine) record(ctx context.Context, tx store.Tx, actorUID string, t tra
 // releaseWorker clears w's placement within tx if it still names actorUID;
 // a worker already re-used by another actor is left alone.
 func releaseWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef, actorUID string) error {
-	return releaseReadWorker(ctx, tx, ref, actorUID, nil)
+	return releaseReadWorker(ctx, tx, ref, actorUID, nil, "")
 }
 
 // releaseReadWorker is releaseWorker given the worker's record as read
-// before the transaction (nil: none). The release compare-and-sets that
-// version; when the worker changed since, it reads it again within tx.
-func releaseReadWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef, actorUID string, read *torporv1.Worker) error {
+// before the transaction (nil: none), and the actor its node keeps the
+// freed worker warm for ("": none; WorkerStatus.warm_actor_uid). The
+// release compare-and-sets the version read; when the worker changed
+// since, it reads it again within tx.
+func releaseReadWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef, actorUID string, read *torporv1.Worker, warmFor string) error {
 	if ref == nil {
 		return nil
 	}
 	if m := read.GetMetadata(); m.GetSpace() == ref.GetNamespace() && m.GetName() == ref.GetName() && read.GetStatus().GetActor().GetUid() == actorUID {
 		w := proto.CloneOf(read)
-		w.Status.Actor = nil
+		w.Status.Actor, w.Status.WarmActorUid = nil, warmFor
 		_, err := tx.Workers().Update(ctx, w)
 		if !errors.Is(err, store.ErrConflict) {
 			return err
@@ -248,7 +250,7 @@ func releaseReadWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef
 	if w.GetStatus().GetActor().GetUid() != actorUID {
 		return nil
 	}
-	w.Status.Actor = nil
+	w.Status.Actor, w.Status.WarmActorUid = nil, warmFor
 	_, err = tx.Workers().Update(ctx, w)
 	return err
 }

@@ -54,6 +54,7 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 	// Claim the worker and move to BUILDING together, so two replicas never
 	// build one golden twice and no worker is claimed for nothing.
 	w.Status.Actor = &torporv1.ActorRef{Space: t.GetMetadata().GetSpace(), Name: goldenActorPrefix + t.GetMetadata().GetName(), Uid: t.GetMetadata().GetUid()}
+	w.Status.WarmActorUid = ""
 	t.Status.Phase = torporv1.TemplatePhase_TEMPLATE_PHASE_BUILDING
 	t.Status.Message = "booting on worker " + w.GetMetadata().GetName()
 	err = e.store.InTx(ctx, func(tx store.Tx) error {

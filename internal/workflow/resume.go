@@ -157,6 +157,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 			Selector:     a.GetSpec().GetWorkerSelector(),
 			RequireNode:  src.requireNode,
 			CachedOn:     cachedOn(src, plan),
+			WarmFor:      a.GetMetadata().GetUid(),
 			Claiming:     claiming,
 		})
 	})
@@ -195,6 +196,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	st.CurrentTemplateSpec = tmpl.GetSpec()
 	e.setState(a, torporv1.ActorState_ACTOR_STATE_RESUMING)
 	w.Status.Actor = &torporv1.ActorRef{Space: space, Name: a.GetMetadata().GetName(), Uid: a.GetMetadata().GetUid()}
+	w.Status.WarmActorUid = ""
 
 	if h := e.hooks.BeforeResumeClaim; h != nil {
 		h(a)

@@ -468,6 +468,40 @@ func TestResumePrefersTheNodeThatWroteTheSnapshot(t *testing.T) {
 	}
 }
 
+// TestResumePrefersTheWorkerKeptWarm: a suspend leaves its worker marked
+// warm for the actor (its node keeps a sandbox ready there); the actor's
+// next resume takes that worker over a lower-named one on the same node,
+// and whoever takes the worker clears the mark.
+func TestResumePrefersTheWorkerKeptWarm(t *testing.T) {
+	e := newEnv(t, 2, "n1")
+	e.createActor("blocker")
+	e.createActor("c1")
+	e.resume("blocker", ResumeOptions{}) // n1-w0
+	if got := e.resume("c1", ResumeOptions{}).GetStatus().GetWorker().GetName(); got != "n1-w1" {
+		t.Fatalf("c1 landed on %s, want n1-w1", got)
+	}
+	e.suspend("c1")
+	e.suspend("blocker") // n1-w0, first by name, is free again
+	warm := func(name string) string {
+		t.Helper()
+		w, err := e.store.Workers().Get(e.ctx, DefaultWorkerNamespace, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.GetStatus().GetWarmActorUid()
+	}
+	if got, want := warm("n1-w1"), e.actor("c1").GetMetadata().GetUid(); got != want {
+		t.Fatalf("n1-w1 is warm for %q after c1's suspend, want c1 (%s)", got, want)
+	}
+	if got := e.resume("c1", ResumeOptions{}).GetStatus().GetWorker().GetName(); got != "n1-w1" {
+		t.Fatalf("c1 resumed on %s, want n1-w1, kept warm for it", got)
+	}
+	if got := warm("n1-w1"); got != "" {
+		t.Errorf("n1-w1 still marked warm for %q while c1 runs on it", got)
+	}
+	e.checkPlacement()
+}
+
 // TestConcurrentResumesClaimDifferentWorkers: a resume that picks its
 // worker while another resume of this engine is claiming one picks another,
 // so neither loses its claim and starts over. Without concurrency the

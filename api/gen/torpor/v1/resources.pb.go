@@ -2041,7 +2041,12 @@ func (x *ActorRef) GetUid() string {
 type WorkerStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Set exactly when the actor names this worker back (invariant 1).
-	Actor         *ActorRef `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	Actor *ActorRef `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The actor suspended or paused out of this (now free) worker last: its
+	// node keeps a sandbox warm here for it, so placement prefers this
+	// worker when that actor resumes. A hint; cleared when another actor
+	// takes the worker.
+	WarmActorUid  string `protobuf:"bytes,2,opt,name=warm_actor_uid,json=warmActorUid,proto3" json:"warm_actor_uid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2081,6 +2086,13 @@ func (x *WorkerStatus) GetActor() *ActorRef {
 		return x.Actor
 	}
 	return nil
+}
+
+func (x *WorkerStatus) GetWarmActorUid() string {
+	if x != nil {
+		return x.WarmActorUid
+	}
+	return ""
 }
 
 type Snapshot struct {
@@ -2438,9 +2450,10 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\bActorRef\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x03 \x01(\tR\x03uid\"9\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\"_\n" +
 	"\fWorkerStatus\x12)\n" +
-	"\x05actor\x18\x01 \x01(\v2\x13.torpor.v1.ActorRefR\x05actor\"\xe3\x03\n" +
+	"\x05actor\x18\x01 \x01(\v2\x13.torpor.v1.ActorRefR\x05actor\x12$\n" +
+	"\x0ewarm_actor_uid\x18\x02 \x01(\tR\fwarmActorUid\"\xe3\x03\n" +
 	"\bSnapshot\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1d\n" +
