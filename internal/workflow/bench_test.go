@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,11 +43,52 @@ func BenchmarkResumeSuspend(b *testing.B) {
 	for _, backend := range storetest.Backends {
 		for _, goroutines := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", backend, goroutines), func(b *testing.B) {
-				f := newBenchFleet(b, storetest.URL(b, backend))
+				f := newBenchFleet(b, storetest.URL(b, backend), 0)
 				f.run(b, goroutines)
 			})
 		}
 	}
+}
+
+// BenchmarkResumeSuspendAtScale is BenchmarkResumeSuspend (one goroutine,
+// SQLite) with many more actors stored, all suspended: the design's target
+// is that a million stored actors make no operation slower and take no
+// more control-plane memory. Besides latency it reports the Go heap in use
+// and the process's resident memory (which includes SQLite's page cache)
+// after the run.
+//
+//	go test -run '^$' -bench ResumeSuspendAtScale -benchtime=2000x -timeout 30m ./internal/workflow
+func BenchmarkResumeSuspendAtScale(b *testing.B) {
+	for _, stored := range []int{10_000, 1_000_000} {
+		b.Run(fmt.Sprintf("stored=%d", stored), func(b *testing.B) {
+			f := newBenchFleet(b, storetest.URL(b, "sqlite"), stored)
+			f.run(b, 1)
+			runtime.GC()
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			b.ReportMetric(float64(m.HeapInuse)/(1<<20), "heap-MiB")
+			b.ReportMetric(residentMiB(b), "rss-MiB")
+		})
+	}
+}
+
+// residentMiB is the process's resident set (VmRSS) in MiB.
+func residentMiB(tb testing.TB) float64 {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return float64(kb) / 1024
+		}
+	}
+	tb.Fatal("no VmRSS in /proc/self/status")
+	return 0
 }
 
 // benchFleet is an engine over a real store whose nodes are served by
@@ -59,7 +104,9 @@ type benchFleet struct {
 	claims atomic.Int64
 }
 
-func newBenchFleet(tb testing.TB, storeURL string) *benchFleet {
+// newBenchFleet seeds the fleet, plus idle suspended actors that are
+// stored but never driven.
+func newBenchFleet(tb testing.TB, storeURL string, idle int) *benchFleet {
 	tb.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, storeURL)
@@ -111,6 +158,15 @@ func newBenchFleet(tb testing.TB, storeURL string) *benchFleet {
 				return err
 			}
 			f.actors = append(f.actors, name)
+		}
+		for i := range idle {
+			if _, err := tx.Actors().Create(ctx, &torporv1.Actor{
+				Metadata: &torporv1.ObjectMeta{Space: "default", Name: fmt.Sprintf("idle-%d", i)},
+				Spec:     &torporv1.ActorSpec{Template: "counter"},
+				Status:   &torporv1.ActorStatus{State: torporv1.ActorState_ACTOR_STATE_SUSPENDED},
+			}); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
