@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +18,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/image"
+	"github.com/torpor-dev/torpor/internal/latency"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
 	"github.com/torpor-dev/torpor/internal/router"
@@ -44,7 +44,7 @@ import (
 //     first response, in a slot of the same node network the agent does
 //     not use, with the runtime's runsc flags.
 //
-// Percentiles need samples:
+// Percentiles need latency.Samples:
 //
 //	go test -run '^$' -bench Activation -benchtime=30x ./e2e
 func BenchmarkActivation(b *testing.B) {
@@ -66,7 +66,7 @@ func BenchmarkActivation(b *testing.B) {
 	n := c.nodes[0]
 
 	b.Run("suspended", func(b *testing.B) {
-		var activation, cold, resumeStep, restore samples
+		var activation, cold, resumeStep, restore latency.Samples
 		activate := func(b *testing.B, warm bool) time.Duration {
 			b.StopTimer()
 			if _, err := c.actors.SuspendActor(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: "bench"})); err != nil {
@@ -88,19 +88,19 @@ func BenchmarkActivation(b *testing.B) {
 			return took
 		}
 		for range b.N {
-			activation.add(activate(b, true))
-			resumeStep.add(lastResumeStep(b, c, "bench"))
-			cold.add(activate(b, false))
-			restore.add(raw.cycle(b))
+			activation.Add(activate(b, true))
+			resumeStep.Add(lastResumeStep(b, c, "bench"))
+			cold.Add(activate(b, false))
+			restore.Add(raw.cycle(b))
 		}
-		activation.report(b, "activation")
-		resumeStep.report(b, "resume-step")
-		cold.report(b, "activation-cold")
-		restore.report(b, "runsc-restore")
-		b.ReportMetric(activation.at(0.50)/restore.at(0.50), "p50-ratio")
-		b.ReportMetric(activation.at(0.95)/restore.at(0.95), "p95-ratio")
-		b.ReportMetric(activation.at(0.50)/cold.at(0.50), "warm/cold-p50")
-		b.ReportMetric(activation.at(0.95)/cold.at(0.95), "warm/cold-p95")
+		activation.Report(b, "activation", 0.50, 0.95)
+		resumeStep.Report(b, "resume-step", 0.50, 0.95)
+		cold.Report(b, "activation-cold", 0.50, 0.95)
+		restore.Report(b, "runsc-restore", 0.50, 0.95)
+		b.ReportMetric(activation.Millis(0.50)/restore.Millis(0.50), "p50-ratio")
+		b.ReportMetric(activation.Millis(0.95)/restore.Millis(0.95), "p95-ratio")
+		b.ReportMetric(activation.Millis(0.50)/cold.Millis(0.50), "warm/cold-p50")
+		b.ReportMetric(activation.Millis(0.95)/cold.Millis(0.95), "warm/cold-p95")
 	})
 }
 
@@ -172,17 +172,17 @@ func BenchmarkRouterRunning(b *testing.B) {
 	b.Cleanup(routedClient.CloseIdleConnections)
 
 	b.Run("readyz", func(b *testing.B) {
-		var viaDirect, viaRouter samples
+		var viaDirect, viaRouter latency.Samples
 		for b.Loop() {
 			took, _ := fetch(b, directClient, direct)
-			viaDirect.add(took)
+			viaDirect.Add(took)
 			took, _ = fetch(b, routedClient, routed)
-			viaRouter.add(took)
+			viaRouter.Add(took)
 		}
-		viaDirect.reportMicros(b, "direct")
-		viaRouter.reportMicros(b, "router")
-		b.ReportMetric((viaRouter.at(0.50)-viaDirect.at(0.50))*1000, "added-p50-us")
-		b.ReportMetric(viaRouter.at(0.50)/viaDirect.at(0.50), "p50-ratio")
+		viaDirect.ReportMicros(b, "direct", 0.50, 0.95)
+		viaRouter.ReportMicros(b, "router", 0.50, 0.95)
+		b.ReportMetric((viaRouter.Millis(0.50)-viaDirect.Millis(0.50))*1000, "added-p50-us")
+		b.ReportMetric(viaRouter.Millis(0.50)/viaDirect.Millis(0.50), "p50-ratio")
 	})
 }
 
@@ -343,31 +343,4 @@ func waitAnswering(b *testing.B, ip string) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-}
-
-type samples []time.Duration
-
-func (s *samples) add(d time.Duration) { *s = append(*s, d) }
-
-// at is the q-quantile of s in milliseconds.
-func (s samples) at(q float64) float64 {
-	if len(s) == 0 {
-		return math.NaN()
-	}
-	sorted := slices.Clone(s)
-	slices.Sort(sorted)
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return float64(sorted[max(i, 0)].Nanoseconds()) / 1e6
-}
-
-// report adds the p50 and p95 of s in milliseconds as metrics named name.
-func (s samples) report(b *testing.B, name string) {
-	b.ReportMetric(s.at(0.50), name+"-p50-ms")
-	b.ReportMetric(s.at(0.95), name+"-p95-ms")
-}
-
-// reportMicros adds the p50 and p95 of s in microseconds.
-func (s samples) reportMicros(b *testing.B, name string) {
-	b.ReportMetric(s.at(0.50)*1000, name+"-p50-us")
-	b.ReportMetric(s.at(0.95)*1000, name+"-p95-us")
 }

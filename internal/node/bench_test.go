@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/latency"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
@@ -54,7 +54,7 @@ func benchmarkAgent(b *testing.B, cacheBytes int64, warm bool) {
 		b.Fatal(err)
 	}
 	get(b, resp.Msg.GetWorkerIp())
-	var ckpt, restore samples
+	var ckpt, restore latency.Samples
 	from, previous := 0, ""
 	b.ResetTimer()
 	for i := range b.N {
@@ -79,8 +79,8 @@ func benchmarkAgent(b *testing.B, cacheBytes int64, warm bool) {
 		}
 		// The first move of the warm variant finds no worker warm yet.
 		if !warm || i > 0 {
-			ckpt.add(t1.Sub(t0))
-			restore.add(time.Since(t1))
+			ckpt.Add(t1.Sub(t0))
+			restore.Add(time.Since(t1))
 		}
 		from = 1 - from
 		b.StopTimer()
@@ -97,8 +97,8 @@ func benchmarkAgent(b *testing.B, cacheBytes int64, warm bool) {
 	if got := get(b, n.ip(b, from)); got != "count=2 lines=2" {
 		b.Fatalf("after %d moves: %q, want count=2 lines=2", b.N, got)
 	}
-	ckpt.report(b, "checkpoint")
-	restore.report(b, "restore-ready")
+	ckpt.Report(b, "checkpoint", 0.50, 0.95)
+	restore.Report(b, "restore-ready", 0.50, 0.95)
 }
 
 // waitWarm waits until worker i is warm.
@@ -152,13 +152,13 @@ func benchmarkRunsc(b *testing.B) {
 		}
 	}
 	images := b.TempDir()
-	var ckpt, restore samples
+	var ckpt, restore latency.Samples
 	b.ResetTimer()
 	for i := range b.N {
 		img := filepath.Join(images, fmt.Sprint(i))
 		t0 := time.Now()
 		runsc("checkpoint", "--compression=none", "--image-path="+img, id)
-		ckpt.add(time.Since(t0))
+		ckpt.Add(time.Since(t0))
 		b.StopTimer()
 		runsc("delete", "--force", id)
 		// runsc took the slot's address with the sandbox.
@@ -171,7 +171,7 @@ func benchmarkRunsc(b *testing.B) {
 		t1 := time.Now()
 		runsc("restore", "--detach", "--image-path="+img, "--bundle="+bundle, id)
 		waitServing(b, ip)
-		restore.add(time.Since(t1))
+		restore.Add(time.Since(t1))
 		b.StopTimer()
 		os.RemoveAll(img)
 		b.StartTimer()
@@ -184,8 +184,8 @@ func benchmarkRunsc(b *testing.B) {
 	if err := n.runtime.Terminate(ctx, runtime.Slot{Name: slot.Name}); err != nil {
 		b.Fatal(err)
 	}
-	ckpt.report(b, "checkpoint")
-	restore.report(b, "restore-ready")
+	ckpt.Report(b, "checkpoint", 0.50, 0.95)
+	restore.Report(b, "restore-ready", 0.50, 0.95)
 }
 
 // sandboxFlags returns the global runsc flags the runtime started sandbox
@@ -226,23 +226,4 @@ func waitServing(b *testing.B, ip string) {
 	if err := a.probe(context.Background(), "http://"+ip+":8080/readyz", 30*time.Second); err != nil {
 		b.Fatal(err)
 	}
-}
-
-type samples []time.Duration
-
-func (s *samples) add(d time.Duration) { *s = append(*s, d) }
-
-// report adds the p50 and p95 of s in milliseconds as metrics named name.
-func (s samples) report(b *testing.B, name string) {
-	if len(s) == 0 {
-		return
-	}
-	sorted := slices.Clone(s)
-	slices.Sort(sorted)
-	at := func(q float64) float64 {
-		i := int(math.Ceil(q*float64(len(sorted)))) - 1
-		return float64(sorted[max(i, 0)].Microseconds()) / 1000
-	}
-	b.ReportMetric(at(0.50), name+"-p50-ms")
-	b.ReportMetric(at(0.95), name+"-p95-ms")
 }

@@ -15,7 +15,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -33,6 +32,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/latency"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
@@ -756,20 +756,15 @@ func BenchmarkMintCert(b *testing.B) {
 			if _, err := client.MintCert(ctx, req); err != nil { // warm the connection and the keys
 				b.Fatal(err)
 			}
-			var latencies []time.Duration
+			var mints latency.Samples
 			for b.Loop() {
 				start := time.Now()
 				if _, err := client.MintCert(ctx, req); err != nil {
 					b.Fatal(err)
 				}
-				latencies = append(latencies, time.Since(start))
+				mints.Add(time.Since(start))
 			}
-			slices.Sort(latencies)
-			at := func(q float64) float64 {
-				return float64(latencies[max(int(math.Ceil(q*float64(len(latencies))))-1, 0)].Microseconds()) / 1000
-			}
-			b.ReportMetric(at(0.50), "p50-ms")
-			b.ReportMetric(at(0.99), "p99-ms")
+			mints.Report(b, "mint", 0.50, 0.99)
 		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/latency"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
 )
@@ -183,7 +183,7 @@ func newBenchFleet(tb testing.TB, storeURL string, idle int) *benchFleet {
 
 // cycle resumes and suspends one actor, adding each step's latency to
 // resumes and suspends when they are given.
-func (f *benchFleet) cycle(tb testing.TB, name string, resumes, suspends *latencies) {
+func (f *benchFleet) cycle(tb testing.TB, name string, resumes, suspends *latency.Samples) {
 	t0 := time.Now()
 	a, err := f.engine.Resume(f.ctx, "default", name, ResumeOptions{})
 	if err != nil {
@@ -204,8 +204,8 @@ func (f *benchFleet) cycle(tb testing.TB, name string, resumes, suspends *latenc
 		return
 	}
 	if resumes != nil {
-		resumes.add(t1.Sub(t0))
-		suspends.add(time.Since(t1))
+		resumes.Add(t1.Sub(t0))
+		suspends.Add(time.Since(t1))
 	}
 }
 
@@ -215,8 +215,8 @@ func (f *benchFleet) run(b *testing.B, goroutines int) {
 	restoresBefore := f.calls("Restore")
 	f.claims.Store(0)
 	var next atomic.Int64
-	resumes := make([]latencies, goroutines)
-	suspends := make([]latencies, goroutines)
+	resumes := make([]latency.Samples, goroutines)
+	suspends := make([]latency.Samples, goroutines)
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	start := time.Now()
@@ -250,8 +250,8 @@ func (f *benchFleet) run(b *testing.B, goroutines int) {
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
 	b.ReportMetric(float64(f.claims.Load())/float64(b.N), "claims/resume")
-	slices.Concat(resumes...).report(b, "resume")
-	slices.Concat(suspends...).report(b, "suspend")
+	slices.Concat(resumes...).Report(b, "resume", 0.50, 0.99)
+	slices.Concat(suspends...).Report(b, "suspend", 0.50, 0.99)
 }
 
 func (f *benchFleet) calls(method string) int {
@@ -260,23 +260,4 @@ func (f *benchFleet) calls(method string) int {
 		n += a.callCount(method)
 	}
 	return n
-}
-
-type latencies []time.Duration
-
-func (l *latencies) add(d time.Duration) { *l = append(*l, d) }
-
-// report adds the p50 and p99 of l in milliseconds as metrics named name.
-func (l latencies) report(b *testing.B, name string) {
-	if len(l) == 0 {
-		return
-	}
-	sorted := slices.Clone(l)
-	slices.Sort(sorted)
-	at := func(q float64) float64 {
-		i := int(math.Ceil(q*float64(len(sorted)))) - 1
-		return float64(sorted[max(i, 0)].Microseconds()) / 1000
-	}
-	b.ReportMetric(at(0.50), name+"-p50-ms")
-	b.ReportMetric(at(0.99), name+"-p99-ms")
 }

@@ -3,19 +3,18 @@ package gvisor
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/torpor-dev/torpor/internal/latency"
 	"github.com/torpor-dev/torpor/internal/netns"
 )
 
 // Checkpoint and restore latency of the counter, through the runtime and
 // through plain runsc commands on the same bundle and slot, to show what
-// the runtime adds. Percentiles need samples: run with -benchtime=30x.
+// the runtime adds. Percentiles need latency.Samples: run with -benchtime=30x.
 //
 //	go test -run '^$' -bench CheckpointRestore -benchtime=30x ./internal/runtime/gvisor
 func BenchmarkCheckpointRestore(b *testing.B) {
@@ -28,7 +27,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 			b.Fatal(err)
 		}
 		waitReady(b, slot.IP)
-		var ckpt, restore, ready samples
+		var ckpt, restore, ready latency.Samples
 		images := b.TempDir()
 		b.ResetTimer()
 		for i := range b.N {
@@ -43,14 +42,14 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 			}
 			t2 := time.Now()
 			waitReady(b, slot.IP)
-			ckpt.add(t1.Sub(t0))
-			restore.add(t2.Sub(t1))
-			ready.add(time.Since(t1))
+			ckpt.Add(t1.Sub(t0))
+			restore.Add(t2.Sub(t1))
+			ready.Add(time.Since(t1))
 			os.RemoveAll(img)
 		}
-		ckpt.report(b, "checkpoint")
-		restore.report(b, "restore")
-		ready.report(b, "restore-ready")
+		ckpt.Report(b, "checkpoint", 0.50, 0.95)
+		restore.Report(b, "restore", 0.50, 0.95)
+		ready.Report(b, "restore-ready", 0.50, 0.95)
 	})
 
 	b.Run("runsc", func(b *testing.B) {
@@ -67,7 +66,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 		}
 		id, bundle := ids[0], h.rt.bundleDir(slot.Name, ids[0])
 		b.Cleanup(func() { h.rt.output(ctx, "delete", "--force", id) })
-		var ckpt, restore, ready samples
+		var ckpt, restore, ready latency.Samples
 		images := b.TempDir()
 		b.ResetTimer()
 		for i := range b.N {
@@ -76,7 +75,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 			if _, err := h.rt.output(ctx, "checkpoint", "--compression=none", "--image-path="+img, id); err != nil {
 				b.Fatal(err)
 			}
-			ckpt.add(time.Since(t0))
+			ckpt.Add(time.Since(t0))
 			if _, err := h.rt.output(ctx, "delete", "--force", id); err != nil {
 				b.Fatal(err)
 			}
@@ -88,32 +87,13 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 			if err := h.rt.detached(ctx, filepath.Join(bundle, "console.log"), "restore", "--detach", "--image-path="+img, "--bundle="+bundle, id); err != nil {
 				b.Fatal(err)
 			}
-			restore.add(time.Since(t1))
+			restore.Add(time.Since(t1))
 			waitReady(b, slot.IP)
-			ready.add(time.Since(t1))
+			ready.Add(time.Since(t1))
 			os.RemoveAll(img)
 		}
-		ckpt.report(b, "checkpoint")
-		restore.report(b, "restore")
-		ready.report(b, "restore-ready")
+		ckpt.Report(b, "checkpoint", 0.50, 0.95)
+		restore.Report(b, "restore", 0.50, 0.95)
+		ready.Report(b, "restore-ready", 0.50, 0.95)
 	})
-}
-
-type samples []time.Duration
-
-func (s *samples) add(d time.Duration) { *s = append(*s, d) }
-
-// report adds the p50 and p95 of s in milliseconds as metrics named name.
-func (s samples) report(b *testing.B, name string) {
-	if len(s) == 0 {
-		return
-	}
-	sorted := slices.Clone(s)
-	slices.Sort(sorted)
-	at := func(q float64) float64 {
-		i := int(math.Ceil(q*float64(len(sorted)))) - 1
-		return float64(sorted[max(i, 0)].Microseconds()) / 1000
-	}
-	b.ReportMetric(at(0.50), name+"-p50-ms")
-	b.ReportMetric(at(0.95), name+"-p95-ms")
 }
