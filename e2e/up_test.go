@@ -88,6 +88,9 @@ func TestUpQuickstart(t *testing.T) {
 	if out := tail(up.logPath, 4096); !strings.Contains(out, "Suspended 1 actor(s).") {
 		t.Errorf("torpor up's shutdown:\n%s\nwant one actor suspended", out)
 	}
+	if left := processesMentioning(t, dataDir); len(left) > 0 {
+		t.Errorf("processes left after torpor up stopped: %v", left)
+	}
 
 	start("up-again")
 	if got := curl(); got != "count=4 lines=4" {

@@ -94,6 +94,10 @@ type Config struct {
 	// suspended or paused out of gets a sandbox made ready for that actor,
 	// so its next restore there skips the sandbox's boot (see warm.go).
 	NoWarm bool
+	// DiscardWarmOnStop removes the warm sandboxes when Run returns (they
+	// would otherwise stay for the next agent to keep), so a stopped agent
+	// that ran no actors leaves no process behind: torpor up does this.
+	DiscardWarmOnStop bool
 }
 
 const (
@@ -265,6 +269,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	err = <-served
 	// Operations already running finish and record their outcome.
 	a.ops.Wait()
+	if a.cfg.DiscardWarmOnStop {
+		a.discardWarm(context.WithoutCancel(ctx))
+	}
 	if err != nil {
 		return fmt.Errorf("node agent API: %w", err)
 	}

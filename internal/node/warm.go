@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"time"
 
@@ -126,22 +127,43 @@ func (a *Agent) dropWarm(ctx context.Context, s *slot, actorUID string) {
 				continue
 			}
 		}
-		cur := other.current()
-		if cur.ActorUID == "" && len(cur.Warm) > 0 && warmFor(cur.Warm) == actorUID {
-			if err := a.rt.Terminate(ctx, other.rt); err != nil {
+		if cur := other.current(); cur.ActorUID == "" && len(cur.Warm) > 0 && warmFor(cur.Warm) == actorUID {
+			if err := a.unwarm(ctx, other); err != nil {
 				a.log.Warn("warm sandbox of a terminated actor not removed", "worker", other.name(), "actor_uid", actorUID, "err", err)
-			} else {
-				cur.Warm = nil
-				other.stage(cur)
-				if err := other.commit(nil); err != nil {
-					a.log.Warn("worker record not written", "worker", other.name(), "err", err)
-				}
 			}
 		}
 		if other != s {
 			other.unlock()
 		}
 	}
+}
+
+// discardWarm removes every free worker's warm sandbox and forgets it, so
+// the next agent does not make it again. No operation may be running.
+func (a *Agent) discardWarm(ctx context.Context) {
+	for _, s := range a.slots {
+		s.lock()
+		if cur := s.current(); cur.ActorUID == "" && len(cur.Warm) > 0 {
+			if err := a.unwarm(ctx, s); err != nil {
+				a.log.Warn("warm sandbox not removed", "worker", s.name(), "err", err)
+			}
+		}
+		s.unlock()
+	}
+}
+
+// unwarm removes free slot s's warm sandbox and forgets it; s is locked.
+func (a *Agent) unwarm(ctx context.Context, s *slot) error {
+	if err := a.rt.Terminate(ctx, s.rt); err != nil {
+		return err
+	}
+	cur := s.current()
+	cur.Warm = nil
+	s.stage(cur)
+	if err := s.commit(nil); err != nil {
+		return fmt.Errorf("worker record: %w", err)
+	}
+	return nil
 }
 
 // warmFor returns the actor uid of a recorded warm workload.

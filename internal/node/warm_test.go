@@ -163,3 +163,31 @@ func TestNoWarm(t *testing.T) {
 		t.Fatalf("calls %v, want no warm-up", n.rt.Calls())
 	}
 }
+
+// TestDiscardWarmOnStop: an agent told to leaves no warm sandbox when it
+// stops, and the next agent does not make it again.
+func TestDiscardWarmOnStop(t *testing.T) {
+	n := newFakeNode(t, func(c *Config) { c.DiscardWarmOnStop = true })
+	ctx := context.Background()
+	if _, err := n.run(ctx, "a1", "op-run", 0); err != nil {
+		t.Fatal(err)
+	}
+	n.suspend(t, "a1", "op-suspend", 0)
+	waitFor(t, "worker 0 to be warm", func() bool { return n.warm(t, 0) })
+	if err := n.stop(); err != nil {
+		t.Fatal(err)
+	}
+	sandboxes, err := n.rt.Sandboxes(ctx)
+	if err != nil || len(sandboxes) != 0 {
+		t.Fatalf("sandboxes %v, %v after the stop; want none", sandboxes, err)
+	}
+	warms := n.calls("Warm", 0)
+	n.start(t)
+	// Stopping waits for every operation the start began, warm-ups too.
+	if err := n.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.calls("Warm", 0); got != warms {
+		t.Fatalf("the next agent warmed the worker again (%d warm-ups, %d before)", got, warms)
+	}
+}
