@@ -412,30 +412,7 @@ func TestNoLeaks(t *testing.T) {
 		// One sandbox and its gofer.
 		t.Errorf("runsc processes of this runtime mid-test: %v, want 2", got)
 	}
-	for _, s := range h.slots {
-		if err := h.rt.Terminate(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := h.processes(t); len(got) != 0 {
-		t.Errorf("runsc processes left after Terminate: %v", got)
-	}
-	if got := mountsUnder(t, h.root); len(got) > 1 {
-		// runsc's shared gofer namespace stays until Close.
-		t.Errorf("mounts left after Terminate: %v", got)
-	}
-	if got := cgroupsOf(t, h.slots[:]); len(got) != 0 {
-		t.Errorf("cgroups left after Terminate: %v", got)
-	}
-	if err := h.rt.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := mountsUnder(t, h.root); len(got) != 0 {
-		t.Errorf("mounts left after Close: %v", got)
-	}
-	if files := listTree(t, h.root); !slices.Equal(files, []string{"runsc/", "slots/"}) {
-		t.Errorf("files left under the runtime root: %v", files)
-	}
+	h.terminateAllAndClose(t)
 	if err := h.net.TeardownAll(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -537,4 +514,35 @@ func listTree(t testing.TB, dir string) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// terminateAllAndClose terminates every slot and closes the runtime,
+// checking that no process, mount, cgroup or file of it is left.
+func (h *harness) terminateAllAndClose(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	for _, s := range h.slots {
+		if err := h.rt.Terminate(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.processes(t); len(got) != 0 {
+		t.Errorf("runsc processes left after Terminate: %v", got)
+	}
+	if got := mountsUnder(t, h.root); len(got) > 1 {
+		// runsc's shared gofer namespace stays until Close.
+		t.Errorf("mounts left after Terminate: %v", got)
+	}
+	if got := cgroupsOf(t, h.slots[:]); len(got) != 0 {
+		t.Errorf("cgroups left after Terminate: %v", got)
+	}
+	if err := h.rt.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := mountsUnder(t, h.root); len(got) != 0 {
+		t.Errorf("mounts left after Close: %v", got)
+	}
+	if files := listTree(t, h.root); !slices.Equal(files, []string{"runsc/", "slots/"}) {
+		t.Errorf("files left under the runtime root: %v", files)
+	}
 }

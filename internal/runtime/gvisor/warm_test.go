@@ -182,26 +182,7 @@ func TestNoLeaksWithWarmSlots(t *testing.T) {
 		// A running sandbox and a warm one, each with its gofer.
 		t.Errorf("runsc processes of this runtime mid-test: %v, want 4", got)
 	}
-	for _, s := range h.slots {
-		if err := h.rt.Terminate(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := h.processes(t); len(got) != 0 {
-		t.Errorf("runsc processes left after Terminate: %v", got)
-	}
-	if got := mountsUnder(t, h.root); len(got) > 1 {
-		t.Errorf("mounts left after Terminate: %v", got)
-	}
-	if err := h.rt.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := mountsUnder(t, h.root); len(got) != 0 {
-		t.Errorf("mounts left after Close: %v", got)
-	}
-	if files := listTree(t, h.root); !slices.Equal(files, []string{"runsc/", "slots/"}) {
-		t.Errorf("files left under the runtime root: %v", files)
-	}
+	h.terminateAllAndClose(t)
 	data, err := os.ReadFile(filepath.Join(w.Volumes["data"], "state.log"))
 	if err != nil || strings.Count(string(data), "\n") != cycles+1 {
 		t.Errorf("volume after teardown: %d lines, %v; want %d", strings.Count(string(data), "\n"), err, cycles+1)
