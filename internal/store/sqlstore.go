@@ -82,7 +82,14 @@ func newSQLStore(d *dialect, writer, reader *sql.DB, close func() error) *sqlSto
 
 // InTx runs fn in one transaction. Inside fn, use only the Tx it is given:
 // on SQLite the store's own write path waits for the transaction to end.
+// A transaction that fails transiently runs again from its BEGIN (see
+// retried); on SQLite that is a new turn in the batcher's queue, so no
+// batch is held open while it waits.
 func (s *sqlStore) InTx(ctx context.Context, fn func(tx Tx) error) error {
+	return retried(ctx, func(ctx context.Context) error { return s.inTx(ctx, fn) })
+}
+
+func (s *sqlStore) inTx(ctx context.Context, fn func(tx Tx) error) error {
 	if s.batch != nil {
 		return s.batch.inTx(ctx, fn)
 	}

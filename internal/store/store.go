@@ -22,6 +22,10 @@ var (
 	ErrConflict = errors.New("version conflict")
 )
 
+// Every Store call, and every InTx, rides out a database that restarts or
+// is briefly out of reach by trying again within a bounded time; what
+// still fails for that reason is ErrUnavailable (transient.go).
+
 // Object is a stored record: every resource message carries ObjectMeta.
 type Object interface {
 	proto.Message
@@ -120,7 +124,10 @@ type Store interface {
 	Tx
 	Secrets
 	// InTx runs fn in one transaction: all of its writes commit together,
-	// or none do when fn returns an error.
+	// or none do when fn returns an error. fn runs again from the start
+	// when the transaction fails transiently, so it must set whatever it
+	// hands out of the transaction afresh on every run, and must not
+	// change values it captured (a record it then writes again).
 	InTx(ctx context.Context, fn func(tx Tx) error) error
 	Close() error
 }
