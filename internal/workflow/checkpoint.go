@@ -75,7 +75,7 @@ func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkp
 		if err != nil {
 			return nil, err
 		}
-		return e.driveCheckpoint(ctx, claimed)
+		return e.drive(ctx, claimed, func(ctx context.Context) (*torporv1.Actor, error) { return e.driveCheckpoint(ctx, claimed) })
 	}
 	return nil, codeError(connect.CodeAborted, "actor %s/%s: too many concurrent changes, retry", space, name)
 }
@@ -127,26 +127,39 @@ func kindOf(op torporv1.OperationKind) checkpointKind {
 // driveCheckpoint issues the node call of a committed SUSPENDING or
 // PAUSING intent and finalizes it; Recover re-drives it the same way.
 func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torporv1.Actor, error) {
+	if h := e.hooks.AfterCheckpointClaim; h != nil {
+		h(a)
+	}
 	st, op := a.GetStatus(), a.GetStatus().GetOperation()
 	kind := kindOf(op.GetKind())
 	space := a.GetMetadata().GetSpace()
 	location, err := snapshot.Location(space, a.GetMetadata().GetUid(), op.GetTargetSnapshot())
-	var agent NodeAgent
-	if err == nil {
-		agent, err = e.agents.Agent(ctx, st.GetWorker().GetNode())
+	if err != nil {
+		return nil, e.failCheckpoint(ctx, a, err)
 	}
 	var resp *connect.Response[torporv1.CheckpointResponse]
-	if err == nil {
+	moved, err := e.untilNodeAnswers(ctx, a, func(ctx context.Context) error {
+		agent, err := e.agents.Agent(ctx, st.GetWorker().GetNode())
+		if err != nil {
+			return err
+		}
 		resp, err = agent.Checkpoint(ctx, connect.NewRequest(&torporv1.CheckpointRequest{
 			Op:       &torporv1.Operation{ActorUid: a.GetMetadata().GetUid(), OperationId: op.GetId(), Worker: st.GetWorker().GetName()},
 			Scope:    op.GetTargetScope(),
 			Target:   kind.target,
 			Location: location,
 		}))
-	}
-	if err != nil {
+		return err
+	})
+	switch {
+	case moved != nil:
+		return checkpointedElsewhere(a, moved, kind)
+	case err == nil:
+	case stillInFlight(ctx, err):
+		return nil, err
+	default:
 		e.logger(a).Warn("checkpoint failed", "err", err)
-		return nil, e.failCheckpoint(ctx, a, agent, err)
+		return nil, e.failCheckpoint(ctx, a, err)
 	}
 	snap := &torporv1.Snapshot{
 		Metadata:       &torporv1.ObjectMeta{Space: space, Name: op.GetTargetSnapshot()},
@@ -178,16 +191,6 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 		e.setState(cur, kind.done)
 		return worker
 	}
-	// What the transaction changes besides the actor is read before it,
-	// so the store's single writer (SQLite) does not wait for the reads:
-	// the worker (its release compare-and-sets the version read here) and
-	// the actor's snapshots (retention).
-	var worker *torporv1.Worker
-	if ref := st.GetWorker(); ref != nil {
-		if worker, err = e.store.Workers().Get(ctx, ref.GetNamespace(), ref.GetName()); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("finalize %s of actor %s: %w", stateName(kind.done), actorKey(a), err)
-		}
-	}
 	var expire []*torporv1.Snapshot
 	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE {
 		// Retention is not worth failing the step for: the next suspend
@@ -198,41 +201,51 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 	}
 	var out, lost *torporv1.Actor
 	var expired []*torporv1.Snapshot
-	err = e.store.InTx(ctx, func(tx store.Tx) error {
-		out, lost, expired = nil, nil, nil
-		end, err := endClaimedStep(ctx, tx, a, finish, func(cur *torporv1.Actor) bool {
-			return cur.GetStatus().GetState() == kind.done &&
-				(cur.GetStatus().GetLatestSnapshot() == snap.GetMetadata().GetName() || cur.GetStatus().GetLocalCheckpoint() == snap.GetMetadata().GetName())
-		})
-		if err != nil || end.written == nil {
-			out, lost = end.done, end.lost
-			return err
+	err = e.endStep(ctx, a, func() error {
+		// What the transaction changes besides the actor is read before
+		// it, so the store's single writer (SQLite) does not wait for the
+		// reads: the worker (its release compare-and-sets the version read
+		// here) and the actor's snapshots (retention, above).
+		var worker *torporv1.Worker
+		if ref := st.GetWorker(); ref != nil {
+			var err error
+			if worker, err = e.store.Workers().Get(ctx, ref.GetNamespace(), ref.GetName()); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
 		}
-		written, ref := end.written, end.result
-		out = written
-		// The record is written only now that the manifest exists
-		// (invariant 5), in the transaction that points the actor at it;
-		// the previous snapshot stays until this commits.
-		if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
-			return err
-		}
-		// The node keeps the worker warm for this actor (node/warm.go).
-		if err := releaseReadWorker(ctx, tx, ref, written.GetMetadata().GetUid(), worker, written.GetMetadata().GetUid()); err != nil {
-			return err
-		}
-		if expired, err = expireInTx(ctx, tx, expire); err != nil {
-			return err
-		}
-		return e.record(ctx, tx, written.GetMetadata().GetUid(), transition{
-			from: kind.during, to: kind.done, op: op, worker: ref, since: op.GetStartTime().AsTime(),
-			reason: fmt.Sprintf("%s: %s snapshot %s (%d bytes)", stateName(kind.done), scopeName(snap.GetScope()), snap.GetMetadata().GetName(), snap.GetSizeBytes()),
+		return e.store.InTx(ctx, func(tx store.Tx) error {
+			out, lost, expired = nil, nil, nil
+			end, err := endClaimedStep(ctx, tx, a, finish, func(cur *torporv1.Actor) bool { return checkpointedTo(cur, kind, snap.GetMetadata().GetName()) })
+			if err != nil || end.written == nil {
+				out, lost = end.done, end.lost
+				return err
+			}
+			written, ref := end.written, end.result
+			out = written
+			// The record is written only now that the manifest exists
+			// (invariant 5), in the transaction that points the actor at
+			// it; the previous snapshot stays until this commits.
+			if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
+				return err
+			}
+			// The node keeps the worker warm for this actor (node/warm.go).
+			if err := releaseReadWorker(ctx, tx, ref, written.GetMetadata().GetUid(), worker, written.GetMetadata().GetUid()); err != nil {
+				return err
+			}
+			if expired, err = expireInTx(ctx, tx, expire); err != nil {
+				return err
+			}
+			return e.record(ctx, tx, written.GetMetadata().GetUid(), transition{
+				from: kind.during, to: kind.done, op: op, worker: ref, since: op.GetStartTime().AsTime(),
+				reason: fmt.Sprintf("%s: %s snapshot %s (%d bytes)", stateName(kind.done), scopeName(snap.GetScope()), snap.GetMetadata().GetName(), snap.GetSizeBytes()),
+			})
 		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("finalize %s of actor %s: %w", stateName(kind.done), actorKey(a), err)
 	}
 	if lost != nil {
-		return nil, codeError(connect.CodeAborted, "actor %s became %s while checkpointing: %s", actorKey(a), stateName(lost.GetStatus().GetState()), lost.GetStatus().GetCrashReason())
+		return checkpointedElsewhere(a, lost, kind)
 	}
 	e.metrics.snapshotBytes.WithLabelValues(kind.metric()).Add(float64(snap.GetSizeBytes()))
 	// Retention removed the records in the transaction; the files go now
@@ -246,34 +259,72 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 	return out, nil
 }
 
-// failCheckpoint returns the actor to RUNNING when its workload survived the
-// failed checkpoint, and makes it CRASHED otherwise.
-func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, agent NodeAgent, cause error) error {
+// checkpointedTo reports whether cur is the end of a checkpoint of kind
+// into snapshot name.
+func checkpointedTo(cur *torporv1.Actor, kind checkpointKind, name string) bool {
+	st := cur.GetStatus()
+	return st.GetState() == kind.done && (st.GetLatestSnapshot() == name || st.GetLocalCheckpoint() == name)
+}
+
+// checkpointedElsewhere is the answer of a checkpoint driver that found
+// its step ended by someone else: cur, when that was this checkpoint's
+// end (another driver of the same operation finished it), else Aborted.
+func checkpointedElsewhere(a, cur *torporv1.Actor, kind checkpointKind) (*torporv1.Actor, error) {
+	if cur.GetMetadata().GetUid() == a.GetMetadata().GetUid() && checkpointedTo(cur, kind, a.GetStatus().GetOperation().GetTargetSnapshot()) {
+		return cur, nil
+	}
+	return nil, codeError(connect.CodeAborted, "actor %s became %s while checkpointing: %s", actorKey(a), stateName(cur.GetStatus().GetState()), cur.GetStatus().GetCrashReason())
+}
+
+// failCheckpoint returns the actor to RUNNING when its workload survived
+// the failed checkpoint, and makes it CRASHED otherwise: when the node
+// says the workload is gone, or the node is lost. Asking the node waits
+// for it like any node call of the step.
+func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, cause error) error {
 	running := false
-	if agent != nil {
-		stats, err := agent.Stats(ctx, connect.NewRequest(&torporv1.StatsRequest{Worker: a.GetStatus().GetWorker().GetName()}))
-		running = err == nil && stats.Msg.GetRunning() && stats.Msg.GetActorUid() == a.GetMetadata().GetUid()
+	if !errors.Is(cause, errNodeLost) {
+		var stats *connect.Response[torporv1.StatsResponse]
+		moved, err := e.untilNodeAnswers(ctx, a, func(ctx context.Context) error {
+			agent, err := e.agents.Agent(ctx, a.GetStatus().GetWorker().GetNode())
+			if err != nil {
+				return err
+			}
+			stats, err = agent.Stats(ctx, connect.NewRequest(&torporv1.StatsRequest{Worker: a.GetStatus().GetWorker().GetName()}))
+			return err
+		})
+		switch {
+		case moved != nil:
+			return cause
+		case err != nil && stillInFlight(ctx, err):
+			return cause // the step stays in flight for Recover
+		case err != nil:
+			cause = fmt.Errorf("%w; asking whether the workload survived: %w", cause, err)
+		default:
+			running = stats.Msg.GetRunning() && stats.Msg.GetActorUid() == a.GetMetadata().GetUid()
+		}
 	}
 	op := a.GetStatus().GetOperation()
-	err := e.store.InTx(ctx, func(tx store.Tx) error {
-		cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
-		if err != nil {
-			return err
-		}
-		if cur.GetMetadata().GetUid() != a.GetMetadata().GetUid() || cur.GetStatus().GetOperation().GetId() != op.GetId() {
-			return nil
-		}
-		reason := fmt.Sprintf("%s failed: %s", stateName(kindOf(op.GetKind()).done), connectMessage(cause))
-		if !running {
-			return e.crashInTx(ctx, tx, cur, reason)
-		}
-		t := transition{from: cur.GetStatus().GetState(), to: torporv1.ActorState_ACTOR_STATE_RUNNING, reason: reason + "; still running", op: op, worker: cur.GetStatus().GetWorker()}
-		cur.Status.Operation = nil
-		e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING)
-		if _, err := tx.Actors().Update(ctx, cur); err != nil {
-			return err
-		}
-		return e.record(ctx, tx, cur.GetMetadata().GetUid(), t)
+	err := e.endStep(ctx, a, func() error {
+		return e.store.InTx(ctx, func(tx store.Tx) error {
+			cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
+			if err != nil {
+				return err
+			}
+			if !sameStep(cur, a) {
+				return nil
+			}
+			reason := fmt.Sprintf("%s failed: %s", stateName(kindOf(op.GetKind()).done), connectMessage(cause))
+			if !running {
+				return e.crashInTx(ctx, tx, cur, reason)
+			}
+			t := transition{from: cur.GetStatus().GetState(), to: torporv1.ActorState_ACTOR_STATE_RUNNING, reason: reason + "; still running", op: op, worker: cur.GetStatus().GetWorker()}
+			cur.Status.Operation = nil
+			e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING)
+			if _, err := tx.Actors().Update(ctx, cur); err != nil {
+				return err
+			}
+			return e.record(ctx, tx, cur.GetMetadata().GetUid(), t)
+		})
 	})
 	if err != nil {
 		e.logger(a).Error("record failed checkpoint", "err", err)

@@ -69,6 +69,8 @@ type Engine struct {
 	metrics *metrics
 	// claiming holds the workers this engine's resumes are claiming.
 	claiming claimSet
+	// driving holds the steps this engine is driving.
+	driving drivers
 }
 
 // claimSet is the workers that claims of this engine have picked and not
@@ -120,6 +122,9 @@ type Hooks struct {
 	// BeforeResumeFinalize runs after the node restored the actor and
 	// before RUNNING is committed.
 	BeforeResumeFinalize func(actor *torporv1.Actor)
+	// AfterCheckpointClaim runs once the SUSPENDING or PAUSING intent is
+	// committed and before the node is called.
+	AfterCheckpointClaim func(actor *torporv1.Actor)
 }
 
 // New returns an engine.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 
@@ -26,6 +27,19 @@ type fakeAgent struct {
 	// noData makes checkpoints report no durable data.
 	noData   bool
 	restores []*torporv1.RestoreRequest
+	// down makes every call fail as a node that does not answer does;
+	// unanswered counts those calls.
+	down       atomic.Bool
+	unanswered atomic.Int64
+}
+
+// unreachable is what a call of a node that is down returns.
+func (f *fakeAgent) unreachable() error {
+	if !f.down.Load() {
+		return nil
+	}
+	f.unanswered.Add(1)
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("dial node %s: connection refused", f.node))
 }
 
 func (f *fakeAgent) lastRestore() *torporv1.RestoreRequest {
@@ -76,6 +90,9 @@ func (f *fakeAgent) start(method string, op *torporv1.Operation, fail *error) er
 }
 
 func (f *fakeAgent) Run(_ context.Context, req *connect.Request[torporv1.RunRequest]) (*connect.Response[torporv1.RunResponse], error) {
+	if err := f.unreachable(); err != nil {
+		return nil, err
+	}
 	var none error
 	if err := f.start("Run", req.Msg.GetOp(), &none); err != nil {
 		return nil, err
@@ -84,6 +101,9 @@ func (f *fakeAgent) Run(_ context.Context, req *connect.Request[torporv1.RunRequ
 }
 
 func (f *fakeAgent) Restore(_ context.Context, req *connect.Request[torporv1.RestoreRequest]) (*connect.Response[torporv1.RestoreResponse], error) {
+	if err := f.unreachable(); err != nil {
+		return nil, err
+	}
 	if err := f.start("Restore", req.Msg.GetOp(), &f.failRestore); err != nil {
 		return nil, err
 	}
@@ -94,6 +114,9 @@ func (f *fakeAgent) Restore(_ context.Context, req *connect.Request[torporv1.Res
 }
 
 func (f *fakeAgent) Checkpoint(_ context.Context, req *connect.Request[torporv1.CheckpointRequest]) (*connect.Response[torporv1.CheckpointResponse], error) {
+	if err := f.unreachable(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "Checkpoint")
@@ -111,6 +134,9 @@ func (f *fakeAgent) Checkpoint(_ context.Context, req *connect.Request[torporv1.
 }
 
 func (f *fakeAgent) Terminate(_ context.Context, req *connect.Request[torporv1.TerminateRequest]) (*connect.Response[torporv1.TerminateResponse], error) {
+	if err := f.unreachable(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "Terminate")
@@ -122,6 +148,9 @@ func (f *fakeAgent) Terminate(_ context.Context, req *connect.Request[torporv1.T
 }
 
 func (f *fakeAgent) Stats(_ context.Context, req *connect.Request[torporv1.StatsRequest]) (*connect.Response[torporv1.StatsResponse], error) {
+	if err := f.unreachable(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	uid := f.slots[req.Msg.GetWorker()]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -16,7 +17,11 @@ import (
 // step another replica is still driving is not harmed. A starting server
 // calls it with 0; the periodic sweep with Options.RecoverAfter.
 func (e *Engine) Recover(ctx context.Context, olderThan time.Duration) error {
-	var errs []error
+	var (
+		mu       sync.Mutex
+		errs     []error
+		redrives sync.WaitGroup
+	)
 	for _, state := range []torporv1.ActorState{
 		torporv1.ActorState_ACTOR_STATE_RESUMING,
 		torporv1.ActorState_ACTOR_STATE_SUSPENDING,
@@ -25,7 +30,9 @@ func (e *Engine) Recover(ctx context.Context, olderThan time.Duration) error {
 	} {
 		actors, err := listAll(ctx, e.store.Actors(), store.ListOptions{Filter: store.Filter{"state": state.String()}})
 		if err != nil {
+			mu.Lock()
 			errs = append(errs, err)
+			mu.Unlock()
 			continue
 		}
 		for _, a := range actors {
@@ -33,14 +40,28 @@ func (e *Engine) Recover(ctx context.Context, olderThan time.Duration) error {
 			if op != nil && e.now().Sub(op.GetStartTime().AsTime()) < olderThan {
 				continue
 			}
-			e.logger(a).Info("recovering step in flight")
-			errs = append(errs, e.redrive(ctx, a))
+			// Steps are re-driven side by side: one whose node is
+			// unreachable waits for it without holding up the others.
+			redrives.Go(func() {
+				err := e.redrive(ctx, a)
+				mu.Lock()
+				defer mu.Unlock()
+				errs = append(errs, err)
+			})
 		}
 	}
+	redrives.Wait()
 	return errors.Join(errs...)
 }
 
+// redrive drives a's step unless this engine drives it already.
 func (e *Engine) redrive(ctx context.Context, a *torporv1.Actor) error {
+	op := a.GetStatus().GetOperation().GetId()
+	if !e.driving.start(op) {
+		return nil
+	}
+	defer e.driving.done(op)
+	e.logger(a).Info("recovering step in flight")
 	var err error
 	switch a.GetStatus().GetState() {
 	case torporv1.ActorState_ACTOR_STATE_RESUMING:

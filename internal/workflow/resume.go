@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -54,7 +55,7 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 		if err != nil {
 			return nil, err
 		}
-		return e.driveResume(ctx, claimed, src)
+		return e.drive(ctx, claimed, func(ctx context.Context) (*torporv1.Actor, error) { return e.driveResume(ctx, claimed, src) })
 	}
 	return nil, codeError(connect.CodeAborted, "actor %s/%s: too many concurrent changes, retry", space, name)
 }
@@ -84,8 +85,11 @@ func (e *Engine) resumeSource(ctx context.Context, a *torporv1.Actor, opts Resum
 		}
 		return source{kind: SourceDurable, snap: snap, note: "snapshot " + opts.Snapshot + " asked for"}, nil
 	}
+	// The local checkpoint, when there is one, is the actor's newest
+	// state: a PAUSED actor's, or a CRASHED one's whose resume from it
+	// failed for a reason that did not spoil it.
 	var note string
-	if st.GetState() == torporv1.ActorState_ACTOR_STATE_PAUSED && st.GetLocalCheckpoint() != "" {
+	if st.GetLocalCheckpoint() != "" {
 		snap, err := e.store.Snapshots().Get(ctx, space, st.GetLocalCheckpoint())
 		switch {
 		case err == nil && live(snap.GetNode()):
@@ -271,7 +275,14 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 	}
 	st, op := a.GetStatus(), a.GetStatus().GetOperation()
 	log := e.logger(a)
-	if err := e.callRestore(ctx, a, source); err != nil {
+	moved, err := e.untilNodeAnswers(ctx, a, func(ctx context.Context) error { return e.callRestore(ctx, a, source) })
+	switch {
+	case moved != nil:
+		return resumedElsewhere(a, moved)
+	case err == nil:
+	case stillInFlight(ctx, err):
+		return nil, err
+	default:
 		log.Warn("resume failed", "err", err)
 		return nil, e.failResume(ctx, a, err)
 	}
@@ -290,25 +301,25 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 	}
 	var out *torporv1.Actor
 	var lost *torporv1.Actor
-	err := e.store.InTx(ctx, func(tx store.Tx) error {
-		out, lost = nil, nil
-		end, err := endClaimedStep(ctx, tx, a, finish, func(cur *torporv1.Actor) bool {
-			return cur.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING && cur.GetStatus().GetWorker().GetUid() == st.GetWorker().GetUid()
-		})
-		if err != nil || end.written == nil {
-			out, lost = end.done, end.lost
-			return err
-		}
-		written, local := end.written, end.result
-		out = written
-		if local != "" {
-			if err := tx.Snapshots().Delete(ctx, written.GetMetadata().GetSpace(), local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+	err = e.endStep(ctx, a, func() error {
+		return e.store.InTx(ctx, func(tx store.Tx) error {
+			out, lost = nil, nil
+			end, err := endClaimedStep(ctx, tx, a, finish, func(cur *torporv1.Actor) bool { return runningOn(cur, st.GetWorker()) })
+			if err != nil || end.written == nil {
+				out, lost = end.done, end.lost
 				return err
 			}
-		}
-		return e.record(ctx, tx, written.GetMetadata().GetUid(), transition{
-			from: torporv1.ActorState_ACTOR_STATE_RESUMING, to: torporv1.ActorState_ACTOR_STATE_RUNNING,
-			reason: "resumed (" + restoreScopeName(op.GetRestoreScope()) + ")", op: op, worker: written.GetStatus().GetWorker(), since: op.GetStartTime().AsTime(),
+			written, local := end.written, end.result
+			out = written
+			if local != "" {
+				if err := tx.Snapshots().Delete(ctx, written.GetMetadata().GetSpace(), local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+			}
+			return e.record(ctx, tx, written.GetMetadata().GetUid(), transition{
+				from: torporv1.ActorState_ACTOR_STATE_RESUMING, to: torporv1.ActorState_ACTOR_STATE_RUNNING,
+				reason: "resumed (" + restoreScopeName(op.GetRestoreScope()) + ")", op: op, worker: written.GetStatus().GetWorker(), since: op.GetStartTime().AsTime(),
+			})
 		})
 	})
 	if err == nil && lost != nil {
@@ -316,13 +327,29 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 		// restoring: never write RUNNING over it (invariant 2), and stop the
 		// workload it no longer owns.
 		e.terminate(ctx, a)
-		return nil, codeError(connect.CodeAborted, "actor %s became %s while resuming: %s", actorKey(a), stateName(lost.GetStatus().GetState()), lost.GetStatus().GetCrashReason())
+		return resumedElsewhere(a, lost)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("finalize resume of actor %s: %w", actorKey(a), err)
 	}
 	log.Info("actor running", "duration", e.now().Sub(op.GetStartTime().AsTime()))
 	return out, nil
+}
+
+// runningOn reports whether cur is RUNNING on worker: the end of a resume
+// that claimed worker.
+func runningOn(cur *torporv1.Actor, worker *torporv1.WorkerRef) bool {
+	return cur.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING && cur.GetStatus().GetWorker().GetUid() == worker.GetUid()
+}
+
+// resumedElsewhere is the answer of a resume driver that found its step
+// ended by someone else: cur, when that was this resume's end (another
+// driver of the same operation finished it), else Aborted.
+func resumedElsewhere(a, cur *torporv1.Actor) (*torporv1.Actor, error) {
+	if cur.GetMetadata().GetUid() == a.GetMetadata().GetUid() && runningOn(cur, a.GetStatus().GetWorker()) {
+		return cur, nil
+	}
+	return nil, codeError(connect.CodeAborted, "actor %s became %s while resuming: %s", actorKey(a), stateName(cur.GetStatus().GetState()), cur.GetStatus().GetCrashReason())
 }
 
 func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor, source *torporv1.Snapshot) error {
@@ -370,19 +397,31 @@ func (e *Engine) snapshotSource(ctx context.Context, space, name string, known *
 
 // failResume records a failed resume: the actor becomes CRASHED with the
 // reason and its worker is released, unless someone already moved it on.
+// A local checkpoint stays the source of the next resume unless the
+// failure says it is spoilt (DataLoss): it is the actor's newest state.
 // The caller gets the node's error with its code (DataLoss stays DataLoss).
 func (e *Engine) failResume(ctx context.Context, a *torporv1.Actor, cause error) error {
 	e.terminate(ctx, a)
 	op := a.GetStatus().GetOperation()
-	err := e.store.InTx(ctx, func(tx store.Tx) error {
-		cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
-		if err != nil {
-			return err
-		}
-		if cur.GetMetadata().GetUid() != a.GetMetadata().GetUid() || cur.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_RESUMING || cur.GetStatus().GetOperation().GetId() != op.GetId() {
-			return nil
-		}
-		return e.crashInTx(ctx, tx, cur, "resume failed: "+connectMessage(cause))
+	err := e.endStep(ctx, a, func() error {
+		return e.store.InTx(ctx, func(tx store.Tx) error {
+			cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
+			if err != nil {
+				return err
+			}
+			if !sameStep(cur, a) {
+				return nil
+			}
+			reason := "resume failed: " + connectMessage(cause)
+			if local := cur.GetStatus().GetLocalCheckpoint(); local != "" && local == op.GetSourceSnapshot() && connect.CodeOf(cause) == connect.CodeDataLoss {
+				if err := tx.Snapshots().Delete(ctx, cur.GetMetadata().GetSpace(), local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+				cur.Status.LocalCheckpoint = ""
+				reason += fmt.Sprintf("; local checkpoint %s is unusable and was dropped, with the state it held since the latest durable snapshot", local)
+			}
+			return e.crashInTx(ctx, tx, cur, reason)
+		})
 	})
 	if err != nil {
 		e.logger(a).Error("record failed resume", "err", err)
@@ -390,8 +429,11 @@ func (e *Engine) failResume(ctx context.Context, a *torporv1.Actor, cause error)
 	return cause
 }
 
-// crashInTx makes cur CRASHED with reason and releases its worker.
+// crashInTx makes cur CRASHED with reason and releases its worker. The
+// reason says which state the next resume starts from, so the history
+// names what a crash lost.
 func (e *Engine) crashInTx(ctx context.Context, tx store.Tx, cur *torporv1.Actor, reason string) error {
+	reason += "; " + keptState(cur)
 	t := transition{from: cur.GetStatus().GetState(), to: torporv1.ActorState_ACTOR_STATE_CRASHED, reason: reason, op: cur.GetStatus().GetOperation(), worker: cur.GetStatus().GetWorker()}
 	if err := releaseWorker(ctx, tx, t.worker, cur.GetMetadata().GetUid()); err != nil {
 		return err
@@ -406,12 +448,32 @@ func (e *Engine) crashInTx(ctx context.Context, tx store.Tx, cur *torporv1.Actor
 	return e.record(ctx, tx, cur.GetMetadata().GetUid(), t)
 }
 
+// keptState names the newest state a crashed actor keeps: what its next
+// resume starts from.
+func keptState(a *torporv1.Actor) string {
+	st := a.GetStatus()
+	switch {
+	case st.GetLocalCheckpoint() != "":
+		return "the next resume starts from local checkpoint " + st.GetLocalCheckpoint()
+	case st.GetLatestSnapshot() != "":
+		return "the next resume starts from snapshot " + st.GetLatestSnapshot()
+	}
+	return "the actor has no snapshot: the next resume starts it afresh"
+}
+
+// terminateTimeout bounds a terminate call, which nobody waits for.
+const terminateTimeout = 30 * time.Second
+
 // terminate asks the node to stop the actor's workload on its worker.
 func (e *Engine) terminate(ctx context.Context, a *torporv1.Actor) {
 	st := a.GetStatus()
 	if st.GetWorker() == nil {
 		return
 	}
+	// Best effort: a node that does not answer drops the workload when it
+	// registers again (it is no longer placed there).
+	ctx, cancel := context.WithTimeout(ctx, terminateTimeout)
+	defer cancel()
 	agent, err := e.agents.Agent(ctx, st.GetWorker().GetNode())
 	if err != nil {
 		e.logger(a).Warn("terminate workload", "err", err)
@@ -430,10 +492,10 @@ func (e *Engine) terminateWorkload(ctx context.Context, agent NodeAgent, op *tor
 	}
 }
 
-// connectMessage is an error's message without the code prefix.
+// connectMessage is an error's message without the code prefix of a
+// status error; a wrapped one keeps its context.
 func connectMessage(err error) string {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
+	if ce, ok := err.(*connect.Error); ok {
 		return ce.Message()
 	}
 	return err.Error()
