@@ -107,7 +107,9 @@ func TestUnreachableNodeKeepsTheStep(t *testing.T) {
 				}
 			},
 			step: func(e *Engine) func(context.Context) (*torporv1.Actor, error) {
-				return func(ctx context.Context) (*torporv1.Actor, error) { return e.Resume(ctx, "default", "c1", ResumeOptions{}) }
+				return func(ctx context.Context) (*torporv1.Actor, error) {
+					return e.Resume(ctx, "default", "c1", ResumeOptions{})
+				}
 			}},
 	}
 	for _, tt := range tests {
