@@ -53,6 +53,8 @@ type clusterOptions struct {
 	s3 bool
 	// egress lets workloads reach beyond their node.
 	egress bool
+	// storeURL, when set, is the store instead of a fresh one of backend.
+	storeURL string
 }
 
 // cluster is a control plane, its node agents and a router.
@@ -105,7 +107,10 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 	ctx := context.Background()
 	c := &cluster{t: t, ctx: ctx, egress: opts.egress}
 	var err error
-	c.store, err = store.Open(ctx, storetest.URL(t, opts.backend))
+	if opts.storeURL == "" {
+		opts.storeURL = storetest.URL(t, opts.backend)
+	}
+	c.store, err = store.Open(ctx, opts.storeURL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -161,6 +161,9 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 		e.logger(a).Warn("checkpoint failed", "err", err)
 		return nil, e.failCheckpoint(ctx, a, err)
 	}
+	if h := e.hooks.BeforeCheckpointFinalize; h != nil {
+		h(a)
+	}
 	snap := &torporv1.Snapshot{
 		Metadata:       &torporv1.ObjectMeta{Space: space, Name: op.GetTargetSnapshot()},
 		ActorUid:       a.GetMetadata().GetUid(),

@@ -125,6 +125,9 @@ type Hooks struct {
 	// AfterCheckpointClaim runs once the SUSPENDING or PAUSING intent is
 	// committed and before the node is called.
 	AfterCheckpointClaim func(actor *torporv1.Actor)
+	// BeforeCheckpointFinalize runs after the node checkpointed the actor
+	// and before the snapshot is committed.
+	BeforeCheckpointFinalize func(actor *torporv1.Actor)
 }
 
 // New returns an engine.
