@@ -240,13 +240,23 @@ func (g *gate) authenticate(ctx context.Context, header http.Header) (principal,
 	if auth == "" && !hasClient {
 		return p, nil
 	}
-	unavailable := func(what string, err error) error {
+	// Classified as every answer is (apiError): a store out of reach is
+	// Unavailable and worth a retry, anything else that is not the
+	// caller's giving up is the control plane's fault. The caller learns
+	// no detail; the log has it.
+	cannotCheck := func(what string, err error) error {
 		g.log.ErrorContext(ctx, what, "err", err)
-		return connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot check credentials now, retry"))
+		switch code := connect.CodeOf(apiError(err)); code {
+		case connect.CodeUnavailable:
+			return connect.NewError(code, errors.New("the control plane cannot check credentials now, retry"))
+		case connect.CodeCanceled, connect.CodeDeadlineExceeded:
+			return connect.NewError(code, errors.New("gave up checking credentials"))
+		}
+		return connect.NewError(connect.CodeInternal, errors.New("the control plane failed to check credentials"))
 	}
 	a, err := g.identity.Authority(ctx)
 	if err != nil {
-		return p, unavailable("load the identity authority", err)
+		return p, cannotCheck("load the identity authority", err)
 	}
 	if auth == "" {
 		c, err := a.AuthenticateClient(ctx, client, clientUID)
@@ -255,7 +265,7 @@ func (g *gate) authenticate(ctx context.Context, header http.Header) (principal,
 			return p, errClientUnknown()
 		}
 		if err != nil {
-			return p, unavailable("check a client certificate", err)
+			return p, cannotCheck("check a client certificate", err)
 		}
 		p.client = c.Name
 		switch c.Role {
@@ -274,7 +284,7 @@ func (g *gate) authenticate(ctx context.Context, header http.Header) (principal,
 	}
 	admin, err := g.admin.get(ctx)
 	if err != nil {
-		return p, unavailable("load the admin token", err)
+		return p, cannotCheck("load the admin token", err)
 	}
 	if subtle.ConstantTimeCompare([]byte(token), []byte(admin)) == 1 {
 		p.admin = true
@@ -286,7 +296,7 @@ func (g *gate) authenticate(ctx context.Context, header http.Header) (principal,
 		return p, connect.NewError(connect.CodeUnauthenticated, errors.New("the API token is invalid or expired"))
 	}
 	if err != nil {
-		return p, unavailable("check an API token", err)
+		return p, cannotCheck("check an API token", err)
 	}
 	p.spaces = spaces
 	return p, nil

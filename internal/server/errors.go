@@ -30,6 +30,10 @@ func apiError(err error) error {
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.Is(err, store.ErrConflict):
 		return connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, store.ErrUnavailable):
+		// The store already rode out what it could of a database restart:
+		// the caller may retry, as for a lost connection.
+		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):
