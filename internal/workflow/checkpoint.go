@@ -204,7 +204,7 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 	}
 	var out, lost *torporv1.Actor
 	var expired []*torporv1.Snapshot
-	err = e.endStep(ctx, a, func() error {
+	err = e.endStep(ctx, e.logger(a), func() error {
 		// What the transaction changes besides the actor is read before
 		// it, so the store's single writer (SQLite) does not wait for the
 		// reads: the worker (its release compare-and-sets the version read
@@ -307,7 +307,7 @@ func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, cause er
 		}
 	}
 	op := a.GetStatus().GetOperation()
-	err := e.endStep(ctx, a, func() error {
+	err := e.endStep(ctx, e.logger(a), func() error {
 		return e.store.InTx(ctx, func(tx store.Tx) error {
 			cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"syscall"
@@ -164,13 +165,13 @@ func (e *Engine) nodeLost(ctx context.Context, node string) (bool, string) {
 // takes it: a store that is restarting costs the step time, not its
 // outcome. write must be safe to repeat (endClaimedStep is: a repeat after
 // a commit whose answer was lost finds the step finished).
-func (e *Engine) endStep(ctx context.Context, a *torporv1.Actor, write func() error) error {
+func (e *Engine) endStep(ctx context.Context, log *slog.Logger, write func() error) error {
 	logged := false
 	return retry.Do(ctx, finalizeRetry, func(err error) bool {
 		transient := errors.Is(err, store.ErrUnavailable)
 		if transient && !logged {
 			logged = true
-			e.logger(a).Warn("store unavailable; the step's end is written again", "err", err)
+			log.Warn("store unavailable; the step's end is written again", "err", err)
 		}
 		return transient
 	}, func(context.Context) error { return write() })

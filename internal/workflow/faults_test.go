@@ -329,3 +329,33 @@ func TestFinalizeRidesOutAStoreOutage(t *testing.T) {
 		})
 	}
 }
+
+// TestGoldenBuildWaitsForItsNode: a golden build whose node does not
+// answer goes back to PENDING and is built once the node is back, instead
+// of leaving the template FAILED for a node restart.
+func TestGoldenBuildWaitsForItsNode(t *testing.T) {
+	e := newEnv(t, 1, "n1")
+	agent := e.agents["n1"]
+	agent.down.Store(true)
+	if err := e.engine.BuildGoldens(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := e.store.Templates().Get(e.ctx, "default", "counter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tmpl.GetStatus().GetPhase(); got != torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING {
+		t.Fatalf("golden build on a node that does not answer: %v (%s), want PENDING", got, tmpl.GetStatus().GetMessage())
+	}
+	e.checkPlacement()
+	agent.down.Store(false)
+	if err := e.engine.BuildGoldens(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if tmpl, err = e.store.Templates().Get(e.ctx, "default", "counter"); err != nil {
+		t.Fatal(err)
+	}
+	if got := tmpl.GetStatus().GetPhase(); got != torporv1.TemplatePhase_TEMPLATE_PHASE_READY {
+		t.Fatalf("golden build with the node back: %v (%s), want READY", got, tmpl.GetStatus().GetMessage())
+	}
+}

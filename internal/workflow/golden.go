@@ -78,24 +78,31 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 	if buildErr == nil {
 		e.metrics.snapshotBytes.WithLabelValues("golden").Add(float64(snap.GetSizeBytes()))
 	}
-	err = e.store.InTx(ctx, func(tx store.Tx) error {
-		if err := releaseWorker(ctx, tx, ref, t.GetMetadata().GetUid()); err != nil {
-			return err
-		}
-		cur, err := tx.Templates().Get(ctx, t.GetMetadata().GetSpace(), t.GetMetadata().GetName())
-		if err != nil || cur.GetMetadata().GetUid() != t.GetMetadata().GetUid() {
-			return err // deleted meanwhile
-		}
-		if buildErr != nil {
-			cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_FAILED, Message: connectMessage(buildErr)}
-		} else {
-			if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
+	err = e.endStep(ctx, log, func() error {
+		return e.store.InTx(ctx, func(tx store.Tx) error {
+			if err := releaseWorker(ctx, tx, ref, t.GetMetadata().GetUid()); err != nil {
 				return err
 			}
-			cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY, GoldenSnapshot: snap.GetMetadata().GetName()}
-		}
-		_, err = tx.Templates().Update(ctx, cur)
-		return err
+			cur, err := tx.Templates().Get(ctx, t.GetMetadata().GetSpace(), t.GetMetadata().GetName())
+			if err != nil || cur.GetMetadata().GetUid() != t.GetMetadata().GetUid() {
+				return err // deleted meanwhile
+			}
+			switch {
+			case buildErr != nil && unreachable(buildErr):
+				// A node restarting is no fault of the template's: build
+				// it again, on whichever worker is free then.
+				cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, Message: "node did not answer, building again: " + connectMessage(buildErr)}
+			case buildErr != nil:
+				cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_FAILED, Message: connectMessage(buildErr)}
+			default:
+				if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
+					return err
+				}
+				cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY, GoldenSnapshot: snap.GetMetadata().GetName()}
+			}
+			_, err = tx.Templates().Update(ctx, cur)
+			return err
+		})
 	})
 	if buildErr != nil {
 		log.Warn("golden build failed", "err", buildErr)

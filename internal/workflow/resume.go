@@ -301,7 +301,7 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 	}
 	var out *torporv1.Actor
 	var lost *torporv1.Actor
-	err = e.endStep(ctx, a, func() error {
+	err = e.endStep(ctx, e.logger(a), func() error {
 		return e.store.InTx(ctx, func(tx store.Tx) error {
 			out, lost = nil, nil
 			end, err := endClaimedStep(ctx, tx, a, finish, func(cur *torporv1.Actor) bool { return runningOn(cur, st.GetWorker()) })
@@ -403,7 +403,7 @@ func (e *Engine) snapshotSource(ctx context.Context, space, name string, known *
 func (e *Engine) failResume(ctx context.Context, a *torporv1.Actor, cause error) error {
 	e.terminate(ctx, a)
 	op := a.GetStatus().GetOperation()
-	err := e.endStep(ctx, a, func() error {
+	err := e.endStep(ctx, e.logger(a), func() error {
 		return e.store.InTx(ctx, func(tx store.Tx) error {
 			cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
 			if err != nil {
