@@ -14,12 +14,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -28,6 +30,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/server"
 	"github.com/torpor-dev/torpor/internal/snapshot"
@@ -330,11 +333,6 @@ func (a *Agent) open(ctx context.Context) error {
 			return fmt.Errorf("state directory: %w", err)
 		}
 	}
-	// Half-made checkpoints of a previous run are of no use: their
-	// operations will be retried.
-	if err := os.RemoveAll(d.work); err != nil {
-		return fmt.Errorf("state directory: %w", err)
-	}
 	if err := os.MkdirAll(d.work, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
@@ -364,7 +362,43 @@ func (a *Agent) open(ctx context.Context) error {
 		a.slots = append(a.slots, s)
 		a.byName[name] = s
 	}
+	if err := a.pruneStages(); err != nil {
+		return err
+	}
 	return a.reconcile(ctx)
+}
+
+// pruneStages removes the checkpoint stage directories of a previous run
+// but those of the captures its slot records claim: the retries of the
+// others capture again.
+func (a *Agent) pruneStages() error {
+	claimed := map[string]bool{}
+	for _, s := range a.slots {
+		if rec := s.current(); rec.Capture != "" {
+			claimed[a.stageDir(rec.ActorUID, rec.Capture)] = true
+		}
+	}
+	actors, err := os.ReadDir(a.dirs.work)
+	if err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	var errs []error
+	for _, actor := range actors {
+		dir := filepath.Join(a.dirs.work, actor.Name())
+		stages, _ := os.ReadDir(dir)
+		for _, st := range stages {
+			if path := filepath.Join(dir, st.Name()); !claimed[path] {
+				errs = append(errs, os.RemoveAll(path))
+			}
+		}
+		if err := os.Remove(dir); err != nil && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("state directory: checkpoint stages: %w", err)
+	}
+	return nil
 }
 
 func (a *Agent) slot(worker string) (*slot, error) {
@@ -380,9 +414,10 @@ func (a *Agent) slot(worker string) (*slot, error) {
 func (a *Agent) volumeRoot(actorUID string) string { return filepath.Join(a.dirs.volumes, actorUID) }
 
 // reconcile makes the runtime's sandboxes agree with the slot records: a
-// workload recorded running is adopted, anything else (an operation cut
-// short by a crash, a sandbox no record knows) is removed, with its
-// volumes.
+// workload recorded running is adopted, a capture recorded begun is
+// adopted as running if its sandbox still runs and kept for its retry
+// otherwise, and anything else (an operation cut short by a crash, a
+// sandbox no record knows) is removed, with its volumes.
 func (a *Agent) reconcile(ctx context.Context) error {
 	names, err := a.rt.Sandboxes(ctx)
 	if err != nil {
@@ -406,6 +441,10 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		case rec.Phase == phaseRunning && present[s.name()]:
 			log.Info("adopted running workload", "operation", rec.Operation)
 			a.adoptIdentity(s, rec)
+		case rec.Capture != "":
+			if err := a.settleCapture(ctx, s, rec, present[s.name()]); err != nil {
+				return err
+			}
 		case rec.ActorUID != "":
 			log.Warn("workload did not survive the agent's restart; removing it")
 			if err := a.vacate(ctx, s, rec); err != nil {
@@ -430,6 +469,56 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		}
 	}
 	return a.removeStrayVolumes()
+}
+
+// settleCapture settles a slot whose checkpoint operation began before
+// the agent restarted: a sandbox still running that has not begun saving
+// itself never will, so the workload is adopted and the retry captures
+// again; a sandbox saving itself, or gone (it finished or abandoned the
+// capture), leaves the slot to the retry to go on from the stage
+// directory (or to a Terminate, or registration finding the actor placed
+// elsewhere, to remove), with the actor's volumes.
+func (a *Agent) settleCapture(ctx context.Context, s *slot, rec slotRecord, present bool) error {
+	log := a.log.With("worker", s.name(), "actor_uid", rec.ActorUID, "operation", rec.Capture)
+	if present {
+		st, err := a.rt.Stats(ctx, s.rt)
+		if err != nil {
+			return fmt.Errorf("worker %s: %w", s.name(), err)
+		}
+		if st.Running && !captureBegun(a.stageDir(rec.ActorUID, rec.Capture)) {
+			rec.Phase, rec.Capture = phaseRunning, ""
+			s.stage(rec)
+			if err := s.commit(nil); err != nil {
+				return err
+			}
+			log.Info("adopted a workload whose checkpoint was cut short; its retry captures it again")
+			a.adoptIdentity(s, rec)
+			return nil
+		}
+		if st.Running {
+			log.Info("the workload is saving itself for a checkpoint cut short; kept for its retry")
+			return nil
+		}
+		// What a sandbox that captured itself leaves.
+		if err := a.rt.Terminate(ctx, s.rt); err != nil {
+			return fmt.Errorf("worker %s: remove the sandbox that checkpointed actor %s: %w", s.name(), rec.ActorUID, err)
+		}
+	}
+	log.Info("kept the capture of a checkpoint cut short for its retry")
+	return nil
+}
+
+// captureBegun says whether the sandbox began writing its memory image
+// into stage: runsc creates the image files empty before it asks the
+// sandbox to save itself.
+func captureBegun(stage string) bool {
+	files, _ := os.ReadDir(filepath.Join(stage, memoryDir))
+	for _, f := range files {
+		if fi, err := f.Info(); err == nil && fi.Size() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // removeStrayVolumes deletes the volume directories of actors no slot
@@ -458,29 +547,32 @@ func (a *Agent) removeStrayVolumes() error {
 // control plane that lost the node (or was unreachable) gets it again.
 func (a *Agent) stayRegistered(ctx context.Context, client torporv1connect.NodeServiceClient, address string) {
 	registered := false
-	backoff := 100 * time.Millisecond
+	backoff := retry.Policy{Initial: 100 * time.Millisecond, Max: a.cfg.HeartbeatInterval}.Start()
 	for {
 		// A control plane that does not answer must not stall the loop.
 		callCtx, cancel := context.WithTimeout(ctx, controlPlaneTimeout)
 		if !registered {
 			if err := a.register(callCtx, client, address); err != nil {
-				a.log.Warn("registration with the control plane failed; retrying", "server", a.cfg.ServerURL, "err", err, "retry_in", backoff)
+				a.log.Warn("registration with the control plane failed; retrying", "server", a.cfg.ServerURL, "err", err)
 			} else {
-				registered, backoff = true, 100*time.Millisecond
+				registered = true
 			}
 		} else if _, err := client.Heartbeat(callCtx, connect.NewRequest(&torporv1.HeartbeatRequest{Node: a.cfg.Name})); err != nil {
 			a.log.Warn("heartbeat failed", "server", a.cfg.ServerURL, "err", err)
 			registered = connect.CodeOf(err) != connect.CodeNotFound
 		}
 		cancel()
-		wait := a.cfg.HeartbeatInterval
 		if !registered {
-			wait, backoff = backoff, min(2*backoff, a.cfg.HeartbeatInterval)
+			if !backoff.Wait(ctx) {
+				return
+			}
+			continue
 		}
+		backoff.Reset()
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-time.After(a.cfg.HeartbeatInterval):
 		}
 	}
 }

@@ -35,6 +35,9 @@ type helperConfig struct {
 	// CAFingerprint and JoinToken join the node on its first start.
 	CAFingerprint, JoinToken string
 	Network                  netns.Config
+	// KillAt names the testHook point where the agent kills itself with
+	// SIGKILL.
+	KillAt string
 }
 
 func (c helperConfig) gvisor() (*gvisor.Runtime, error) {
@@ -48,6 +51,14 @@ func helperAgent() int {
 	if err := json.Unmarshal([]byte(os.Getenv(helperEnv)), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
+	}
+	if cfg.KillAt != "" {
+		testHook = func(point string) {
+			if point == cfg.KillAt {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

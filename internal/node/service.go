@@ -7,12 +7,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 )
@@ -75,8 +77,10 @@ func (a service) Checkpoint(ctx context.Context, req *connect.Request[torporv1.C
 	}
 	return operate(ctx, a.Agent, "Checkpoint", msg.GetOp(), func(ctx context.Context, s *slot) (*torporv1.CheckpointResponse, error) {
 		cur := s.current()
-		if err := hosts(s, cur, msg.GetOp().GetActorUid()); err != nil {
-			return nil, err
+		if cur.Capture != msg.GetOp().GetOperationId() || cur.ActorUID != msg.GetOp().GetActorUid() {
+			if err := hosts(s, cur, msg.GetOp().GetActorUid()); err != nil {
+				return nil, err
+			}
 		}
 		return a.checkpoint(ctx, s, cur, msg)
 	})
@@ -160,7 +164,10 @@ func (a *Agent) start(ctx context.Context, s *slot, op *torporv1.Operation, w *t
 	}
 	s.stage(running)
 	a.keepIdentity(s, w)
-	a.ops.Go(func() { a.dropLocalCheckpoints(context.WithoutCancel(ctx), w) })
+	// Only once the start is on record: a restart that finds it
+	// unrecorded removes the workload, and the retry restores it again
+	// from its source, which may be a local checkpoint.
+	s.afterCommit(func() { a.ops.Go(func() { a.dropLocalCheckpoints(context.WithoutCancel(ctx), w) }) })
 	return nil
 }
 
@@ -269,7 +276,11 @@ func (a *Agent) vacate(ctx context.Context, s *slot, cur slotRecord) error {
 	if err := a.rt.Terminate(ctx, s.rt); err != nil {
 		return fmt.Errorf("worker %s: stop the workload of actor %s: %w", s.name(), cur.ActorUID, err)
 	}
-	return a.release(s, cur.ActorUID)
+	var stageErr error
+	if cur.Capture != "" {
+		stageErr = removeStage(a.stageDir(cur.ActorUID, cur.Capture))
+	}
+	return errors.Join(stageErr, a.release(s, cur.ActorUID))
 }
 
 // release frees a slot whose workload is gone and removes the actor's
@@ -313,34 +324,68 @@ func (a *Agent) removeVolumes(actorUID string) error {
 
 // checkpoint captures the slot's workload into a snapshot tree, stores it,
 // and frees the slot unless the workload is to keep running.
+//
+// A capture that ends the workload is put on record first (Capture) and
+// staged in a directory named by the operation: if the agent dies
+// during it, the sandbox still finishes the capture and exits, and the
+// retry of the operation (cur then still records it) goes on from the
+// staged capture instead of failing. Nothing a retry would need is
+// discarded before the outcome is on record (afterCommit).
 func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *torporv1.CheckpointRequest) (resp *torporv1.CheckpointResponse, err error) {
 	w, err := cur.workload()
 	if err != nil {
 		return nil, err
 	}
-	stage, err := os.MkdirTemp(a.dirs.work, "checkpoint-")
-	if err != nil {
-		return nil, err
+	opID := req.GetOp().GetOperationId()
+	stage := a.stageDir(cur.ActorUID, opID)
+	leave, full := req.GetLeaveRunning(), req.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL
+	captured := cur.Capture == opID
+	running := cur
+	running.Phase, running.Capture = phaseRunning, ""
+	if !captured {
+		if err := emptyDir(stage); err != nil {
+			return nil, fmt.Errorf("checkpoint of actor %s: stage directory: %w", cur.ActorUID, err)
+		}
+		intent := running
+		intent.Phase, intent.Capture = phaseStopping, opID
+		s.stage(intent)
+		if !leave {
+			if err := s.commit(nil); err != nil {
+				s.stage(running)
+				return nil, errors.Join(err, removeStage(stage))
+			}
+			testHook("recorded")
+		}
 	}
-	defer os.RemoveAll(stage) // a no-op once the cache took it
-	stopping := cur
-	stopping.Phase = phaseStopping
-	s.stage(stopping)
 	defer func() {
 		if err != nil {
 			ctx, cancel := cleanupContext(ctx)
 			defer cancel()
-			a.settle(ctx, s, cur)
+			a.settle(ctx, s, running, stage)
 		}
 	}()
 
 	steps := startSteps()
-	leave := req.GetLeaveRunning()
-	if req.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL {
-		if err := a.rt.Checkpoint(ctx, s.rt, filepath.Join(stage, memoryDir), leave); err != nil {
+	memory := filepath.Join(stage, memoryDir)
+	switch {
+	case captured:
+		// A previous agent's capture: its sandbox is saving itself or
+		// gone (reconcile), and may have died before the image was
+		// complete.
+		if err := a.awaitCapture(ctx, s); err != nil {
 			return nil, fmt.Errorf("checkpoint actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 		}
-	} else if !leave {
+		if full {
+			if err := a.checkImage(memory); err != nil {
+				return nil, connect.NewError(connect.CodeDataLoss, fmt.Errorf("checkpoint actor %s/%s: the capture a previous node agent began is incomplete: %w", w.GetSpace(), w.GetActor(), err))
+			}
+		}
+		a.log.Info("going on with a capture made before the agent restarted", "worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)
+	case full:
+		if err := a.rt.Checkpoint(ctx, s.rt, memory, leave); err != nil {
+			return nil, fmt.Errorf("checkpoint actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
+		}
+	case !leave:
 		// Volumes are archived from a stopped workload, so they are
 		// consistent.
 		if err := a.rt.Terminate(ctx, s.rt); err != nil {
@@ -348,6 +393,7 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 		}
 	}
 	steps.done("capture")
+	testHook("captured")
 	names := durableVolumes(w.GetTemplate())
 	if len(names) > 0 {
 		if err := archiveVolumes(a.volumeRoot(cur.ActorUID), names, filepath.Join(stage, dataArchive)); err != nil {
@@ -364,33 +410,104 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 		return nil, err
 	}
 	steps.done("upload")
-	// A restore on this node then needs no download.
-	if err := cache.Add(req.GetLocation(), digest, stage); err != nil {
-		a.log.Warn("snapshot not cached", "location", req.GetLocation(), "err", err)
-	}
+	testHook("uploaded")
 	if leave {
-		s.stage(cur)
-	} else if err := a.release(s, cur.ActorUID); err != nil {
-		// The capture stopped the workload already.
-		return nil, err
+		s.stage(running)
 	} else {
-		a.warmLater(ctx, s, w)
+		s.stage(slotRecord{})
 	}
-	steps.done("release")
+	s.afterCommit(func() {
+		// A restore on this node then needs no download.
+		if err := cache.Add(req.GetLocation(), digest, stage); err != nil {
+			a.log.Warn("snapshot not cached", "location", req.GetLocation(), "err", err)
+		}
+		if err := removeStage(stage); err != nil {
+			a.log.Warn("checkpoint stage directory not removed", "dir", stage, "err", err)
+		}
+		if leave {
+			return
+		}
+		// The capture stopped the workload already.
+		if err := errors.Join(a.dropIdentity(s), a.removeVolumes(cur.ActorUID)); err != nil {
+			a.log.Warn("checkpointed workload's remains not removed; the next start removes them", "worker", s.name(), "actor_uid", cur.ActorUID, "err", err)
+		}
+		a.warmLater(ctx, s, w)
+	})
 	a.log.Debug("checkpoint steps", append([]any{"worker", s.name(), "actor_uid", cur.ActorUID, "bytes", size}, steps.attrs...)...)
 	return &torporv1.CheckpointResponse{Location: req.GetLocation(), ManifestDigest: digest, SizeBytes: size, HasData: len(names) > 0}, nil
 }
 
+// testHook is called at the named points of an operation where a test
+// kills the agent; it does nothing otherwise.
+var testHook = func(point string) {}
+
+// awaitCapture waits for a sandbox that saves itself for a checkpoint
+// begun before the agent restarted to exit (it does once saved), and
+// removes what it leaves.
+func (a *Agent) awaitCapture(ctx context.Context, s *slot) error {
+	poll := retry.Policy{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}.Start()
+	for {
+		st, err := a.rt.Stats(ctx, s.rt)
+		if err != nil {
+			return err
+		}
+		if !st.Running {
+			return a.rt.Terminate(ctx, s.rt)
+		}
+		if !poll.Wait(ctx) {
+			return fmt.Errorf("the sandbox is still saving itself: %w", context.Cause(ctx))
+		}
+	}
+}
+
+// stageDir is where checkpoint operation opID of actorUID stages its
+// capture: named by the operation, so its retry by a restarted agent
+// finds it.
+func (a *Agent) stageDir(actorUID, opID string) string {
+	return filepath.Join(a.dirs.work, actorUID, opID)
+}
+
+// removeStage removes a stage directory and its actor's directory once
+// empty.
+func removeStage(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Dir(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) {
+		return err
+	}
+	return nil
+}
+
+// imageChecker is a runtime that can tell a complete memory image from
+// one whose capture was cut short.
+type imageChecker interface {
+	CheckImage(dir string) error
+}
+
+func (a *Agent) checkImage(dir string) error {
+	if c, ok := a.rt.(imageChecker); ok {
+		return c.CheckImage(dir)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("memory image: %w", err)
+	}
+	return nil
+}
+
 // settle records what a failed checkpoint left: the workload still
-// running, or gone (then the slot is freed; its actor resumes elsewhere
-// from its last snapshot).
-func (a *Agent) settle(ctx context.Context, s *slot, cur slotRecord) {
+// running (as running), or gone (then the slot is freed; its actor
+// resumes elsewhere from its last snapshot).
+func (a *Agent) settle(ctx context.Context, s *slot, running slotRecord, stage string) {
+	if err := removeStage(stage); err != nil {
+		a.log.Warn("checkpoint stage directory not removed", "dir", stage, "err", err)
+	}
 	if st, err := a.rt.Stats(ctx, s.rt); err == nil && st.Running {
-		s.stage(cur)
+		s.stage(running)
 		return
 	}
-	if err := a.vacate(ctx, s, cur); err != nil {
-		a.log.Error("cleaning up after a failed checkpoint", "worker", s.name(), "actor_uid", cur.ActorUID, "err", err)
+	if err := a.vacate(ctx, s, running); err != nil {
+		a.log.Error("cleaning up after a failed checkpoint", "worker", s.name(), "actor_uid", running.ActorUID, "err", err)
 	}
 }
 

@@ -16,8 +16,9 @@ import (
 // phase is where a slot's workload is in its life. A slot's record is
 // written when an operation ends, so a crash mid-operation leaves the
 // state from before it, and the restart undoes what the operation had
-// begun (see reconcile). On disk, a slot is free, running, or stopping: a
-// workload that would not stop, kept from other actors until it does.
+// begun (see reconcile). On disk, a slot is free, running, or stopping:
+// a workload that would not stop, kept from other actors until it does,
+// or one whose checkpoint began (Capture) and may have ended it.
 type phase string
 
 const (
@@ -37,6 +38,13 @@ type slotRecord struct {
 	// (protojson), kept for checkpoints (its volumes) and adoption.
 	Workload json.RawMessage `json:"workload,omitempty"`
 	LastOp   *opRecord       `json:"lastOp,omitempty"`
+	// Capture is, while a checkpoint that ends the workload runs, its
+	// operation id. It is on disk before the capture begins: a sandbox
+	// finishes a capture it started even if the agent dies, and then
+	// exits, so a restarted agent that finds the workload gone keeps the
+	// actor's volumes and the capture's stage directory for the retry of
+	// that operation to finish (see checkpoint).
+	Capture string `json:"capture,omitempty"`
 	// Warm is, on a free slot, the workload (protojson) its runtime
 	// sandbox was made ready for ahead of time (see warm.go), so a
 	// restarted agent can make it again if the sandbox is gone.
@@ -73,6 +81,8 @@ type slot struct {
 	mu  sync.Mutex
 	rec slotRecord // the current state; on disk once committed
 	uid string     // the worker's uid, once registered
+	// after runs once the next commit is durable (see afterCommit).
+	after []func()
 }
 
 func newSlot(rt runtime.Slot, file string) *slot {
@@ -109,11 +119,24 @@ func (s *slot) stage(rec slotRecord) {
 	s.rec = rec
 }
 
+// afterCommit makes fn run right after the slot's next successful commit,
+// with the slot still locked: it discards what a retry of the operation
+// would need until its outcome is on disk (a capture's stage directory,
+// the actor's volumes, a local checkpoint a restore started from). A
+// failed commit drops fn: the record on disk still claims what fn would
+// have discarded.
+func (s *slot) afterCommit(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.after = append(s.after, fn)
+}
+
 // commit writes the current state, with last as the slot's last outcome
 // when set.
 func (s *slot) commit(last *opRecord) error {
 	s.mu.Lock()
-	rec := s.rec
+	rec, after := s.rec, s.after
+	s.after = nil
 	s.mu.Unlock()
 	if last != nil {
 		rec.LastOp = last
@@ -124,6 +147,9 @@ func (s *slot) commit(last *opRecord) error {
 	s.mu.Lock()
 	s.rec = rec
 	s.mu.Unlock()
+	for _, fn := range after {
+		fn()
+	}
 	return nil
 }
 

@@ -33,6 +33,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -538,6 +539,37 @@ func (r *Runtime) Checkpoint(ctx context.Context, slot runtime.Slot, imageDir st
 		return fmt.Errorf("slot %s: checkpoint: %w", slot.Name, err)
 	}
 	return vacate(ctx, slot)
+}
+
+// stateMagic begins runsc's state file (checkpoint.img): it is followed
+// by an 8-byte big-endian metadata length, the metadata, and the
+// sandbox's kernel state.
+const stateMagic = "gVisorSF"
+
+// CheckImage reports whether imageDir holds a complete memory image as
+// far as can be told without restoring it. A sandbox finishes a capture
+// it began even when the runsc command that asked for it dies, but one
+// that itself dies while saving leaves checkpoint.img with its header
+// and metadata only: the kernel state is written last, after memory.
+func (r *Runtime) CheckImage(imageDir string) error {
+	path := filepath.Join(imageDir, "checkpoint.img")
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("memory image %s: %w (%w)", imageDir, runtime.ErrNoImage, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("memory image %s: %w", imageDir, err)
+	}
+	header := make([]byte, len(stateMagic)+8)
+	if _, err := io.ReadFull(f, header); err != nil || string(header[:len(stateMagic)]) != stateMagic {
+		return fmt.Errorf("memory image %s: %s has no state file header: %w", imageDir, path, runtime.ErrNoImage)
+	}
+	if end := int64(len(header)) + int64(binary.BigEndian.Uint64(header[len(stateMagic):])); fi.Size() <= end || end < 0 {
+		return fmt.Errorf("memory image %s: %s ends after its metadata (%d bytes): the capture was cut short: %w", imageDir, path, fi.Size(), runtime.ErrNoImage)
+	}
+	return nil
 }
 
 // vacate gives an emptied slot its address back in the host kernel, so a

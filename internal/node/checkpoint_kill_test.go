@@ -1,0 +1,146 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/netns"
+	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+)
+
+// TestAgentKilledDuringCheckpoint kills the agent process (SIGKILL) at
+// each point of a suspend's checkpoint and retries the checkpoint, with
+// the same operation id, on the restarted agent, as the control plane
+// does while a node is unreachable: it must answer with a snapshot that
+// restores the workload with its memory (the count goes on), whether the
+// kill came before the capture (the sandbox still runs: it is adopted
+// back and captured again), while the sandbox saved itself (it finishes
+// without its agent and exits), after the capture or after the upload.
+func TestAgentKilledDuringCheckpoint(t *testing.T) {
+	runtimetest.RequireRoot(t)
+	name := uniqueName(t, "c")
+	reg := newRegistry(t)
+	cfg := helperConfig{
+		Name: name, ServerURL: reg.url, StateDir: t.TempDir(), Snapshots: t.TempDir(),
+		CAFingerprint: reg.ca.CAFingerprint(), JoinToken: reg.token(t, name),
+		Runsc: runtimetest.Runsc(t), Network: nodeNetwork(t, name),
+	}
+	rt, err := cfg.gvisor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	network, err := netns.New(cfg.Network)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for i := range 2 {
+			rt.Terminate(ctx, runtime.Slot{Name: WorkerName(name, i)})
+		}
+		rt.Close(ctx)
+		network.TeardownAll(ctx)
+	})
+	ctx := context.Background()
+	tmpl := counterTemplate(runtimetest.CounterImage(t))
+	actor := workload("actor-c", "c", tmpl)
+	worker := 0
+	p := spawn(t, cfg, reg, "")
+	run, err := p.client.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: op("actor-c", "op-run", WorkerName(name, worker)), Workload: actor}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := run.Msg.GetWorkerIp()
+	count := 0
+	request := func() {
+		t.Helper()
+		count++
+		if got, want := get(t, ip), fmt.Sprintf("count=%d lines=%d", count, count); got != want {
+			t.Fatalf("request %d: %q, want %q", count, got, want)
+		}
+	}
+	request()
+	stop := func(p *agentProcess) {
+		t.Helper()
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		p.cmd.Wait()
+	}
+
+	for _, point := range []string{"recorded", "capturing", "captured", "uploaded"} {
+		// A fresh process for each point, with its kill armed.
+		stop(p)
+		killed := cfg
+		if point != "capturing" {
+			killed.KillAt = point
+		}
+		p = spawn(t, killed, reg, p.address)
+		request()
+		opID := "op-suspend-" + point
+		req := &torporv1.CheckpointRequest{
+			Op: op("actor-c", opID, WorkerName(name, worker)), Scope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
+			Target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE, Location: "e2e/actor-c/" + opID,
+		}
+		answered := make(chan error, 1)
+		go func() {
+			_, err := p.client.Checkpoint(ctx, connect.NewRequest(req))
+			answered <- err
+		}()
+		if point == "capturing" {
+			// Once the sandbox writes its memory, it finishes without us.
+			pages := filepath.Join(cfg.StateDir, "work", "actor-c", opID, memoryDir, "pages.img")
+			waitFor(t, "the sandbox to save its memory", func() bool {
+				fi, err := os.Stat(pages)
+				return err == nil && fi.Size() > 0
+			})
+			p.cmd.Process.Signal(syscall.SIGKILL)
+		}
+		p.cmd.Wait()
+		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("%s: the agent exited with %v, want killed", point, p.cmd.ProcessState)
+		}
+		if err := <-answered; err == nil {
+			t.Fatalf("%s: the checkpoint answered although its agent was killed", point)
+		}
+
+		p = spawn(t, cfg, reg, p.address)
+		if point == "recorded" {
+			// Killed before the capture began: the workload runs on.
+			st, err := p.client.Stats(ctx, connect.NewRequest(&torporv1.StatsRequest{Worker: WorkerName(name, worker)}))
+			if err != nil || !st.Msg.GetRunning() || st.Msg.GetActorUid() != "actor-c" {
+				t.Fatalf("%s: after the restart: stats %v, %v; want actor-c running", point, st, err)
+			}
+		}
+		resp, err := p.client.Checkpoint(ctx, connect.NewRequest(req))
+		if err != nil {
+			t.Fatalf("%s: checkpoint retried on the restarted agent: %v", point, err)
+		}
+		if entries, err := os.ReadDir(filepath.Join(cfg.StateDir, "work")); err != nil || len(entries) > 0 {
+			t.Errorf("%s: checkpoint stage left behind: %v %v", point, entries, err)
+		}
+		worker = 1 - worker
+		snap := &torporv1.SnapshotSource{Location: req.GetLocation(), ManifestDigest: resp.Msg.GetManifestDigest()}
+		restored, err := p.client.Restore(ctx, connect.NewRequest(&torporv1.RestoreRequest{
+			Op: op("actor-c", "op-resume-"+point, WorkerName(name, worker)), Workload: actor,
+			Scope: torporv1.RestoreScope_RESTORE_SCOPE_FULL, Snapshot: snap,
+		}))
+		if err != nil {
+			t.Fatalf("%s: restore: %v", point, err)
+		}
+		ip = restored.Msg.GetWorkerIp()
+		request()
+	}
+
+	if _, err := p.client.Terminate(ctx, connect.NewRequest(&torporv1.TerminateRequest{Op: op("actor-c", "op-term", WorkerName(name, worker))})); err != nil {
+		t.Fatal(err)
+	}
+	stop(p)
+	(&gvisorNode{stateDir: cfg.StateDir, runtime: rt}).wantNoWorkloads(t)
+}
