@@ -113,7 +113,19 @@ func (s *Server) agentTLS(ctx context.Context, node string) (*tls.Config, error)
 	return identity.ClientTLSConfig(kp, a.Roots(), identity.NodeID(a.TrustDomain(), node)), nil
 }
 
-// agentClient is an HTTP client (HTTP/2 over TLS) with cfg.
+// agentClient is an HTTP client (HTTP/2 over TLS) with cfg. Node calls
+// last as long as their operation (a restore of a large actor takes
+// seconds), so no call has a deadline; instead a node that stops answering
+// at the transport level is found out early: dials and handshakes are
+// bounded, and an HTTP/2 connection that goes quiet is pinged and dropped
+// when the ping goes unanswered. The workflow engine then calls again.
 func agentClient(cfg *tls.Config) *http.Client {
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second}}
+	return &http.Client{Transport: &http.Transport{
+		TLSClientConfig:     cfg,
+		ForceAttemptHTTP2:   true,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 5 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+		HTTP2:               &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
+	}}
 }
