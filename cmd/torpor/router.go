@@ -35,7 +35,8 @@ func newRouterCommand() *cobra.Command {
 name, <actor>.<space>.<domain> (any port), or by the header
 Torpor-Actor: <space>/<actor>, which wins. An actor that is not running is
 resumed first (one resume however many requests wait); while no worker is
-free requests wait up to --park-timeout, then get 503 with Retry-After.
+free, or the control plane cannot answer (restarting), requests wait up to
+--park-timeout, then get 503 with Retry-After.
 Actors whose template has an idle policy are paused or suspended after that
 many seconds without traffic through this router.
 
@@ -85,7 +86,7 @@ revokes it.`,
 	flags.StringVar(&stateDir, "state-dir", "", "where the router keeps its certificate (default <data dir>/router/<name>)")
 	flags.StringVar(&listen, "listen", "127.0.0.1:7080", "address to serve actors' traffic on")
 	flags.StringVar(&cfg.Domain, "domain", router.DefaultDomain, "parent domain of actor host names: <actor>.<space>.<domain>")
-	flags.DurationVar(&cfg.ParkTimeout, "park-timeout", router.DefaultParkTimeout, "how long requests wait for a free worker before 503")
+	flags.DurationVar(&cfg.ParkTimeout, "park-timeout", router.DefaultParkTimeout, "how long requests wait for a free worker or an unavailable control plane before 503")
 	flags.DurationVar(&cfg.ResumeTimeout, "resume-timeout", router.DefaultResumeTimeout, "how long requests wait for a resume before 504")
 	flags.StringVar(&metricsListen, "metrics-listen", "", "separate address for /metrics and /healthz (default: on --listen, for requests naming no actor)")
 	return cmd

@@ -56,6 +56,9 @@ type env struct {
 	port      int
 	// calls counts API calls by procedure, as the server received them.
 	calls sync.Map // procedure -> *atomic.Int64
+	// outages counts, by procedure, the calls still to be answered
+	// Unavailable, as a control plane answers while its database restarts.
+	outages sync.Map // procedure -> *atomic.Int64
 }
 
 // nextWorkerIP hands out distinct loopback addresses (all of 127/8 is
@@ -86,6 +89,10 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := e.calls.LoadOrStore(r.URL.Path, new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
+		if left, ok := e.outages.Load(r.URL.Path); ok && left.(*atomic.Int64).Add(-1) >= 0 {
+			connect.NewErrorWriter().Write(w, r, connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot check credentials now, retry")))
+			return
+		}
 		api.ServeHTTP(w, r)
 	})
 	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
@@ -178,6 +185,12 @@ func freePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// outage answers the next calls of procedure Unavailable.
+func (e *env) outage(procedure string, calls int64) {
+	n, _ := e.outages.LoadOrStore(procedure, new(atomic.Int64))
+	n.(*atomic.Int64).Store(calls)
 }
 
 // callCount is how many calls of procedure the control plane received.

@@ -8,11 +8,12 @@ import (
 
 // Results of a resume, the label of torpor_router_resumes_total.
 const (
-	resumeRunning  = "running"   // the actor is RUNNING
-	resumeNoWorker = "no_worker" // no worker was free within the park bound
-	resumeTimeout  = "timeout"   // the resume outlasted ResumeTimeout
-	resumeNotFound = "not_found" // the actor does not exist (any more)
-	resumeFailed   = "error"     // anything else the control plane answered
+	resumeRunning     = "running"     // the actor is RUNNING
+	resumeNoWorker    = "no_worker"   // no worker was free within the park bound
+	resumeTimeout     = "timeout"     // the resume outlasted ResumeTimeout
+	resumeUnavailable = "unavailable" // the control plane could not answer within the park bound
+	resumeNotFound    = "not_found"   // the actor does not exist (any more)
+	resumeFailed      = "error"       // anything else the control plane answered
 )
 
 type metrics struct {
@@ -33,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "torpor_router_resumes_total",
-			Help: "Resumes this router asked for (one per actor however many requests waited), by result: running, no_worker, timeout, not_found, error.",
+			Help: "Resumes this router asked for (one per actor however many requests waited), by result: running, no_worker, timeout, unavailable, not_found, error.",
 		}, []string{"result"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "torpor_router_requests_total",
@@ -54,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	// Export every result from the start so rates over them are defined.
-	for _, r := range []string{resumeRunning, resumeNoWorker, resumeTimeout, resumeNotFound, resumeFailed} {
+	for _, r := range []string{resumeRunning, resumeNoWorker, resumeTimeout, resumeUnavailable, resumeNotFound, resumeFailed} {
 		m.resumes.WithLabelValues(r)
 	}
 	return m, nil

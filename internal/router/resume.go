@@ -10,15 +10,27 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/retry"
 )
 
-// Backoff between resume attempts while no worker is free: short at first
-// (a worker is often freed within milliseconds by a suspend in flight),
-// capped so a long wait does not hammer the control plane.
-const (
-	parkBackoffMin = 50 * time.Millisecond
-	parkBackoffMax = 500 * time.Millisecond
-)
+// parkBackoff is how the router asks the control plane again while it has
+// no free worker or cannot answer (restarting, its database restarting):
+// short waits at first (a worker is often freed within milliseconds by a
+// suspend in flight), capped so a long wait does not hammer the control
+// plane. ParkTimeout bounds the waits as a deadline (parked), not as a
+// Budget, which would give up as soon as the next wait overran it: the
+// requests get the whole park bound they were promised.
+var parkBackoff = retry.Policy{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond}
+
+// parked bounds waits for the control plane by ParkTimeout.
+func (r *Router) parked(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.cfg.ParkTimeout)
+}
+
+// unavailable tells a control plane that cannot answer now, including one
+// out of reach (connect reports transport failures as Unavailable), from
+// one that answered.
+func unavailable(err error) bool { return connect.CodeOf(err) == connect.CodeUnavailable }
 
 // abandonResumeAfter bounds a resume call nobody waits for any more. The
 // call is not cancelled when its requests give up at ResumeTimeout:
@@ -30,6 +42,9 @@ const abandonResumeAfter = 10 * time.Minute
 var (
 	errNoWorker      = errors.New("no worker is free")
 	errResumeTimeout = errors.New("resume timed out")
+	// errControlPlaneDown: the control plane answered Unavailable, or was
+	// out of reach, for the whole park bound.
+	errControlPlaneDown = errors.New("the control plane is unavailable")
 )
 
 // resumeFlight is one resume of one actor that any number of requests wait
@@ -87,22 +102,26 @@ func (r *Router) fly(key ActorKey, f *resumeFlight) {
 	close(f.done)
 }
 
-// resumeParked resumes the actor, asking again with backoff while the
-// control plane has no free worker, until ParkTimeout.
+// resumeParked resumes the actor, asking again while the control plane
+// has no free worker or cannot answer, until ParkTimeout.
 func (r *Router) resumeParked(key ActorKey) (*torporv1.Actor, error) {
-	deadline := time.Now().Add(r.cfg.ParkTimeout)
-	backoff := parkBackoffMin
+	// The flight outlives the requests that wait for it, so only the park
+	// bound ends it.
+	ctx, cancel := r.parked(context.Background())
+	defer cancel()
+	b := parkBackoff.Start()
 	for {
 		a, err := r.resumeOnce(key)
-		if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		noWorker := connect.CodeOf(err) == connect.CodeResourceExhausted
+		if err == nil || !noWorker && !unavailable(err) {
 			return a, err
 		}
-		wait := time.Until(deadline)
-		if wait <= 0 {
-			return nil, fmt.Errorf("actor %s: %w for %s: %w", key, errNoWorker, r.cfg.ParkTimeout, err)
+		if !b.Wait(ctx) {
+			if noWorker {
+				return nil, fmt.Errorf("actor %s: %w for %s: %w", key, errNoWorker, r.cfg.ParkTimeout, err)
+			}
+			return nil, fmt.Errorf("actor %s: %w for %s: %w", key, errControlPlaneDown, r.cfg.ParkTimeout, err)
 		}
-		time.Sleep(min(backoff, wait))
-		backoff = min(2*backoff, parkBackoffMax)
 	}
 }
 
@@ -148,6 +167,8 @@ func resumeResult(err error) string {
 		return resumeNoWorker
 	case errors.Is(err, errResumeTimeout):
 		return resumeTimeout
+	case errors.Is(err, errControlPlaneDown):
+		return resumeUnavailable
 	case connect.CodeOf(err) == connect.CodeNotFound:
 		return resumeNotFound
 	}

@@ -32,6 +32,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/retry"
 )
 
 // Defaults of Config.
@@ -59,10 +60,12 @@ type Config struct {
 	// Domain is the parent domain of actor host names. Default
 	// DefaultDomain.
 	Domain string
-	// ParkTimeout bounds how long a resume keeps asking for a free worker
-	// before the requests waiting for it are answered 503 with Retry-After.
-	// It runs from the start of the resume (requests that joined it later
-	// wait less). Default 10s.
+	// ParkTimeout bounds how long a resume keeps asking for a free worker,
+	// and how long a read or a resume keeps asking a control plane that
+	// cannot answer (restarting, or its database restarting), before the
+	// requests waiting for it are answered 503 with Retry-After. It runs
+	// from the start of each (requests that joined a resume later wait
+	// less). Default 10s.
 	ParkTimeout time.Duration
 	// ResumeTimeout bounds how long requests wait for one resume call
 	// before they are answered 504. Default 30s.
@@ -282,7 +285,19 @@ func (r *Router) resolve(ctx context.Context, key ActorKey, fresh bool, resumed 
 	// While a resume is in flight the answer is known: wait for it rather
 	// than ask the control plane once per waiting request.
 	if !r.resuming(key) {
-		resp, err := r.api.GetActor(ctx, connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name}))
+		var resp *connect.Response[torporv1.Actor]
+		parked, cancel := r.parked(ctx)
+		defer cancel()
+		// Each call runs under the request's context: the park bound ends
+		// the waits between calls, not a call that may still answer.
+		err := retry.Do(parked, parkBackoff, unavailable, func(context.Context) error {
+			var err error
+			resp, err = r.api.GetActor(ctx, connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name}))
+			return err
+		})
+		if unavailable(err) {
+			return "", fmt.Errorf("get actor %s: %w for %s: %w", key, errControlPlaneDown, r.cfg.ParkTimeout, err)
+		}
 		if err != nil {
 			return "", fmt.Errorf("get actor %s: %w", key, err)
 		}
@@ -333,12 +348,20 @@ func (r *Router) writeError(w *recorder, req *http.Request, key ActorKey, err er
 		return // the client went away; nobody reads an answer
 	}
 	status := http.StatusBadGateway
+	msg := err.Error()
 	switch {
 	case errors.Is(err, errNoWorker):
 		// Parked requests already waited the park bound; a retry parks
 		// again, so the client may come back at once.
 		w.Header().Set("Retry-After", "1")
 		status = http.StatusServiceUnavailable
+	case errors.Is(err, errControlPlaneDown):
+		// Likewise. What the control plane said stays in the log: it
+		// speaks of its own parts, not of the actor.
+		r.log.Warn("control plane unavailable", "actor", key.String(), "err", err)
+		w.Header().Set("Retry-After", "1")
+		status = http.StatusServiceUnavailable
+		msg = fmt.Sprintf("actor %s: %v, retry", key, errControlPlaneDown)
 	case errors.Is(err, errResumeTimeout):
 		status = http.StatusGatewayTimeout
 	default:
@@ -354,7 +377,7 @@ func (r *Router) writeError(w *recorder, req *http.Request, key ActorKey, err er
 	if status == http.StatusBadGateway {
 		r.log.Warn("cannot reach actor", "actor", key.String(), "err", err)
 	}
-	http.Error(w, "torpor router: "+err.Error(), status)
+	http.Error(w, "torpor router: "+msg, status)
 }
 
 // Run applies the idle policies of the actors this router serves until ctx

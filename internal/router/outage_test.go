@@ -1,0 +1,103 @@
+package router
+
+import (
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+)
+
+// apiReads are the calls a request makes to the control plane.
+var apiReads = map[string]string{
+	"GetActor":    torporv1connect.ActorServiceGetActorProcedure,
+	"ResumeActor": torporv1connect.ActorServiceResumeActorProcedure,
+}
+
+// TestControlPlaneUnavailableIsRetried: a control plane that answers
+// Unavailable for a while (its database restarting) costs the request
+// latency, not an error.
+func TestControlPlaneUnavailableIsRetried(t *testing.T) {
+	for name, procedure := range apiReads {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, 1, helloWorkload)
+			key := e.createActor("app", nil)
+			tr := e.newRouter(Config{ParkTimeout: 30 * time.Second})
+			before := e.callCount(procedure)
+			const refused = 3
+			e.outage(procedure, refused)
+
+			if status, body := tr.get(t, key, "/"); status != http.StatusOK || body != "hello from app at /" {
+				t.Fatalf("got %d %q, want the actor's answer", status, body)
+			}
+			if n := e.callCount(procedure) - before; n != refused+1 {
+				t.Errorf("%s called %d times, want %d refused and 1 answered", procedure, n, refused)
+			}
+		})
+	}
+}
+
+// TestControlPlaneUnavailablePastParkBudget: a control plane that cannot
+// answer for longer than the park bound gets the request a 503 with
+// Retry-After, saying no more than that.
+func TestControlPlaneUnavailablePastParkBudget(t *testing.T) {
+	const park = 300 * time.Millisecond
+	for name, procedure := range apiReads {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, 1, helloWorkload)
+			key := e.createActor("app", nil)
+			tr := e.newRouter(Config{ParkTimeout: park})
+			e.outage(procedure, math.MaxInt64)
+
+			resp, err := http.DefaultClient.Do(tr.request(t, http.MethodGet, key, "/", nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			wantUnavailable(t, resp.StatusCode, resp.Header, string(body))
+			if n := e.callCount(procedure); n < 3 {
+				t.Errorf("%s called %d times, want retries", procedure, n)
+			}
+			if procedure == torporv1connect.ActorServiceResumeActorProcedure {
+				if n := tr.metric(t, "torpor_router_resumes_total", map[string]string{"result": resumeUnavailable}); n != 1 {
+					t.Errorf("resumes_total{result=unavailable} = %v, want 1", n)
+				}
+			}
+		})
+	}
+	t.Run("unreachable", func(t *testing.T) {
+		// Nothing listens at the control plane's address: connect reports
+		// the refused dial as Unavailable.
+		r, err := New(Config{Server: "http://127.0.0.1:" + strconv.Itoa(freePort(t)), ParkTimeout: park, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Host = "app." + testSpace + "." + DefaultDomain
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, req)
+		wantUnavailable(t, rec.Code, rec.Header(), rec.Body.String())
+	})
+}
+
+func wantUnavailable(t *testing.T, status int, header http.Header, body string) {
+	t.Helper()
+	if status != http.StatusServiceUnavailable || header.Get("Retry-After") != "1" {
+		t.Fatalf("got %d (Retry-After %q) %q, want 503 with Retry-After 1", status, header.Get("Retry-After"), body)
+	}
+	if !strings.Contains(body, "the control plane is unavailable") {
+		t.Errorf("body %q does not say why", body)
+	}
+	for _, internal := range []string{"credentials", "dial", "127.0.0.1"} {
+		if strings.Contains(body, internal) {
+			t.Errorf("body %q tells the client about the control plane's parts (%q)", body, internal)
+		}
+	}
+}
