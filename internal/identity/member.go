@@ -34,6 +34,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/atomicfile"
+	"github.com/torpor-dev/torpor/internal/retry"
 )
 
 // MemberKind says what a member is, and so which SPIFFE ID it carries.
@@ -215,7 +216,7 @@ func (m *Member) Join(ctx context.Context) (*Credentials, error) {
 	client := torporv1connect.NewIdentityServiceClient(
 		&http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true, DisableKeepAlives: true}},
 		m.serverURL())
-	backoff := 100 * time.Millisecond
+	b := retry.Policy{Initial: 100 * time.Millisecond, Max: cmp.Or(m.JoinRetryMax, DefaultJoinRetryMax)}.Start()
 	for {
 		callCtx, cancel := context.WithTimeout(ctx, cmp.Or(m.CallTimeout, DefaultCallTimeout))
 		resp, err := client.Join(callCtx, connect.NewRequest(&torporv1.JoinRequest{Token: token, Name: m.Name, Csr: csr}))
@@ -235,13 +236,10 @@ func (m *Member) Join(ctx context.Context) (*Credentials, error) {
 		if code := connect.CodeOf(err); code != connect.CodeUnavailable && code != connect.CodeDeadlineExceeded || errors.As(err, &untrusted) || ctx.Err() != nil {
 			return nil, fmt.Errorf("%s %s: join the control plane at %s: %w", m.Kind, m.Name, m.ServerURL, err)
 		}
-		m.log().Warn("joining the control plane failed; retrying", "server", m.ServerURL, "err", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
+		m.log().Warn("joining the control plane failed; retrying", "server", m.ServerURL, "err", err)
+		if !b.Wait(ctx) {
 			return nil, ctx.Err()
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, cmp.Or(m.JoinRetryMax, DefaultJoinRetryMax))
 	}
 }
 
@@ -275,7 +273,7 @@ func (m *Member) save(key crypto.Signer, chain, bundle [][]byte) error {
 // lifetime have passed, until ctx ends; failures are retried with backoff.
 func (m *Member) KeepRenewed(ctx context.Context, creds *Credentials) {
 	client := torporv1connect.NewIdentityServiceClient(creds.ControlPlaneClient(), m.serverURL())
-	retry := time.Second
+	b := retry.Policy{Initial: time.Second, Max: defaultRenewRetryMax}.Start()
 	for {
 		leaf := creds.keypair.Certificate().Leaf
 		select {
@@ -287,16 +285,13 @@ func (m *Member) KeepRenewed(ctx context.Context, creds *Credentials) {
 			if ctx.Err() != nil {
 				return
 			}
-			m.log().Warn("renewing the certificate failed; retrying", "err", err, "expires", leaf.NotAfter, "retry_in", retry)
-			select {
-			case <-ctx.Done():
+			m.log().Warn("renewing the certificate failed; retrying", "err", err, "expires", leaf.NotAfter)
+			if !b.Wait(ctx) {
 				return
-			case <-time.After(retry):
 			}
-			retry = min(2*retry, defaultRenewRetryMax)
 			continue
 		}
-		retry = time.Second
+		b.Reset()
 	}
 }
 
