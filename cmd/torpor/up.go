@@ -129,8 +129,6 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 		Workers:   f.workers,
 		Pool:      "default",
 		StateDir:  filepath.Join(f.dataDir, "node"),
-		// Ctrl-C stops everything: no sandbox stays behind, warm or not.
-		DiscardWarmOnStop: true,
 	}
 	routerMember := &identity.Member{
 		Kind: identity.MemberClient, Name: "router", ServerURL: apiURL,

@@ -64,15 +64,19 @@ func (n *Network) ensureEgress() error {
 	return nil
 }
 
-// removeEgress deletes the bridge's nftables table, if there is one.
-func (n *Network) removeEgress() error {
+// removeEgress deletes the bridge's nftables table, if there is one, and
+// says whether there was.
+func (n *Network) removeEgress() (existed bool, err error) {
 	c, err := nftables.New()
 	if err != nil {
-		return fmt.Errorf("egress: nftables: %w", err)
+		return false, fmt.Errorf("egress: nftables: %w", err)
 	}
 	c.DelTable(n.natTable())
-	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("egress: delete nftables table %s: %w", n.natTable().Name, err)
+	switch err := c.Flush(); {
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("egress: delete nftables table %s: %w", n.natTable().Name, err)
 	}
-	return nil
+	return true, nil
 }

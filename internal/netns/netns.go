@@ -6,7 +6,9 @@
 // only with Config.Egress.
 //
 // Namespaces and links are long-lived: made once per slot, kept across node
-// agent restarts (Slot adopts what exists), removed by Teardown.
+// agent restarts while workloads run in them (Slot adopts what exists),
+// removed by TeardownAll when the agent stops with none left (Slot makes
+// them again).
 package netns
 
 import (
@@ -172,7 +174,8 @@ func (n *Network) EnsureBridge(ctx context.Context) error {
 	if n.egress {
 		return n.ensureEgress()
 	}
-	return n.removeEgress()
+	_, err = n.removeEgress()
+	return err
 }
 
 // Slot returns slot index's network, named name for the caller's logs,
@@ -336,35 +339,62 @@ func Configure(ctx context.Context, slot runtime.Slot) error {
 // already gone. A sandbox still running in the namespace keeps it alive
 // until it exits, but it is unreachable.
 func (n *Network) Teardown(ctx context.Context, index int) error {
+	_, err := n.teardown(index)
+	return err
+}
+
+// teardown is Teardown, naming what it removed.
+func (n *Network) teardown(index int) (removed []string, err error) {
 	var errs []error
 	host := n.hostLink(index)
 	if link, err := netlink.LinkByName(host); err == nil {
 		// Deleting one end deletes the peer in the namespace too.
 		if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 			errs = append(errs, fmt.Errorf("veth %s: delete: %w", host, err))
+		} else {
+			removed = append(removed, "veth "+host)
 		}
 	}
-	if err := removeNamedNS(n.nsPath(index)); err != nil {
-		errs = append(errs, err)
+	path := n.nsPath(index)
+	if _, err := os.Lstat(path); err == nil {
+		if err := removeNamedNS(path); err != nil {
+			errs = append(errs, err)
+		} else {
+			removed = append(removed, "network namespace "+path)
+		}
 	}
-	return errors.Join(errs...)
+	return removed, errors.Join(errs...)
 }
 
 // TeardownAll removes every slot namespace of this node (found by name, so
-// slots of an earlier, larger configuration go too) and the bridge.
+// slots of an earlier, larger configuration go too), the bridge and its
+// nftables table: all of the node's network, which Slot makes again.
 func (n *Network) TeardownAll(ctx context.Context) error {
+	_, err := n.RemoveAll(ctx)
+	return err
+}
+
+// RemoveAll is TeardownAll, naming what it removed.
+func (n *Network) RemoveAll(ctx context.Context) (removed []string, err error) {
 	var errs []error
 	for _, index := range n.existingSlots() {
-		errs = append(errs, n.Teardown(ctx, index))
+		r, err := n.teardown(index)
+		removed = append(removed, r...)
+		errs = append(errs, err)
 	}
-	link, err := netlink.LinkByName(n.bridge)
-	if err == nil {
+	if link, err := netlink.LinkByName(n.bridge); err == nil {
 		if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 			errs = append(errs, fmt.Errorf("bridge %s: delete: %w", n.bridge, err))
+		} else {
+			removed = append(removed, "bridge "+n.bridge)
 		}
 	}
-	errs = append(errs, n.removeEgress())
-	return errors.Join(errs...)
+	existed, err := n.removeEgress()
+	if existed {
+		removed = append(removed, "nftables table ip "+n.natTable().Name)
+	}
+	errs = append(errs, err)
+	return removed, errors.Join(errs...)
 }
 
 // existingSlots lists the slot indexes this node has a namespace file or a

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -427,5 +428,34 @@ func TestEgress(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestRemoveAllSaysWhatItRemoved: what `torpor node --cleanup` prints.
+func TestRemoveAllSaysWhatItRemoved(t *testing.T) {
+	n := testNetworkWith(t, true)
+	ctx := context.Background()
+	for i := range 2 {
+		if _, err := n.Slot(ctx, fmt.Sprintf("w%d", i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := n.RemoveAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	want := []string{
+		"bridge tpnetnstest",
+		"network namespace " + n.nsPath(0), "network namespace " + n.nsPath(1),
+		"nftables table ip torpor-tpnetnstest",
+		"veth " + n.hostLink(0), "veth " + n.hostLink(1),
+	}
+	if !slices.Equal(removed, want) {
+		t.Errorf("RemoveAll removed %q, want %q", removed, want)
+	}
+	assertNothingLeft(t, n)
+	if removed, err := n.RemoveAll(ctx); err != nil || len(removed) > 0 {
+		t.Errorf("RemoveAll on nothing: %q, %v", removed, err)
 	}
 }

@@ -41,8 +41,9 @@ import (
 const WorkerNamespace = "torpor-system"
 
 // Network gives worker slots their network: a namespace and an address
-// each, made ahead of time and kept across agent restarts, so a workload
-// never waits for its network and an adopted one keeps it.
+// each, made ahead of time and kept across agent restarts while workloads
+// run, so a workload never waits for its network and an adopted one keeps
+// it.
 type Network interface {
 	// Slot returns the network of slot index, named name, creating it if
 	// it does not exist yet.
@@ -97,11 +98,21 @@ type Config struct {
 	// suspended or paused out of gets a sandbox made ready for that actor,
 	// so its next restore there skips the sandbox's boot (see warm.go).
 	NoWarm bool
-	// DiscardWarmOnStop removes the warm sandboxes when Run returns (they
-	// would otherwise stay for the next agent to keep), so a stopped agent
-	// that ran no actors leaves no process behind: torpor up does this.
-	DiscardWarmOnStop bool
 }
+
+// A runtime or network may hold node-wide parts (runsc's shared namespace
+// mount; the bridge, the workers' namespaces and veths, the nftables
+// table) that outlive the agent for the workloads it leaves running. An
+// agent that stops with no sandbox left releases them, so a node stopped
+// for good leaves nothing behind; the next start makes them again.
+type (
+	releasableRuntime interface {
+		Close(ctx context.Context) error
+	}
+	releasableNetwork interface {
+		TeardownAll(ctx context.Context) error
+	}
+)
 
 const (
 	defaultHeartbeat  = 3 * time.Second
@@ -232,8 +243,10 @@ func WorkerName(node string, i int) string { return fmt.Sprintf("%s-w%d", node, 
 
 // Run prepares the worker slots (adopting workloads a previous run left
 // running), serves the node agent API, registers with the control plane
-// and heartbeats until ctx is done. Stopping leaves workloads running: the
-// next Run (of a new Agent; an Agent runs once) adopts them.
+// and heartbeats until ctx is done. Stopping leaves actors' workloads
+// running, so the next Run (of a new Agent; an Agent runs once) adopts
+// them; it removes warm sandboxes (the next Run makes them again), and
+// with no workload left, the node's network too (see releaseIdle).
 func (a *Agent) Run(ctx context.Context) error {
 	unlock, err := lockStateDir(a.cfg.StateDir)
 	if err != nil {
@@ -272,12 +285,41 @@ func (a *Agent) Run(ctx context.Context) error {
 	err = <-served
 	// Operations already running finish and record their outcome.
 	a.ops.Wait()
-	if a.cfg.DiscardWarmOnStop {
-		a.discardWarm(context.WithoutCancel(ctx))
-	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	a.discardWarm(stopCtx)
+	releaseErr := a.releaseIdle(stopCtx)
 	if err != nil {
-		return fmt.Errorf("node agent API: %w", err)
+		return errors.Join(fmt.Errorf("node agent API: %w", err), releaseErr)
 	}
+	return releaseErr
+}
+
+// stopTimeout bounds removing warm sandboxes and the network at a stop.
+const stopTimeout = time.Minute
+
+// releaseIdle gives back the node-wide parts of the runtime and the network
+// if no sandbox is left.
+func (a *Agent) releaseIdle(ctx context.Context) error {
+	left, err := a.rt.Sandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("stop: list sandboxes: %w", err)
+	}
+	if len(left) > 0 {
+		a.log.Info("stopped; workloads keep running for the next start", "sandboxes", len(left))
+		return nil
+	}
+	if rt, ok := a.rt.(releasableRuntime); ok {
+		if err := rt.Close(ctx); err != nil {
+			return fmt.Errorf("stop: release the runtime: %w", err)
+		}
+	}
+	if n, ok := a.cfg.Network.(releasableNetwork); ok {
+		if err := n.TeardownAll(ctx); err != nil {
+			return fmt.Errorf("stop: remove the workers' network: %w", err)
+		}
+	}
+	a.log.Info("stopped; no workload was left, so neither is the workers' network")
 	return nil
 }
 

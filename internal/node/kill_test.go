@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/vishvananda/netlink"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
@@ -235,19 +236,13 @@ func TestKilledAgentAdoptsItsWorkloads(t *testing.T) {
 	agent := &gvisorNode{stateDir: cfg.StateDir, runtime: rt}
 	agent.wantNoWorkloads(t)
 
-	// Stopped, the agent leaves the workers' network behind for its next
-	// start; removing it and runsc's state leaves nothing at all.
+	// Stopped with no workload left, the agent leaves nothing at all: no
+	// mount (runsc's shared namespace included), no network.
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.cmd.Wait(); err != nil {
 		t.Fatalf("agent exited with %v", err)
-	}
-	if err := rt.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := network.TeardownAll(ctx); err != nil {
-		t.Fatal(err)
 	}
 	if m := mountsUnder(t, cfg.StateDir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
@@ -257,6 +252,9 @@ func TestKilledAgentAdoptsItsWorkloads(t *testing.T) {
 		if strings.HasPrefix(e.Name(), "torpor-"+name+"-") {
 			t.Errorf("network namespace left: %s", e.Name())
 		}
+	}
+	if _, err := netlink.LinkByName(cfg.Network.Bridge); err == nil {
+		t.Errorf("bridge %s left", cfg.Network.Bridge)
 	}
 }
 

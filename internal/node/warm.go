@@ -138,13 +138,14 @@ func (a *Agent) dropWarm(ctx context.Context, s *slot, actorUID string) {
 	}
 }
 
-// discardWarm removes every free worker's warm sandbox and forgets it, so
-// the next agent does not make it again. No operation may be running.
+// discardWarm removes every free worker's warm sandbox, keeping its
+// record, so a stopped agent leaves no idle process and the next one
+// makes the sandbox again (keepOrRewarm). No operation may be running.
 func (a *Agent) discardWarm(ctx context.Context) {
 	for _, s := range a.slots {
 		s.lock()
 		if cur := s.current(); cur.ActorUID == "" && len(cur.Warm) > 0 {
-			if err := a.unwarm(ctx, s); err != nil {
+			if err := a.rt.Terminate(ctx, s.rt); err != nil {
 				a.log.Warn("warm sandbox not removed", "worker", s.name(), "err", err)
 			}
 		}

@@ -105,22 +105,37 @@ func TestRestartKeepsOrRemakesWarmWorkers(t *testing.T) {
 	snap := n.suspend(t, "a1", "op-suspend", 0)
 	waitFor(t, "worker 0 to be warm", func() bool { return n.warm(t, 0) })
 
-	// Kept across a restart, not made again.
-	warms := n.calls("Warm", 0)
-	n.restart(t)
-	if !n.warm(t, 0) || n.calls("Terminate", 0) != 0 || n.calls("Warm", 0) != warms {
-		t.Fatalf("after a restart: warm=%v, calls %v; want the warm sandbox kept", n.warm(t, 0), n.rt.Calls())
-	}
-
-	// Lost while the agent was down: made again.
+	// A stop leaves no warm sandbox; the next start makes it again.
 	if err := n.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.rt.Terminate(ctx, runtime.Slot{Name: n.worker(0)}); err != nil {
-		t.Fatal(err)
+	if sandboxes, err := n.rt.Sandboxes(ctx); err != nil || len(sandboxes) != 0 {
+		t.Fatalf("sandboxes %v, %v after the stop; want none", sandboxes, err)
 	}
+	warms := n.calls("Warm", 0)
 	n.start(t)
 	waitFor(t, "worker 0 to be warm after the restart", func() bool { return n.warm(t, 0) })
+	if n.calls("Warm", 0) != warms+1 {
+		t.Fatalf("calls %v; want the warm sandbox made again once", n.rt.Calls())
+	}
+
+	// One a killed agent left behind is kept, not made again.
+	stopped := n.agent
+	if err := n.stop(); err != nil {
+		t.Fatal(err)
+	}
+	rw, err := stopped.warmWorkload(ctx, stopped.slots[0], n.workload("a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.rt.Warm(ctx, stopped.slots[0].rt, rw); err != nil {
+		t.Fatal(err)
+	}
+	warms, terminates := n.calls("Warm", 0), n.calls("Terminate", 0)
+	n.start(t)
+	if !n.warm(t, 0) || n.calls("Terminate", 0) != terminates || n.calls("Warm", 0) != warms {
+		t.Fatalf("after a restart: warm=%v, calls %v; want the warm sandbox kept", n.warm(t, 0), n.rt.Calls())
+	}
 	n.restoreFull(t, "a1", "op-resume", 0, snap)
 	if c := n.lastStart(t, 0); !c.Warm {
 		t.Fatalf("restore %+v did not use the warm sandbox", c)
@@ -161,33 +176,5 @@ func TestNoWarm(t *testing.T) {
 	n.restoreFull(t, "a1", "op-resume", 0, snap)
 	if n.calls("Warm", 0) != 0 || n.lastStart(t, 0).Warm {
 		t.Fatalf("calls %v, want no warm-up", n.rt.Calls())
-	}
-}
-
-// TestDiscardWarmOnStop: an agent told to leaves no warm sandbox when it
-// stops, and the next agent does not make it again.
-func TestDiscardWarmOnStop(t *testing.T) {
-	n := newFakeNode(t, func(c *Config) { c.DiscardWarmOnStop = true })
-	ctx := context.Background()
-	if _, err := n.run(ctx, "a1", "op-run", 0); err != nil {
-		t.Fatal(err)
-	}
-	n.suspend(t, "a1", "op-suspend", 0)
-	waitFor(t, "worker 0 to be warm", func() bool { return n.warm(t, 0) })
-	if err := n.stop(); err != nil {
-		t.Fatal(err)
-	}
-	sandboxes, err := n.rt.Sandboxes(ctx)
-	if err != nil || len(sandboxes) != 0 {
-		t.Fatalf("sandboxes %v, %v after the stop; want none", sandboxes, err)
-	}
-	warms := n.calls("Warm", 0)
-	n.start(t)
-	// Stopping waits for every operation the start began, warm-ups too.
-	if err := n.stop(); err != nil {
-		t.Fatal(err)
-	}
-	if got := n.calls("Warm", 0); got != warms {
-		t.Fatalf("the next agent warmed the worker again (%d warm-ups, %d before)", got, warms)
 	}
 }
