@@ -8,13 +8,11 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Open connects to the store named by storeURL and applies pending migrations.
@@ -125,8 +123,10 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 		return errors.Join(err, reader.Close(), writer.Close())
 	})
 	// The writer migrates first: it also switches a new file to WAL before
-	// any reader connects.
-	if err := migrateSQLite(ctx, s); err != nil {
+	// any reader connects. While other processes create the same new file
+	// and switch it to WAL, SQLite can answer SQLITE_BUSY without waiting
+	// for the busy timeout: retried rides that out.
+	if err := retried(ctx, s.migrate); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite %s: %w", path, err)
 	}
@@ -140,28 +140,6 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 	s.batch.committed = cp.wrote
 	s.view = newView(executor{read: reader, write: countingWriter{db: writer, wrote: cp.wrote}, columns: s.columns})
 	return s, nil
-}
-
-// sqliteBusyTimeout matches busy_timeout in sqliteParams.
-const sqliteBusyTimeout = 10 * time.Second
-
-// migrateSQLite retries while the file is busy: while other processes
-// create the same new file and switch it to WAL, SQLite can answer
-// SQLITE_BUSY without waiting for the busy timeout.
-func migrateSQLite(ctx context.Context, s *sqlStore) error {
-	deadline := time.Now().Add(sqliteBusyTimeout)
-	for {
-		err := s.migrate(ctx)
-		var sqliteErr *sqlite.Error
-		if !errors.As(err, &sqliteErr) || sqliteErr.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 func openPostgres(ctx context.Context, rawURL string) (Store, error) {
@@ -180,7 +158,9 @@ func openPostgres(ctx context.Context, rawURL string) (Store, error) {
 		pool.Close()
 		return err
 	})
-	if err := s.migrate(ctx); err != nil {
+	// A server starting next to its database (both restarted) waits for
+	// it as any store call does.
+	if err := retried(ctx, s.migrate); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("postgres %s: %w", where, err)
 	}

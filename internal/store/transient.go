@@ -70,10 +70,14 @@ func transient(err error) bool {
 // transientRetry and ctx. What still fails transiently is ErrUnavailable.
 //
 // A connection lost during a commit leaves unknown whether the commit
-// happened. Running the call again is still safe because every write is a
-// compare-and-set: when the first attempt did commit, the second meets
-// its own write and fails with ErrConflict, ErrAlreadyExists or
-// ErrNotFound, which callers already answer by re-reading the record.
+// happened, and the call runs again all the same. Writes are
+// compare-and-set, so a second run after a commit that did happen meets
+// its own write: an Update or Delete of a version read before the call
+// fails with ErrConflict (or ErrNotFound), a Create with ErrAlreadyExists,
+// which callers already answer by re-reading the record. A transaction
+// that reads and writes within itself re-reads what the first run
+// committed; the engine's steps check there whether their step is already
+// done.
 func retried(ctx context.Context, call func(context.Context) error) error {
 	err := retry.Do(ctx, transientRetry, transient, call)
 	if transient(err) {
