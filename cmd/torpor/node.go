@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -15,6 +17,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/cli"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
+	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 )
@@ -30,6 +33,7 @@ type nodeFlags struct {
 	bridge    string
 	cidr      string
 	egress    bool
+	cleanup   bool
 	join      joinFlags
 }
 
@@ -53,9 +57,25 @@ naming the node. The first start joins with a token an admin made for it
 
 The certificate is kept (and renewed) in the state directory, so later
 starts need no token. The agent serves its API over TLS with the same
-certificate, to the control plane only.`,
+certificate, to the control plane only.
+
+SIGTERM stops the agent. Running actors' sandboxes stay (the next start
+adopts them, so an upgrade loses nothing), with the workers' network; warm
+sandboxes go. With no actor left running on the node, nothing of it stays:
+no process, mount, network namespace, veth, bridge or nftables table.
+
+For a node stopped for good, suspend its actors first (torpor actor
+suspend, or drain the node through the control plane), stop the agent,
+then run 'torpor node --cleanup' with the same --name, --state-dir,
+--bridge and --cidr: it removes every sandbox, mount, network namespace,
+veth, bridge and nftables table of the node, says what it removed, and
+exits. The workloads it removes are lost; their actors resume from their
+last snapshots.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.cleanup {
+				return cleanupNode(cmd.Context(), cmd.OutOrStdout(), cfg, f)
+			}
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			if err := completeNodeConfig(&cfg, &f, logger); err != nil {
 				return err
@@ -83,7 +103,94 @@ certificate, to the control plane only.`,
 	flags.StringVar(&f.bridge, "bridge", netns.DefaultBridge, "node bridge the workers' network namespaces attach to")
 	flags.StringVar(&f.cidr, "cidr", netns.DefaultCIDR, "workers' subnet: the bridge gets the first address, worker i the (i+2)-th")
 	flags.BoolVar(&f.egress, "egress", true, "let workloads reach networks beyond this host, masqueraded as it (turns on IPv4 forwarding); --egress=false: the host only")
+	flags.BoolVar(&f.cleanup, "cleanup", false, "remove every sandbox, mount, network namespace, veth, bridge and nftables table of the stopped node, say what was removed, and exit (suspend its actors first: running workloads are lost)")
 	return cmd
+}
+
+// cleanupNode removes what a node stopped for good leaves on the host:
+// the sandboxes of actors still running there, runsc's and their mounts,
+// and the workers' network. It refuses while an agent runs on the state
+// directory.
+func cleanupNode(ctx context.Context, out io.Writer, cfg node.Config, f nodeFlags) error {
+	if cfg.StateDir == "" {
+		dir, err := cli.DataDir()
+		if err != nil {
+			return err
+		}
+		cfg.StateDir = filepath.Join(dir, "node", cfg.Name)
+	}
+	unlock, err := node.LockStateDir(cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("cleanup: %w (stop the agent first)", err)
+	}
+	defer unlock()
+	network, err := netns.New(netns.Config{Node: cfg.Name, Bridge: f.bridge, CIDR: f.cidr})
+	if err != nil {
+		return err
+	}
+	runsc, err := findRunsc(f.runsc)
+	if err != nil {
+		return err
+	}
+	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, RootDir: filepath.Join(cfg.StateDir, "gvisor"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	mounts, err := mountsUnder(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	sandboxes, err := rt.Sandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	var removed []string
+	var errs []error
+	for _, name := range sandboxes {
+		if err := rt.Terminate(ctx, runtime.Slot{Name: name}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, "sandbox of worker "+name)
+	}
+	errs = append(errs, rt.Close(ctx))
+	left, err := mountsUnder(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		if !slices.Contains(left, m) {
+			removed = append(removed, "mount "+m)
+		}
+	}
+	fromNetwork, err := network.RemoveAll(ctx)
+	removed = append(removed, fromNetwork...)
+	errs = append(errs, err)
+	for _, r := range removed {
+		fmt.Fprintln(out, "removed", r)
+	}
+	if len(removed) == 0 {
+		fmt.Fprintf(out, "nothing of node %s was left\n", cfg.Name)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cleanup of node %s: %w", cfg.Name, err)
+	}
+	return nil
+}
+
+// mountsUnder lists the mount points below dir.
+func mountsUnder(dir string) ([]string, error) {
+	body, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if fields := strings.Fields(line); len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			out = append(out, fields[4])
+		}
+	}
+	return out, nil
 }
 
 func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) error {

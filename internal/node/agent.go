@@ -248,7 +248,7 @@ func WorkerName(node string, i int) string { return fmt.Sprintf("%s-w%d", node, 
 // them; it removes warm sandboxes (the next Run makes them again), and
 // with no workload left, the node's network too (see releaseIdle).
 func (a *Agent) Run(ctx context.Context) error {
-	unlock, err := lockStateDir(a.cfg.StateDir)
+	unlock, err := LockStateDir(a.cfg.StateDir)
 	if err != nil {
 		return err
 	}
@@ -333,9 +333,10 @@ func (a *Agent) handler(creds *identity.Credentials) http.Handler {
 	return mux
 }
 
-// lockStateDir makes sure one agent at a time owns the state directory:
-// two would each take the other's workloads for strays.
-func lockStateDir(dir string) (unlock func(), err error) {
+// LockStateDir makes sure one agent at a time owns the state directory:
+// two would each take the other's workloads for strays, and `torpor node
+// --cleanup` must not remove a running agent's.
+func LockStateDir(dir string) (unlock func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
