@@ -81,8 +81,9 @@ func TestNodeStopLeavesNothing(t *testing.T) {
 }
 
 // TestUpStopLeavesNothing stops `torpor up` with SIGTERM after it ran an
-// actor: it suspends the actor, and nothing of its node may remain, so the
-// data directory can be removed.
+// actor (and was killed and started again under it): it suspends the
+// actor, and nothing of its node may remain, so the data directory can be
+// removed.
 func TestUpStopLeavesNothing(t *testing.T) {
 	runtimetest.RequireRoot(t)
 	dataDir := shortTempDir(t)
@@ -108,10 +109,21 @@ func TestUpStopLeavesNothing(t *testing.T) {
 	}
 	cli("template", "apply", "-f", "examples/counter/template.yaml", "--wait")
 	cli("actor", "create", "c1", "--template", "counter")
-	out, err := exec.Command("curl", "-sS", "--max-time", "30", "-H", "Host: c1.default.actors.localhost", "http://"+routerAddr+"/").CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "count=1 lines=1" {
-		t.Fatalf("curl: %q, %v; want count=1 lines=1", out, err)
+	curl := func(want string) {
+		t.Helper()
+		out, err := exec.Command("curl", "-sS", "--max-time", "30", "-H", "Host: c1.default.actors.localhost", "http://"+routerAddr+"/").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != want {
+			t.Fatalf("curl: %q, %v; want %s", out, err, want)
+		}
 	}
+	curl("count=1 lines=1")
+
+	// Killed, up leaves its node behind; started again, it takes it over
+	// (the running actor with its memory) before it stops clean.
+	n.process.kill()
+	n.process = startProcess(t, "up-again", n.process.cmd.Args[1:]...)
+	waitForOutput(t, n.process, "Torpor is up.")
+	curl("count=2 lines=2")
 
 	stopNodeProcess(t, n.process)
 	if out := tail(n.process.logPath, 4096); !strings.Contains(out, "Suspended 1 actor(s).") {
