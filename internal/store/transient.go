@@ -79,11 +79,16 @@ func transient(err error) bool {
 // committed; the engine's steps check there whether their step is already
 // done.
 func retried(ctx context.Context, call func(context.Context) error) error {
-	err := retry.Do(ctx, transientRetry, transient, call)
-	if transient(err) {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	err := call(ctx)
+	if !transient(err) {
+		return err // the common case pays for no backoff
 	}
-	return err
+	for b := transientRetry.Start(); b.Wait(ctx); {
+		if err = call(ctx); !transient(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // retriedValue is retried for a call with a result.
