@@ -323,8 +323,13 @@ func logErrors(logger *slog.Logger) connect.UnaryInterceptorFunc {
 			resp, err := next(ctx, req)
 			if err != nil {
 				level := slog.LevelDebug
-				if code := connect.CodeOf(err); code == connect.CodeInternal || code == connect.CodeUnknown || code == connect.CodeDataLoss {
+				switch connect.CodeOf(err) {
+				case connect.CodeInternal, connect.CodeUnknown, connect.CodeDataLoss:
 					level = slog.LevelError
+				case connect.CodeUnavailable:
+					// The store or a node out of reach: an operator wants
+					// to see it even though the client may retry.
+					level = slog.LevelWarn
 				}
 				logger.Log(ctx, level, "call failed", "procedure", req.Spec().Procedure, "code", connect.CodeOf(err).String(), "err", err, "duration", time.Since(start))
 			}

@@ -28,12 +28,15 @@ func (e *Engine) Delete(ctx context.Context, space, name string) (err error) {
 		op := &torporv1.ActorOperation{Id: newOperationID(), Kind: torporv1.OperationKind_OPERATION_KIND_DELETE, StartTime: timestamppb.New(e.now()), PreviousState: state}
 		a.Status.Operation = op
 		e.setState(a, torporv1.ActorState_ACTOR_STATE_DELETING)
+		// The transaction may run more than once (the store retries it
+		// through a database restart): it writes the claim as read.
+		var claimed *torporv1.Actor
 		err := e.store.InTx(ctx, func(tx store.Tx) error {
 			var err error
-			if a, err = tx.Actors().Update(ctx, a); err != nil {
+			if claimed, err = tx.Actors().Update(ctx, a); err != nil {
 				return err
 			}
-			return e.record(ctx, tx, a.GetMetadata().GetUid(), transition{from: state, to: torporv1.ActorState_ACTOR_STATE_DELETING, reason: "delete requested", op: op})
+			return e.record(ctx, tx, claimed.GetMetadata().GetUid(), transition{from: state, to: torporv1.ActorState_ACTOR_STATE_DELETING, reason: "delete requested", op: op})
 		})
 		if errors.Is(err, store.ErrConflict) {
 			return codeError(connect.CodeAborted, "actor %s changed while deleting: retry", actorKey(a))
@@ -41,6 +44,7 @@ func (e *Engine) Delete(ctx context.Context, space, name string) (err error) {
 		if err != nil {
 			return err
 		}
+		a = claimed
 	default:
 		return codeError(connect.CodeFailedPrecondition, "actor %s is %s: suspend it before deleting", actorKey(a), stateName(state))
 	}

@@ -57,12 +57,13 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 	w.Status.WarmActorUid = ""
 	t.Status.Phase = torporv1.TemplatePhase_TEMPLATE_PHASE_BUILDING
 	t.Status.Message = "booting on worker " + w.GetMetadata().GetName()
+	var building *torporv1.Template
 	err = e.store.InTx(ctx, func(tx store.Tx) error {
 		if _, err := tx.Workers().Update(ctx, w); err != nil {
 			return err
 		}
 		var err error
-		t, err = tx.Templates().Update(ctx, t)
+		building, err = tx.Templates().Update(ctx, t)
 		return err
 	})
 	if errors.Is(err, store.ErrConflict) {
@@ -71,6 +72,7 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 	if err != nil {
 		return err
 	}
+	t = building
 	ref := &torporv1.WorkerRef{Namespace: w.GetMetadata().GetSpace(), Name: w.GetMetadata().GetName(), Uid: w.GetMetadata().GetUid(), Node: w.GetSpec().GetNode()}
 	start := e.now()
 	snap, buildErr := e.runGolden(ctx, t, ref)
