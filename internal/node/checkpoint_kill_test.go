@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 )
 
@@ -25,30 +27,8 @@ import (
 // back and captured again), while the sandbox saved itself (it finishes
 // without its agent and exits), after the capture or after the upload.
 func TestAgentKilledDuringCheckpoint(t *testing.T) {
-	runtimetest.RequireRoot(t)
-	name := uniqueName(t, "c")
-	reg := newRegistry(t)
-	cfg := helperConfig{
-		Name: name, ServerURL: reg.url, StateDir: t.TempDir(), Snapshots: t.TempDir(),
-		CAFingerprint: reg.ca.CAFingerprint(), JoinToken: reg.token(t, name),
-		Runsc: runtimetest.Runsc(t), Network: nodeNetwork(t, name),
-	}
-	rt, err := cfg.gvisor()
-	if err != nil {
-		t.Fatal(err)
-	}
-	network, err := netns.New(cfg.Network)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for i := range 2 {
-			rt.Terminate(ctx, runtime.Slot{Name: WorkerName(name, i)})
-		}
-		rt.Close(ctx)
-		network.TeardownAll(ctx)
-	})
+	cfg, reg := newKilledNode(t)
+	name := cfg.Name
 	ctx := context.Background()
 	tmpl := counterTemplate(runtimetest.CounterImage(t))
 	actor := workload("actor-c", "c", tmpl)
@@ -68,15 +48,10 @@ func TestAgentKilledDuringCheckpoint(t *testing.T) {
 		}
 	}
 	request()
-	stop := func(p *agentProcess) {
-		t.Helper()
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		p.cmd.Wait()
-	}
 
 	for _, point := range []string{"recorded", "capturing", "captured", "uploaded"} {
 		// A fresh process for each point, with its kill armed.
-		stop(p)
+		stopAgent(p)
 		killed := cfg
 		if point != "capturing" {
 			killed.KillAt = point
@@ -84,10 +59,7 @@ func TestAgentKilledDuringCheckpoint(t *testing.T) {
 		p = spawn(t, killed, reg, p.address)
 		request()
 		opID := "op-suspend-" + point
-		req := &torporv1.CheckpointRequest{
-			Op: op("actor-c", opID, WorkerName(name, worker)), Scope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
-			Target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE, Location: "e2e/actor-c/" + opID,
-		}
+		req := suspendRequest(name, "actor-c", opID, worker)
 		answered := make(chan error, 1)
 		go func() {
 			_, err := p.client.Checkpoint(ctx, connect.NewRequest(req))
@@ -102,13 +74,7 @@ func TestAgentKilledDuringCheckpoint(t *testing.T) {
 			})
 			p.cmd.Process.Signal(syscall.SIGKILL)
 		}
-		p.cmd.Wait()
-		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("%s: the agent exited with %v, want killed", point, p.cmd.ProcessState)
-		}
-		if err := <-answered; err == nil {
-			t.Fatalf("%s: the checkpoint answered although its agent was killed", point)
-		}
+		wantKilled(t, p, answered)
 
 		p = spawn(t, cfg, reg, p.address)
 		if point == "recorded" {
@@ -141,6 +107,142 @@ func TestAgentKilledDuringCheckpoint(t *testing.T) {
 	if _, err := p.client.Terminate(ctx, connect.NewRequest(&torporv1.TerminateRequest{Op: op("actor-c", "op-term", WorkerName(name, worker))})); err != nil {
 		t.Fatal(err)
 	}
-	stop(p)
-	(&gvisorNode{stateDir: cfg.StateDir, runtime: rt}).wantNoWorkloads(t)
+	stopAgent(p)
+	(&gvisorNode{stateDir: cfg.StateDir, runtime: cfg.mustGVisor(t)}).wantNoWorkloads(t)
+}
+
+// TestCaptureCutShortIsNotKept: a capture kept across a restart whose
+// image is incomplete (the sandbox died while it saved itself) fails its
+// retry as DataLoss and frees the worker; one the control plane no longer
+// places on the node is removed at registration. Neither leaves a stage
+// directory or volumes behind.
+func TestCaptureCutShortIsNotKept(t *testing.T) {
+	cfg, reg := newKilledNode(t)
+	ctx := context.Background()
+	actor := workload("actor-d", "d", counterTemplate(runtimetest.CounterImage(t)))
+	killed := cfg
+	killed.KillAt = "captured"
+	p := spawn(t, killed, reg, "")
+	// Killed after the capture of a suspend of the actor on worker w.
+	suspendKilled := func(w int, opID string) *torporv1.CheckpointRequest {
+		t.Helper()
+		run, err := p.client.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: op("actor-d", "op-run-"+opID, WorkerName(cfg.Name, w)), Workload: actor}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		get(t, run.Msg.GetWorkerIp())
+		req := suspendRequest(cfg.Name, "actor-d", opID, w)
+		answered := make(chan error, 1)
+		go func() {
+			_, err := p.client.Checkpoint(ctx, connect.NewRequest(req))
+			answered <- err
+		}()
+		wantKilled(t, p, answered)
+		return req
+	}
+	wantGone := func(what string) {
+		t.Helper()
+		for _, dir := range []string{"work", "volumes"} {
+			if entries, err := os.ReadDir(filepath.Join(cfg.StateDir, dir)); err != nil || len(entries) > 0 {
+				t.Errorf("%s: %s left: %v %v", what, dir, entries, err)
+			}
+		}
+	}
+
+	req := suspendKilled(0, "op-suspend-cut")
+	// Where a sandbox that dies while it saves itself stops writing.
+	state := filepath.Join(cfg.StateDir, "work", "actor-d", "op-suspend-cut", memoryDir, "checkpoint.img")
+	body, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(state, 16+int64(binary.BigEndian.Uint64(body[8:16]))); err != nil {
+		t.Fatal(err)
+	}
+	// Still armed for the next suspend: the refused retry stops before
+	// the kill.
+	p = spawn(t, killed, reg, p.address)
+	_, err = p.client.Checkpoint(ctx, connect.NewRequest(req))
+	wantCode(t, err, connect.CodeDataLoss)
+	st, err := p.client.Stats(ctx, connect.NewRequest(&torporv1.StatsRequest{Worker: WorkerName(cfg.Name, 0)}))
+	if err != nil || st.Msg.GetRunning() || st.Msg.GetActorUid() != "" {
+		t.Fatalf("after the failed retry: stats %v, %v; want the worker free", st, err)
+	}
+	wantGone("after the failed retry")
+
+	suspendKilled(1, "op-suspend-orphan")
+	// The control plane gave up on the actor meanwhile.
+	reg.forget(cfg.Name, map[string]string{})
+	p = spawn(t, cfg, reg, p.address)
+	waitFor(t, "the orphaned capture to be removed", func() bool {
+		st, err := p.client.Stats(ctx, connect.NewRequest(&torporv1.StatsRequest{Worker: WorkerName(cfg.Name, 1)}))
+		return err == nil && st.Msg.GetActorUid() == ""
+	})
+	wantGone("after registration")
+	stopAgent(p)
+}
+
+// newKilledNode configures a node agent process on runsc, whose runtime
+// and network are removed when the test ends.
+func newKilledNode(t *testing.T) (helperConfig, *registry) {
+	runtimetest.RequireRoot(t)
+	name := uniqueName(t, "c")
+	reg := newRegistry(t)
+	cfg := helperConfig{
+		Name: name, ServerURL: reg.url, StateDir: t.TempDir(), Snapshots: t.TempDir(),
+		CAFingerprint: reg.ca.CAFingerprint(), JoinToken: reg.token(t, name),
+		Runsc: runtimetest.Runsc(t), Network: nodeNetwork(t, name),
+	}
+	rt, err := cfg.gvisor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	network, err := netns.New(cfg.Network)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for i := range 2 {
+			rt.Terminate(ctx, runtime.Slot{Name: WorkerName(name, i)})
+		}
+		rt.Close(ctx)
+		network.TeardownAll(ctx)
+	})
+	return cfg, reg
+}
+
+func (c helperConfig) mustGVisor(t *testing.T) *gvisor.Runtime {
+	rt, err := c.gvisor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+// suspendRequest checkpoints actorUID FULL to storage out of worker.
+func suspendRequest(node, actorUID, opID string, worker int) *torporv1.CheckpointRequest {
+	return &torporv1.CheckpointRequest{
+		Op: op(actorUID, opID, WorkerName(node, worker)), Scope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
+		Target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE, Location: "e2e/" + actorUID + "/" + opID,
+	}
+}
+
+// stopAgent stops an agent process with SIGTERM.
+func stopAgent(p *agentProcess) {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.cmd.Wait()
+}
+
+// wantKilled waits for the agent process to die of SIGKILL and checks
+// that its checkpoint call did not succeed.
+func wantKilled(t *testing.T, p *agentProcess, answered <-chan error) {
+	t.Helper()
+	p.cmd.Wait()
+	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the agent exited with %v, want killed", p.cmd.ProcessState)
+	}
+	if err := <-answered; err == nil {
+		t.Fatal("the checkpoint answered although its agent was killed")
+	}
 }

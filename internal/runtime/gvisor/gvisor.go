@@ -53,6 +53,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor/internal/netns"
+	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
 )
 
@@ -625,6 +626,15 @@ func (r *Runtime) Terminate(ctx context.Context, slot runtime.Slot) error {
 
 // remove deletes sandbox id of slot with everything it made. Idempotent.
 func (r *Runtime) remove(ctx context.Context, slot, id string) error {
+	dir := r.bundleDir(slot, id)
+	if _, err := os.Stat(filepath.Join(r.runscDir, id+"_sandbox:"+id+".state")); errors.Is(err, os.ErrNotExist) {
+		// runsc never recorded the sandbox: the command starting it died
+		// (with its node agent) after forking the sandbox and gofer,
+		// which runsc delete does not know.
+		if err := killBundleProcesses(ctx, dir); err != nil {
+			return fmt.Errorf("delete sandbox %s: %w", id, err)
+		}
+	}
 	if _, err := r.output(ctx, "delete", "--force", id); err != nil {
 		// delete succeeds on unknown ids; failing, it may still have
 		// removed the container.
@@ -633,7 +643,6 @@ func (r *Runtime) remove(ctx context.Context, slot, id string) error {
 			return fmt.Errorf("delete sandbox %s: %w", id, err)
 		}
 	}
-	dir := r.bundleDir(slot, id)
 	// A warm sandbox's mount points may hold a workload's volumes: they
 	// must be unmounted and empty before anything is removed, or RemoveAll
 	// would delete the volumes' data.
@@ -652,6 +661,50 @@ func (r *Runtime) remove(ctx context.Context, slot, id string) error {
 		return fmt.Errorf("remove bundle of sandbox %s: %w", id, err)
 	}
 	return nil
+}
+
+// killBundleProcesses kills the processes started for the bundle at dir
+// and waits until they are gone.
+func killBundleProcesses(ctx context.Context, dir string) error {
+	var killed []string
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !forBundle(e.Name(), dir) {
+			continue
+		}
+		if err := unix.Kill(pid, unix.SIGKILL); err == nil {
+			killed = append(killed, e.Name())
+		}
+	}
+	poll := retry.Policy{Initial: 5 * time.Millisecond, Max: 100 * time.Millisecond}.Start()
+	for _, pid := range killed {
+		for forBundle(pid, dir) {
+			if !poll.Wait(ctx) {
+				return fmt.Errorf("process %s of bundle %s did not exit: %w", pid, dir, context.Cause(ctx))
+			}
+		}
+	}
+	return nil
+}
+
+// forBundle says whether process pid runs for the bundle at dir (runsc's
+// sandbox and gofer name it in their arguments). A process that exited
+// has no arguments left.
+func forBundle(pid, dir string) bool {
+	cmdline, err := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+	if err != nil {
+		return false
+	}
+	for arg := range bytes.SplitSeq(cmdline, []byte{0}) {
+		if string(arg) == dir || string(arg) == "--bundle="+dir {
+			return true
+		}
+	}
+	return false
 }
 
 // state is the part of `runsc state` output used here.
