@@ -226,6 +226,8 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	fmt.Fprintf(stderr, "Suspended %d actor(s).\n", n)
 	if err != nil {
 		fmt.Fprintf(stderr, "Some actors could not be suspended (they resume from their last snapshot): %v\n", err)
+		fmt.Fprintf(stderr, "Their sandboxes stay for the next start; to remove them and the workers' network instead:\n  %s node --cleanup --name %s --state-dir %s --bridge %s --cidr %s\n",
+			os.Args[0], nodeCfg.Name, nodeCfg.StateDir, f.node.bridge, f.node.cidr)
 	}
 	stopNode()
 	stopAPI()
