@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -329,8 +330,11 @@ func (a *Agent) removeVolumes(actorUID string) error {
 // staged in a directory named by the operation: if the agent dies
 // during it, the sandbox still finishes the capture and exits, and the
 // retry of the operation (cur then still records it) goes on from the
-// staged capture instead of failing. Nothing a retry would need is
-// discarded before the outcome is on record (afterCommit).
+// staged capture instead of failing. Storing the capture that meets a
+// fault that passes (snapshot.Transient: storage out of reach, a full
+// disk) leaves the same for the retry and answers Unavailable, which is
+// not recorded. Nothing a retry would need is discarded before the
+// outcome is on record (afterCommit).
 func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *torporv1.CheckpointRequest) (resp *torporv1.CheckpointResponse, err error) {
 	w, err := cur.workload()
 	if err != nil {
@@ -357,12 +361,28 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 			testHook("recorded")
 		}
 	}
+	// Set once the capture exists: when the workload ended, it is then
+	// the actor's only state.
+	capturedNow := false
 	defer func() {
-		if err != nil {
-			ctx, cancel := cleanupContext(ctx)
-			defer cancel()
-			a.settle(ctx, s, running, stage)
+		if err == nil {
+			return
 		}
+		transient := capturedNow && snapshot.Transient(err)
+		if transient {
+			log := a.log.With("worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)
+			err = a.unavailable(log, fmt.Errorf("checkpoint actor %s/%s: storing the capture: %w", w.GetSpace(), w.GetActor(), err))
+		}
+		if transient && !leave {
+			// Kept as an agent killed here leaves it (see settleCapture):
+			// the capture on record, its stage directory and the actor's
+			// volumes, for the repeat of the operation to store.
+			a.renewals.stop(s.name())
+			return
+		}
+		ctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		a.settle(ctx, s, running, stage)
 	}()
 
 	steps := startSteps()
@@ -380,7 +400,7 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 				return nil, connect.NewError(connect.CodeDataLoss, fmt.Errorf("checkpoint actor %s/%s: the capture a previous node agent began is incomplete: %w", w.GetSpace(), w.GetActor(), err))
 			}
 		}
-		a.log.Info("going on with a capture made before the agent restarted", "worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)
+		a.log.Info("going on with the capture of an earlier attempt (cut short by an agent restart or a storage fault)", "worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)
 	case full:
 		if err := a.rt.Checkpoint(ctx, s.rt, memory, leave); err != nil {
 			return nil, fmt.Errorf("checkpoint actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
@@ -393,6 +413,7 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 		}
 	}
 	steps.done("capture")
+	capturedNow = true
 	testHook("captured")
 	names := durableVolumes(w.GetTemplate())
 	if len(names) > 0 {
@@ -540,6 +561,10 @@ func (a *Agent) restoreSource(ctx context.Context, req *torporv1.RestoreRequest)
 	}
 	fetch := func(field string, s *torporv1.SnapshotSource) (string, error) {
 		dir, rel, err := a.fetch(ctx, field, s)
+		if snapshot.Transient(err) {
+			op := req.GetOp()
+			return "", a.unavailable(a.log.With("worker", op.GetWorker(), "actor_uid", op.GetActorUid(), "operation", op.GetOperationId()), err)
+		}
 		if err != nil {
 			return "", err
 		}
@@ -611,6 +636,18 @@ func memoryImage(field string, src *torporv1.SnapshotSource, tree string) (strin
 		return "", err
 	}
 	return dir, nil
+}
+
+// unavailable answers an operation that met a fault of snapshot storage
+// or of the node's disk that passes (snapshot.Transient): Unavailable is
+// not recorded, so the control plane repeats the operation until it
+// succeeds. A full disk waits for an operator to free space, so it is
+// logged as an error (the interruption itself is logged by execute).
+func (a *Agent) unavailable(log *slog.Logger, err error) error {
+	if snapshot.DiskFull(err) {
+		log.Error("disk full: the operation is repeated until space is freed", "err", err)
+	}
+	return connect.NewError(connect.CodeUnavailable, err)
 }
 
 // optional returns path if it exists, else "".

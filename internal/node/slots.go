@@ -43,7 +43,8 @@ type slotRecord struct {
 	// finishes a capture it started even if the agent dies, and then
 	// exits, so a restarted agent that finds the workload gone keeps the
 	// actor's volumes and the capture's stage directory for the retry of
-	// that operation to finish (see checkpoint).
+	// that operation to finish (see checkpoint). A capture whose storing
+	// met a fault that passes is kept the same way.
 	Capture string `json:"capture,omitempty"`
 	// Warm is, on a free slot, the workload (protojson) its runtime
 	// sandbox was made ready for ahead of time (see warm.go), so a
