@@ -331,9 +331,9 @@ func (a *Agent) removeVolumes(actorUID string) error {
 // during it, the sandbox still finishes the capture and exits, and the
 // retry of the operation (cur then still records it) goes on from the
 // staged capture instead of failing. Storing the capture that meets a
-// fault that passes (snapshot.Transient: storage out of reach, a full
-// disk) leaves the same for the retry and answers Unavailable, which is
-// not recorded. Nothing a retry would need is discarded before the
+// fault that passes (storage out of reach or not answering, a full disk)
+// leaves the same for the retry and answers Unavailable, which is not
+// recorded. Nothing a retry would need is discarded before the
 // outcome is on record (afterCommit).
 func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *torporv1.CheckpointRequest) (resp *torporv1.CheckpointResponse, err error) {
 	w, err := cur.workload()
@@ -368,7 +368,7 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 		if err == nil {
 			return
 		}
-		transient := capturedNow && snapshot.Transient(err)
+		transient := capturedNow && passing(ctx, err)
 		if transient {
 			log := a.log.With("worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)
 			err = a.unavailable(log, fmt.Errorf("checkpoint actor %s/%s: storing the capture: %w", w.GetSpace(), w.GetActor(), err))
@@ -561,7 +561,7 @@ func (a *Agent) restoreSource(ctx context.Context, req *torporv1.RestoreRequest)
 	}
 	fetch := func(field string, s *torporv1.SnapshotSource) (string, error) {
 		dir, rel, err := a.fetch(ctx, field, s)
-		if snapshot.Transient(err) {
+		if passing(ctx, err) {
 			op := req.GetOp()
 			return "", a.unavailable(a.log.With("worker", op.GetWorker(), "actor_uid", op.GetActorUid(), "operation", op.GetOperationId()), err)
 		}
@@ -638,10 +638,17 @@ func memoryImage(field string, src *torporv1.SnapshotSource, tree string) (strin
 	return dir, nil
 }
 
-// unavailable answers an operation that met a fault of snapshot storage
-// or of the node's disk that passes (snapshot.Transient): Unavailable is
-// not recorded, so the control plane repeats the operation until it
-// succeeds. A full disk waits for an operator to free space, so it is
+// passing reports whether storing or fetching a snapshot failed for a
+// fault that passes: of snapshot storage or the node's disk
+// (snapshot.Transient), or a store that did not answer before the
+// operation's deadline (its repeat has a deadline of its own).
+func passing(ctx context.Context, err error) bool {
+	return snapshot.Transient(err) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil
+}
+
+// unavailable answers an operation that met a fault that passes
+// (passing): Unavailable is not recorded, so the control plane repeats
+// the operation until it succeeds. A full disk waits for an operator to free space, so it is
 // logged as an error (the interruption itself is logged by execute).
 func (a *Agent) unavailable(log *slog.Logger, err error) error {
 	if snapshot.DiskFull(err) {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/minio/minio-go/v7"
@@ -30,6 +32,10 @@ type faultyStore struct {
 	faults map[string]error // by method: Put, Get
 }
 
+// errNoAnswer is the fault of a store that takes requests and does not
+// answer them: the call waits until its context ends.
+var errNoAnswer = errors.New("no answer")
+
 // fail makes the store's method fail with err from now on; nil ends it.
 func (f *faultyStore) fail(method string, err error) {
 	f.mu.Lock()
@@ -40,10 +46,16 @@ func (f *faultyStore) fail(method string, err error) {
 	f.faults[method] = err
 }
 
-func (f *faultyStore) fault(method, key string) error {
+func (f *faultyStore) fault(ctx context.Context, method, key string) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.faults[method]; err != nil {
+	err := f.faults[method]
+	f.mu.Unlock()
+	if errors.Is(err, errNoAnswer) {
+		<-ctx.Done()
+		// As the S3 client reports a request its context ended.
+		err = &url.Error{Op: method, URL: "http://127.0.0.1:9000/snapshots/" + key, Err: ctx.Err()}
+	}
+	if err != nil {
 		// As the S3 store names the object.
 		return fmt.Errorf("%s %s: %w", method, key, err)
 	}
@@ -51,14 +63,14 @@ func (f *faultyStore) fault(method, key string) error {
 }
 
 func (f *faultyStore) Put(ctx context.Context, key string, r io.Reader) error {
-	if err := f.fault("Put", key); err != nil {
+	if err := f.fault(ctx, "Put", key); err != nil {
 		return err
 	}
 	return f.ObjectStore.Put(ctx, key, r)
 }
 
 func (f *faultyStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
-	if err := f.fault("Get", key); err != nil {
+	if err := f.fault(ctx, "Get", key); err != nil {
 		return nil, err
 	}
 	return f.ObjectStore.Get(ctx, key)
@@ -170,5 +182,59 @@ func TestDefiniteStorageFailureIsRecorded(t *testing.T) {
 		if entries, err := os.ReadDir(filepath.Join(n.cfg.StateDir, dir)); err != nil || len(entries) > 0 {
 			t.Errorf("%s left: %v %v", dir, entries, err)
 		}
+	}
+}
+
+// TestStoreNotAnsweringKeepsTheCapture: storage that takes the upload of
+// a suspend's capture (or a restore's download) and does not answer
+// until the operation's deadline passes is a fault that passes too: the
+// capture is kept, the operation answers Unavailable, and its repeat
+// (with a deadline of its own) finishes once storage answers.
+func TestStoreNotAnsweringKeepsTheCapture(t *testing.T) {
+	store := &faultyStore{}
+	n := newFakeNode(t, func(c *Config) {
+		store.ObjectStore, c.Snapshots = c.Snapshots, store
+		c.OperationTimeout = 2 * time.Second
+		c.CacheBytes = 1 // a restore downloads
+	})
+	ctx := context.Background()
+	if _, err := n.run(ctx, "a1", "op-run", 0); err != nil {
+		t.Fatal(err)
+	}
+	n.touch(t, 0, 2)
+	store.fail("Put", errNoAnswer)
+	req := &torporv1.CheckpointRequest{
+		Op: op("a1", "op-suspend", n.worker(0)), Scope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
+		Target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE, Location: "s/a1/op-suspend",
+	}
+	_, err := n.client.Checkpoint(ctx, connect.NewRequest(req))
+	wantCode(t, err, connect.CodeUnavailable)
+	var rec slotRecord
+	if err := readJSON(filepath.Join(n.cfg.StateDir, "slots", n.worker(0)+".json"), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.ActorUID != "a1" || rec.Capture != "op-suspend" {
+		t.Fatalf("slot record holds actor %q, capture %q; want a1's capture op-suspend kept", rec.ActorUID, rec.Capture)
+	}
+	store.fail("Put", nil)
+	resp, err := n.client.Checkpoint(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatalf("checkpoint repeated once storage answers: %v", err)
+	}
+
+	snap := &torporv1.SnapshotSource{Location: req.GetLocation(), ManifestDigest: resp.Msg.GetManifestDigest()}
+	restore := &torporv1.RestoreRequest{Op: op("a1", "op-resume", n.worker(1)), Workload: n.workload("a1"), Scope: torporv1.RestoreScope_RESTORE_SCOPE_FULL, Snapshot: snap}
+	store.fail("Get", errNoAnswer)
+	_, err = n.client.Restore(ctx, connect.NewRequest(restore))
+	wantCode(t, err, connect.CodeUnavailable)
+	if st := n.stats(t, 1); st.GetRunning() || st.GetActorUid() != "" {
+		t.Fatalf("stats %v after a restore storage did not answer, want the worker free", st)
+	}
+	store.fail("Get", nil)
+	if _, err := n.client.Restore(ctx, connect.NewRequest(restore)); err != nil {
+		t.Fatalf("restore repeated once storage answers: %v", err)
+	}
+	if lines := n.touchLines(t, "a1"); lines != 2 {
+		t.Fatalf("restored volume has %d lines, want 2", lines)
 	}
 }
