@@ -648,8 +648,9 @@ func passing(ctx context.Context, err error) bool {
 
 // unavailable answers an operation that met a fault that passes
 // (passing): Unavailable is not recorded, so the control plane repeats
-// the operation until it succeeds. A full disk waits for an operator to free space, so it is
-// logged as an error (the interruption itself is logged by execute).
+// the operation until it succeeds. A full disk waits for an operator to
+// free space, so it is logged as an error (the interruption itself is
+// logged by execute).
 func (a *Agent) unavailable(log *slog.Logger, err error) error {
 	if snapshot.DiskFull(err) {
 		log.Error("disk full: the operation is repeated until space is freed", "err", err)
