@@ -27,7 +27,7 @@ import (
 // back and captured again), while the sandbox saved itself (it finishes
 // without its agent and exits), after the capture or after the upload.
 func TestAgentKilledDuringCheckpoint(t *testing.T) {
-	cfg, reg := newKilledNode(t)
+	cfg, reg, _ := newKilledNode(t, "c")
 	name := cfg.Name
 	ctx := context.Background()
 	tmpl := counterTemplate(runtimetest.CounterImage(t))
@@ -117,7 +117,7 @@ func TestAgentKilledDuringCheckpoint(t *testing.T) {
 // places on the node is removed at registration. Neither leaves a stage
 // directory or volumes behind.
 func TestCaptureCutShortIsNotKept(t *testing.T) {
-	cfg, reg := newKilledNode(t)
+	cfg, reg, _ := newKilledNode(t, "c")
 	ctx := context.Background()
 	actor := workload("actor-d", "d", counterTemplate(runtimetest.CounterImage(t)))
 	killed := cfg
@@ -182,11 +182,12 @@ func TestCaptureCutShortIsNotKept(t *testing.T) {
 	stopAgent(p)
 }
 
-// newKilledNode configures a node agent process on runsc, whose runtime
-// and network are removed when the test ends.
-func newKilledNode(t *testing.T) (helperConfig, *registry) {
+// newKilledNode configures a node agent process (named with prefix) on
+// runsc, whose runtime and network are removed when the test ends, and
+// returns that runtime too.
+func newKilledNode(t *testing.T, prefix string) (helperConfig, *registry, *gvisor.Runtime) {
 	runtimetest.RequireRoot(t)
-	name := uniqueName(t, "c")
+	name := uniqueName(t, prefix)
 	reg := newRegistry(t)
 	cfg := helperConfig{
 		Name: name, ServerURL: reg.url, StateDir: t.TempDir(), Snapshots: t.TempDir(),
@@ -209,7 +210,7 @@ func newKilledNode(t *testing.T) (helperConfig, *registry) {
 		rt.Close(ctx)
 		network.TeardownAll(ctx)
 	})
-	return cfg, reg
+	return cfg, reg, rt
 }
 
 func (c helperConfig) mustGVisor(t *testing.T) *gvisor.Runtime {

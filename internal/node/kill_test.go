@@ -21,7 +21,6 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/netns"
-	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/snapshot"
@@ -142,30 +141,8 @@ func spawn(t *testing.T, cfg helperConfig, reg *registry, previous string) *agen
 // or undoes the interrupted operation, and that a terminate then leaves
 // nothing behind.
 func TestKilledAgentAdoptsItsWorkloads(t *testing.T) {
-	runtimetest.RequireRoot(t)
-	name := uniqueName(t, "k")
-	reg := newRegistry(t)
-	cfg := helperConfig{
-		Name: name, ServerURL: reg.url, StateDir: t.TempDir(), Snapshots: t.TempDir(),
-		CAFingerprint: reg.ca.CAFingerprint(), JoinToken: reg.token(t, name),
-		Runsc: runtimetest.Runsc(t), Network: nodeNetwork(t, name),
-	}
-	rt, err := cfg.gvisor()
-	if err != nil {
-		t.Fatal(err)
-	}
-	network, err := netns.New(cfg.Network)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for i := range 2 {
-			rt.Terminate(ctx, runtime.Slot{Name: WorkerName(name, i)})
-		}
-		rt.Close(ctx)
-		network.TeardownAll(ctx)
-	})
+	cfg, reg, rt := newKilledNode(t, "k")
+	name := cfg.Name
 	ctx := context.Background()
 	tmpl := counterTemplate(runtimetest.CounterImage(t))
 	w0, w1 := WorkerName(name, 0), WorkerName(name, 1)
