@@ -762,7 +762,12 @@ func (r *Runtime) Stats(ctx context.Context, slot runtime.Slot) (runtime.Stats, 
 	id := ids[0]
 	st, err := r.state(ctx, id)
 	if err != nil {
-		return runtime.Stats{}, fmt.Errorf("slot %s: %w", slot.Name, err)
+		// runsc no longer holds the sandbox whole (it exited after saving
+		// itself, or its runsc command died with its agent half way):
+		// it runs no workload, and a node removes it. An agent that
+		// refused to start over it would lose every workload it hosts.
+		r.log.Warn("sandbox state unreadable; taking it for stopped", "slot", slot.Name, "sandbox", id, "err", err)
+		return runtime.Stats{}, nil
 	}
 	stats := runtime.Stats{Running: st.Status == "running"}
 	// runsc state has no start time; the spec is written right before

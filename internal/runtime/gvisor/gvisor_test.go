@@ -546,3 +546,34 @@ func (h *harness) terminateAllAndClose(t *testing.T) {
 		t.Errorf("files left under the runtime root: %v", files)
 	}
 }
+
+// TestSandboxRunscDoesNotHold: a sandbox whose bundle exists but which
+// runsc does not hold (its runsc command died with its agent before runsc
+// recorded it, or it exited after saving itself) is reported stopped, not
+// as an error a restarting agent would stop on, and Terminate removes it.
+func TestSandboxRunscDoesNotHold(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	a := h.slots[0]
+	id, err := h.rt.newID(a.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := h.rt.bundleDir(a.Name, id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := h.rt.Stats(ctx, a)
+	if err != nil || st.Running {
+		t.Fatalf("Stats of a sandbox runsc does not hold = %+v, %v; want stopped, no error", st, err)
+	}
+	if err := h.rt.Terminate(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.rt.Sandboxes(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("Sandboxes after Terminate = %v, %v", got, err)
+	}
+}
