@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -28,9 +31,21 @@ func (r *Router) parked(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // unavailable tells a control plane that cannot answer now, including one
-// out of reach (connect reports transport failures as Unavailable), from
-// one that answered.
-func unavailable(err error) bool { return connect.CodeOf(err) == connect.CodeUnavailable }
+// out of reach (connect reports most transport failures as Unavailable),
+// from one that answered.
+func unavailable(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable:
+		return true
+	case connect.CodeCanceled, connect.CodeUnknown:
+		// A control plane killed mid-call resets the connection, which the
+		// client reports as canceled; a request whose own client left is
+		// canceled by its context instead, and is not asked again.
+		return !errors.Is(err, context.Canceled) && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) ||
+			errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed))
+	}
+	return false
+}
 
 // abandonResumeAfter bounds a resume call nobody waits for any more. The
 // call is not cancelled when its requests give up at ResumeTimeout:
