@@ -124,10 +124,10 @@ func (s *Server) Authority(ctx context.Context) (*identity.Authority, error) {
 // auth.go): an API token, or a client certificate, which the TLS layer of
 // ServeAPI verifies.
 func (s *Server) Handler() http.Handler {
-	opts := []connect.HandlerOption{
+	opts := append([]connect.HandlerOption{
 		connect.WithReadMaxBytes(maxRequestBytes),
 		connect.WithInterceptors(logErrors(s.log), &gate{identity: s.identity, admin: &s.admin, log: s.log}),
-	}
+	}, strictJSONCodecs()...)
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store}, opts...))
 	mux.Handle(torporv1connect.NewTemplateServiceHandler(&templateService{store: s.store, created: s.wakeGoldens}, opts...))
