@@ -33,10 +33,14 @@ type layoutFiles interface {
 
 // layout reads an OCI image layout (a directory, or a tar of one) and checks
 // every blob it reads against its digest: unlike a registry client, the
-// go-containerregistry layout reader trusts the files on disk.
+// go-containerregistry layout reader trusts the files on disk. A `docker
+// save` archive (or a directory of one) is read as the layout it amounts to.
 type layout struct {
 	path  string
 	files layoutFiles
+	// docker is set when the files are a docker save archive, not an OCI
+	// image layout.
+	docker *dockerArchive
 }
 
 func openLayout(p string) (*layout, error) {
@@ -54,11 +58,28 @@ func openLayout(p string) (*layout, error) {
 		}
 	}
 	l := &layout{path: p, files: files}
-	if _, err := l.index(); err != nil {
+	if err := l.detect(); err != nil {
 		files.Close()
 		return nil, err
 	}
 	return l, nil
+}
+
+// detect tells an OCI image layout (index.json) from a docker save archive
+// (manifest.json only; Docker 25 and later write both, and the OCI index
+// is the richer of the two).
+func (l *layout) detect() error {
+	_, err := l.index()
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	rc, merr := l.files.open("manifest.json")
+	if merr != nil {
+		return fmt.Errorf("%s is not an OCI image layout or docker save archive: it has neither index.json nor manifest.json", l.path)
+	}
+	rc.Close()
+	l.docker, err = readDockerArchive(l.files, l.path)
+	return err
 }
 
 func (l *layout) Close() error { return l.files.Close() }
@@ -66,6 +87,9 @@ func (l *layout) Close() error { return l.files.Close() }
 // index reads index.json, the layout's root. Nothing names its digest, so it
 // is the one file read unverified.
 func (l *layout) index() (*v1.IndexManifest, error) {
+	if l.docker != nil {
+		return &l.docker.index, nil
+	}
 	rc, err := l.files.open("index.json")
 	if err != nil {
 		return nil, fmt.Errorf("%s is not an OCI image layout: %w", l.path, err)
@@ -84,7 +108,16 @@ func (l *layout) blob(d v1.Hash, size int64) (io.ReadCloser, error) {
 	if d.Algorithm != "sha256" || len(d.Hex) != sha256.Size*2 {
 		return nil, fmt.Errorf("%s: unsupported digest %q", l.path, d)
 	}
-	rc, err := l.files.open("blobs/sha256/" + d.Hex)
+	var rc io.ReadCloser
+	var err error
+	if l.docker != nil {
+		var ok bool
+		if rc, ok, err = l.docker.open(l.files, d); !ok && err == nil {
+			err = fs.ErrNotExist
+		}
+	} else {
+		rc, err = l.files.open("blobs/sha256/" + d.Hex)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: blob %s: %w", l.path, d, err)
 	}
@@ -116,12 +149,15 @@ func (l *layout) selectImage(r layoutRef) (v1.Descriptor, error) {
 	}
 	var matches []v1.Descriptor
 	var tags []string
+	// One image under several tags is still one image.
+	seen := map[v1.Hash]bool{}
 	for _, m := range idx.Manifests {
 		tag := m.Annotations[RefNameAnnotation]
 		if tag != "" {
 			tags = append(tags, tag)
 		}
-		if r.tag == "" || tag == r.tag {
+		if (r.tag == "" || tag == r.tag) && !seen[m.Digest] {
+			seen[m.Digest] = true
 			matches = append(matches, m)
 		}
 	}
@@ -351,7 +387,12 @@ type tarFiles struct {
 	entries map[string]tarEntry
 }
 
-type tarEntry struct{ offset, size int64 }
+// tarEntry is a file's content in the tar, or the name it links to
+// (docker save links a layer that two images share).
+type tarEntry struct {
+	offset, size int64
+	link         string
+}
 
 func openTarFiles(p string) (*tarFiles, error) {
 	f, err := os.Open(p)
@@ -367,9 +408,22 @@ func openTarFiles(p string) (*tarFiles, error) {
 		}
 		if err != nil {
 			f.Close()
-			return nil, fmt.Errorf("%s is neither a directory nor a tar of an OCI image layout: %w", p, err)
+			return nil, notATar(p, err)
 		}
-		if hdr.Typeflag != tar.TypeReg {
+		name := path.Clean(strings.TrimLeft(hdr.Name, "/"))
+		switch hdr.Typeflag {
+		case tar.TypeSymlink:
+			target := hdr.Linkname
+			if !path.IsAbs(target) {
+				target = path.Join(path.Dir(name), target)
+			}
+			t.entries[name] = tarEntry{link: path.Clean(strings.TrimLeft(target, "/"))}
+			continue
+		case tar.TypeLink:
+			t.entries[name] = tarEntry{link: path.Clean(strings.TrimLeft(hdr.Linkname, "/"))}
+			continue
+		case tar.TypeReg:
+		default:
 			continue
 		}
 		// archive/tar reads exactly the header blocks from an *os.File, so
@@ -379,13 +433,33 @@ func openTarFiles(p string) (*tarFiles, error) {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		t.entries[path.Clean(strings.TrimLeft(hdr.Name, "/"))] = tarEntry{offset: off, size: hdr.Size}
+		t.entries[name] = tarEntry{offset: off, size: hdr.Size}
 	}
 	return t, nil
 }
 
+// notATar explains why the file p could not be read as a tar.
+func notATar(p string, err error) error {
+	head := make([]byte, len(zstdMagic))
+	if f, oerr := os.Open(p); oerr == nil {
+		n, _ := io.ReadFull(f, head)
+		head = head[:n]
+		f.Close()
+	}
+	if bytes.HasPrefix(head, gzipMagic) || bytes.HasPrefix(head, zstdMagic) {
+		return fmt.Errorf("%s is a compressed file: decompress it (gunzip, zstd -d) to the tar of an OCI image layout or docker save archive", p)
+	}
+	return fmt.Errorf("%s is neither a directory nor a tar of an OCI image layout or docker save archive: %w", p, err)
+}
+
 func (t *tarFiles) open(name string) (io.ReadCloser, error) {
 	e, ok := t.entries[name]
+	for hops := 0; ok && e.link != ""; hops++ {
+		if hops == maxLinkHops {
+			return nil, fmt.Errorf("%s: %s: too many levels of links", t.f.Name(), name)
+		}
+		e, ok = t.entries[e.link]
+	}
 	if !ok {
 		return nil, fmt.Errorf("%s: %s: %w", t.f.Name(), name, fs.ErrNotExist)
 	}

@@ -2,11 +2,12 @@
 // small OCI image layouts, and unpacks images into a per-digest cache of
 // root filesystems for the sandbox runtimes.
 //
-// A reference is either a local OCI image layout, written
-// oci:PATH[:TAG|@sha256:HEX] where PATH is a layout directory or a tar of
-// one, or a registry reference (registry/repo:tag or registry/repo@sha256:HEX).
-// Templates store references pinned by digest, so an actor always boots the
-// exact image its template was applied with.
+// A reference is either a local image, written oci:PATH[:TAG|@sha256:HEX]
+// where PATH is an OCI image layout directory, a tar of one, or a `docker
+// save` archive (or a directory of one), or a registry reference
+// (registry/repo:tag or registry/repo@sha256:HEX). Templates store
+// references pinned by digest, so an actor always boots the exact image its
+// template was applied with; docs/images.md is the user's guide.
 package image
 
 import (

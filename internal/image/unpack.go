@@ -2,6 +2,7 @@ package image
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/sys/unix"
+
+	"github.com/torpor-dev/torpor/internal/atomicfile"
 )
 
 // lockPoll is how often a caller waiting for another's unpack of the same
@@ -23,10 +26,11 @@ import (
 const lockPoll = 10 * time.Millisecond
 
 // Unpack extracts the image a pinned reference names into
-// cacheDir/<digest hex>/rootfs and returns that path, made absolute. The directory appears
-// complete or not at all (it is extracted aside and renamed), so a later call
-// returns it at once without reading the image. Concurrent calls for one
-// digest, in this process or others, extract it once.
+// cacheDir/<digest hex>/rootfs and returns that path, made absolute; the
+// image's configuration is kept beside it (see CachedConfig). The directory
+// appears complete or not at all (it is extracted aside and renamed), so a
+// later call returns it at once without reading the image. Concurrent calls
+// for one digest, in this process or others, extract it once.
 func Unpack(ctx context.Context, pinned, cacheDir string) (string, error) {
 	digest, err := pinnedDigest(pinned)
 	if err != nil {
@@ -85,6 +89,9 @@ func Unpack(ctx context.Context, pinned, cacheDir string) (string, error) {
 			return "", fmt.Errorf("image %q: layer %d: %w", pinned, i, err)
 		}
 	}
+	if _, err := cacheConfig(entry, pinned, img); err != nil {
+		return "", err
+	}
 	if err := os.Rename(tmp, rootfs); err != nil {
 		return "", fmt.Errorf("image %q: %w", pinned, err)
 	}
@@ -124,6 +131,57 @@ func Config(ctx context.Context, pinned string) (*v1.Config, error) {
 		return nil, fmt.Errorf("image %q: config: %w", pinned, err)
 	}
 	return cf.Config.DeepCopy(), nil
+}
+
+// configFile is the image configuration kept beside an unpacked rootfs.
+const configFile = "config.json"
+
+// CachedConfig is Config read from the node's image cache at cacheDir,
+// where Unpack keeps it, so that starting a workload reads no registry.
+// A cache entry made before configurations were kept gets its own now.
+func CachedConfig(ctx context.Context, pinned, cacheDir string) (v1.Config, error) {
+	digest, err := pinnedDigest(pinned)
+	if err != nil {
+		return v1.Config{}, err
+	}
+	entry := filepath.Join(cacheDir, digest.Hex)
+	raw, err := os.ReadFile(filepath.Join(entry, configFile))
+	if err == nil {
+		var cfg v1.Config
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			return v1.Config{}, fmt.Errorf("image %q: cached config: %w", pinned, err)
+		}
+		return cfg, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return v1.Config{}, fmt.Errorf("image %q: cached config: %w", pinned, err)
+	}
+	img, closeImage, err := openPinned(ctx, pinned)
+	if err != nil {
+		return v1.Config{}, err
+	}
+	defer closeImage()
+	// As Unpack makes it: runtimes read the entry as other users.
+	if err := os.MkdirAll(entry, 0o755); err != nil {
+		return v1.Config{}, fmt.Errorf("image %q: cache: %w", pinned, err)
+	}
+	return cacheConfig(entry, pinned, img)
+}
+
+// cacheConfig writes img's configuration into the cache entry and returns it.
+func cacheConfig(entry, pinned string, img v1.Image) (v1.Config, error) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return v1.Config{}, fmt.Errorf("image %q: config: %w", pinned, err)
+	}
+	raw, err := json.Marshal(cf.Config)
+	if err != nil {
+		return v1.Config{}, fmt.Errorf("image %q: config: %w", pinned, err)
+	}
+	if err := atomicfile.Write(filepath.Join(entry, configFile), raw, 0o644); err != nil {
+		return v1.Config{}, fmt.Errorf("image %q: cache: %w", pinned, err)
+	}
+	return cf.Config, nil
 }
 
 // openPinned opens the image of a pinned reference; the returned func

@@ -159,7 +159,8 @@ func TestUnpackAppliesLayers(t *testing.T) {
 }
 
 // assertOnlyRootfs checks that a cache entry holds the finished root
-// filesystem and its lock, and no leftovers of an extraction.
+// filesystem, the image's config and the lock, and no leftovers of an
+// extraction.
 func assertOnlyRootfs(t *testing.T, entry string) {
 	t.Helper()
 	des, err := os.ReadDir(entry)
@@ -171,8 +172,8 @@ func assertOnlyRootfs(t *testing.T, entry string) {
 		names = append(names, de.Name())
 	}
 	sort.Strings(names)
-	if strings.Join(names, ",") != "lock,rootfs" {
-		t.Fatalf("cache entry %s holds %v, want [lock rootfs]", entry, names)
+	if strings.Join(names, ",") != "config.json,lock,rootfs" {
+		t.Fatalf("cache entry %s holds %v, want [config.json lock rootfs]", entry, names)
 	}
 }
 
