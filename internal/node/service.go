@@ -219,7 +219,7 @@ func (a *Agent) claim(s *slot, op *torporv1.Operation, w *torporv1.Workload) (sl
 
 func (a *Agent) boot(ctx context.Context, s *slot, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) error {
 	steps := startSteps()
-	rootfs, err := a.unpack(ctx, w)
+	rootfs, images, err := a.unpack(ctx, w)
 	if err != nil {
 		return err
 	}
@@ -242,7 +242,7 @@ func (a *Agent) boot(ctx context.Context, s *slot, w *torporv1.Workload, source 
 	steps.done("identity")
 	rw := runtime.Workload{
 		ActorUID: w.GetActorUid(), Space: w.GetSpace(), Actor: w.GetActor(),
-		Template: w.GetTemplate(), Rootfs: rootfs, Volumes: volumes, ExtraMounts: identityMounts,
+		Template: w.GetTemplate(), Rootfs: rootfs, ImageConfig: images, Volumes: volumes, ExtraMounts: identityMounts,
 	}
 	if src.memory == "" {
 		err = a.rt.Run(ctx, s.rt, rw)

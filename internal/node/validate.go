@@ -6,6 +6,7 @@ import (
 	"regexp"
 
 	"connectrpc.com/connect"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/image"
@@ -127,16 +128,20 @@ func validateCheckpoint(req *torporv1.CheckpointRequest) error {
 	return nil
 }
 
-// unpack returns each container's root filesystem, unpacked once per
-// image digest on this node.
-func (a *Agent) unpack(ctx context.Context, w *torporv1.Workload) (map[string]string, error) {
-	rootfs := make(map[string]string, len(w.GetTemplate().GetContainers()))
+// unpack returns each container's root filesystem and image
+// configuration, unpacked once per image digest on this node.
+func (a *Agent) unpack(ctx context.Context, w *torporv1.Workload) (rootfs map[string]string, configs map[string]v1.Config, err error) {
+	rootfs = make(map[string]string, len(w.GetTemplate().GetContainers()))
+	configs = make(map[string]v1.Config, len(w.GetTemplate().GetContainers()))
 	for _, c := range w.GetTemplate().GetContainers() {
 		dir, err := image.Unpack(ctx, c.GetImage(), a.dirs.images)
+		if err == nil {
+			configs[c.GetName()], err = image.CachedConfig(ctx, c.GetImage(), a.dirs.images)
+		}
 		if err != nil {
-			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("actor %s/%s: container %s: %w", w.GetSpace(), w.GetActor(), c.GetName(), err))
+			return nil, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("actor %s/%s: container %s: %w", w.GetSpace(), w.GetActor(), c.GetName(), err))
 		}
 		rootfs[c.GetName()] = dir
 	}
-	return rootfs, nil
+	return rootfs, configs, nil
 }

@@ -78,7 +78,7 @@ func (a *Agent) warm(ctx context.Context, s *slot, w *torporv1.Workload) {
 // root filesystems, volume directories (made only at the start) and
 // identity directory.
 func (a *Agent) warmWorkload(ctx context.Context, s *slot, w *torporv1.Workload) (runtime.Workload, error) {
-	rootfs, err := a.unpack(ctx, w)
+	rootfs, images, err := a.unpack(ctx, w)
 	if err != nil {
 		return runtime.Workload{}, err
 	}
@@ -88,7 +88,7 @@ func (a *Agent) warmWorkload(ctx context.Context, s *slot, w *torporv1.Workload)
 	}
 	return runtime.Workload{
 		ActorUID: w.GetActorUid(), Space: w.GetSpace(), Actor: w.GetActor(),
-		Template: w.GetTemplate(), Rootfs: rootfs, Volumes: volumes,
+		Template: w.GetTemplate(), Rootfs: rootfs, ImageConfig: images, Volumes: volumes,
 		ExtraMounts: map[string]string{IdentityMountPath: a.identityDir(s)},
 	}, nil
 }

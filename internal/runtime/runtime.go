@@ -9,6 +9,8 @@ import (
 	"context"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 )
 
@@ -38,6 +40,10 @@ type Workload struct {
 	// Unpacked root filesystem of each container, by container name; shared
 	// read-only between workers (writes live in the sandbox's overlay).
 	Rootfs map[string]string
+	// ImageConfig is each container's image configuration (ENTRYPOINT,
+	// CMD, ENV, WORKDIR, USER), by container name; the template's settings
+	// apply over it. A container missing here runs on its settings alone.
+	ImageConfig map[string]v1.Config
 	// Host directory of each durable volume, by volume name; bind-mounted
 	// into the sandbox at the template's mount paths.
 	Volumes map[string]string

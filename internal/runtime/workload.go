@@ -32,6 +32,8 @@ type BindMount struct {
 type Checked struct {
 	Container *torporv1.Container
 	Rootfs    string
+	// Process: the container's settings over its image's configuration.
+	Process Process
 	// Mounts: the container's volume mounts, then the extra mounts sorted
 	// by guest path, so the same workload always yields the same order (a
 	// restore is validated against the checkpointed mount list).
@@ -58,9 +60,6 @@ func (w Workload) check(hostsExist bool) (Checked, error) {
 	}
 	c := tmpl.GetContainers()[0]
 	field := fmt.Sprintf("containers[%q]", c.GetName())
-	if len(c.GetCommand())+len(c.GetArgs()) == 0 {
-		return Checked{}, fmt.Errorf("actor %s: %s: command and args are both empty", w.ActorUID, field)
-	}
 	if wd := c.GetWorkingDir(); wd != "" && !filepath.IsAbs(wd) {
 		return Checked{}, fmt.Errorf("actor %s: %s.working_dir %q is not absolute", w.ActorUID, field, wd)
 	}
@@ -68,11 +67,15 @@ func (w Workload) check(hostsExist bool) (Checked, error) {
 	if err := hostDir(rootfs); err != nil {
 		return Checked{}, fmt.Errorf("actor %s: rootfs of %s: %w", w.ActorUID, field, err)
 	}
+	proc, err := containerProcess(c, w.ImageConfig[c.GetName()], rootfs)
+	if err != nil {
+		return Checked{}, fmt.Errorf("actor %s: %s: %w", w.ActorUID, field, err)
+	}
 	declared := map[string]bool{}
 	for _, v := range tmpl.GetVolumes() {
 		declared[v.GetName()] = true
 	}
-	out := Checked{Container: c, Rootfs: rootfs}
+	out := Checked{Container: c, Rootfs: rootfs, Process: proc}
 	guests := map[string]string{}
 	addMount := func(what string, m BindMount) error {
 		if !filepath.IsAbs(m.Guest) {

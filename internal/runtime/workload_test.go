@@ -1,10 +1,13 @@
 package runtime
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 )
@@ -40,7 +43,14 @@ func TestWorkloadCheck(t *testing.T) {
 		{"two containers", func(w *Workload) {
 			w.Template.Containers = append(w.Template.Containers, &torporv1.Container{Name: "side"})
 		}, "has 2 containers"},
-		{"no command", func(w *Workload) { w.Template.Containers[0].Command = nil }, `containers["main"]: command and args are both empty`},
+		{"no command", func(w *Workload) { w.Template.Containers[0].Command = nil }, `containers["main"]: nothing to run`},
+		{"no command, image ENTRYPOINT", func(w *Workload) {
+			w.Template.Containers[0].Command = nil
+			w.ImageConfig = map[string]v1.Config{"main": {Entrypoint: []string{"/app"}}}
+		}, ""},
+		{"image USER unknown", func(w *Workload) {
+			w.ImageConfig = map[string]v1.Config{"main": {User: "app"}}
+		}, `containers["main"]: image USER: user "app"`},
 		{"args only", func(w *Workload) {
 			w.Template.Containers[0].Command, w.Template.Containers[0].Args = nil, []string{"/app"}
 		}, ""},
@@ -105,5 +115,38 @@ func TestWorkloadCheck(t *testing.T) {
 	}
 	if !slices.Equal(c.Mounts, want) {
 		t.Fatalf("mounts = %+v, want volume mounts in template order, then extra mounts by guest path, read-only: %+v", c.Mounts, want)
+	}
+}
+
+// The process a workload runs is its container's settings over its
+// image's configuration, with the image's USER resolved in its rootfs.
+func TestWorkloadCheckMergesImageConfig(t *testing.T) {
+	rootfs := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "etc", "passwd"), []byte("app:x:1000:1000::/home/app:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := Workload{
+		ActorUID: "uid-1",
+		Template: &torporv1.TemplateSpec{Containers: []*torporv1.Container{{
+			Name: "main", Args: []string{"--port=9000"},
+			Env: []*torporv1.EnvVar{{Name: "MODE", Value: "template"}},
+		}}},
+		Rootfs: map[string]string{"main": rootfs},
+		ImageConfig: map[string]v1.Config{"main": {
+			Entrypoint: []string{"/app"}, Cmd: []string{"--port=80"},
+			Env: []string{"PATH=/bin", "MODE=image"}, WorkingDir: "/srv", User: "app",
+		}},
+	}
+	c, err := w.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Process
+	if !slices.Equal(p.Args, []string{"/app", "--port=9000"}) || !slices.Equal(p.Env, []string{"PATH=/bin", "MODE=template"}) ||
+		p.Cwd != "/srv" || p.UID != 1000 || p.GID != 1000 {
+		t.Fatalf("Check().Process = %+v, want /app --port=9000, env PATH=/bin MODE=template, cwd /srv, user 1000:1000", p)
 	}
 }

@@ -1,7 +1,6 @@
 package gvisor
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/torpor-dev/torpor/internal/runtime"
@@ -69,8 +68,6 @@ type ociNamespace struct {
 	Path string `json:"path,omitempty"`
 }
 
-const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
 // The capabilities runsc's own default spec grants: enough to bind low
 // ports and signal own processes.
 var defaultCaps = []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"}
@@ -78,20 +75,6 @@ var defaultCaps = []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"
 // buildSpec makes the spec of workload w, whose root filesystem is mounted
 // at rootfs, in the network namespace at netns.
 func buildSpec(w runtime.Workload, c runtime.Checked, rootfs, netns string) ociSpec {
-	ctr := c.Container
-	env := make([]string, 0, len(ctr.GetEnv())+1)
-	hasPath := false
-	for _, e := range ctr.GetEnv() {
-		env = append(env, e.GetName()+"="+e.GetValue())
-		hasPath = hasPath || e.GetName() == "PATH"
-	}
-	if !hasPath {
-		env = append(env, defaultPath)
-	}
-	cwd := ctr.GetWorkingDir()
-	if cwd == "" {
-		cwd = "/"
-	}
 	mounts := []ociMount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs"},
@@ -111,9 +94,10 @@ func buildSpec(w runtime.Workload, c runtime.Checked, rootfs, netns string) ociS
 	return ociSpec{
 		Version: "1.0.0",
 		Process: ociProcess{
-			Args: slices.Concat(ctr.GetCommand(), ctr.GetArgs()),
-			Env:  env,
-			Cwd:  cwd,
+			User: ociUser{UID: c.Process.UID, GID: c.Process.GID},
+			Args: c.Process.Args,
+			Env:  c.Process.Env,
+			Cwd:  c.Process.Cwd,
 			Capabilities: ociCapabilities{
 				Bounding: defaultCaps, Effective: defaultCaps, Inheritable: defaultCaps, Permitted: defaultCaps,
 			},
