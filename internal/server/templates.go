@@ -31,6 +31,9 @@ func (s *templateService) CreateTemplate(ctx context.Context, req *connect.Reque
 	if err := validate.Template(t, image.IsPinned); err != nil {
 		return nil, apiError(err)
 	}
+	if err := validate.Commands(ctx, t, image.Config); err != nil {
+		return nil, apiError(err)
+	}
 	spec := proto.Clone(t.GetSpec()).(*torporv1.TemplateSpec)
 	validate.ApplyTemplateDefaults(spec)
 	meta := userMeta(t.GetMetadata())
