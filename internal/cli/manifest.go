@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -115,6 +116,82 @@ func (m *manifest) validate() error {
 	return nil
 }
 
+// maxManifestBytes bounds a template file (or stdin): templates are small,
+// and the server refuses any request over 4 MiB anyway.
+const maxManifestBytes = 1 << 20
+
+// maxAliasedNodes bounds how many YAML nodes a file's aliases (*name) may
+// add to it once followed. Anchors are for sharing small fragments (an env
+// list between containers); without a bound a file of a few hundred KB
+// whose aliases refer to lists full of aliases expands to gigabytes.
+const maxAliasedNodes = 10_000
+
+// readManifest reads a template file from r: at most one byte more than
+// parseTemplates accepts, so an oversized file is refused without being
+// read whole (stdin may never end).
+func readManifest(r io.Reader) ([]byte, error) {
+	return io.ReadAll(io.LimitReader(r, maxManifestBytes+1))
+}
+
+func readManifestFile(file string) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readManifest(f)
+}
+
+// aliasBudget follows a file's aliases to count the nodes they add,
+// without building anything: each anchored node's expanded size is
+// computed once, so the count costs time linear in the file.
+type aliasBudget struct {
+	added int
+	// size is the expanded size of nodes reached through an alias, capped
+	// at maxAliasedNodes+1; -1 while being computed (an alias inside its
+	// own anchor).
+	size map[*yaml.Node]int
+}
+
+// check counts the nodes the aliases in n add, failing at the alias that
+// takes the file past maxAliasedNodes.
+func (b *aliasBudget) check(file string, n *yaml.Node) error {
+	if n.Kind == yaml.AliasNode {
+		b.added += b.expanded(n)
+		if b.added > maxAliasedNodes {
+			return &fileError{file: file, line: n.Line, err: fmt.Errorf("alias *%s: the file's aliases expand to more than %d values; write the values out, or share smaller fragments", n.Value, maxAliasedNodes)}
+		}
+		return nil
+	}
+	for _, c := range n.Content {
+		if err := b.check(file, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// expanded is the number of nodes n stands for with its aliases followed.
+func (b *aliasBudget) expanded(n *yaml.Node) int {
+	n = dealias(n)
+	if s, ok := b.size[n]; ok {
+		if s < 0 {
+			return maxAliasedNodes + 1 // contains itself: endless
+		}
+		return s
+	}
+	b.size[n] = -1
+	s := 1
+	for _, c := range n.Content {
+		if s += b.expanded(c); s > maxAliasedNodes {
+			s = maxAliasedNodes + 1
+			break
+		}
+	}
+	b.size[n] = s
+	return s
+}
+
 // yamlSyntaxError matches the line yaml reports for malformed input, so
 // syntax errors read like every other manifest error.
 var yamlSyntaxError = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -122,9 +199,14 @@ var yamlSyntaxError = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // parseTemplates reads every template document of a YAML file. Documents
 // use protobuf JSON field names; enum values may drop their type prefix
 // (FULL for SNAPSHOT_SCOPE_FULL). Any unknown field, wrong type or invalid
-// enum value is an error naming file and line.
+// enum value is an error naming file and line. The file's size and what
+// its aliases add are bounded (maxManifestBytes, maxAliasedNodes).
 func parseTemplates(file string, data []byte) ([]*manifest, error) {
+	if len(data) > maxManifestBytes {
+		return nil, fmt.Errorf("%s: a template file may hold at most %d bytes (1 MiB); split it", file, maxManifestBytes)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
+	aliases := &aliasBudget{size: map[*yaml.Node]int{}}
 	var manifests []*manifest
 	for {
 		var doc yaml.Node
@@ -141,6 +223,9 @@ func parseTemplates(file string, data []byte) ([]*manifest, error) {
 		}
 		if len(doc.Content) == 0 || isNull(doc.Content[0]) {
 			continue // an empty document, e.g. after a trailing ---
+		}
+		if err := aliases.check(file, &doc); err != nil {
+			return nil, err
 		}
 		m, err := parseTemplate(file, doc.Content[0])
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -108,10 +107,10 @@ func (a *app) readTemplateFile(cmd *cobra.Command, file string) ([]*manifest, er
 		err     error
 	)
 	if file == "-" {
-		data, err = io.ReadAll(cmd.InOrStdin())
+		data, err = readManifest(cmd.InOrStdin())
 		file, baseDir = "<stdin>", "."
 	} else {
-		data, err = os.ReadFile(file)
+		data, err = readManifestFile(file)
 		baseDir = filepath.Dir(file)
 	}
 	if err != nil {
