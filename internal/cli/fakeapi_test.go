@@ -121,6 +121,10 @@ func (c *fakeCollection[T]) len() int {
 
 // fakeAPI serves all five client-facing services from memory.
 type fakeAPI struct {
+	// The revision RPCs are tested against the real server
+	// (realserver_test.go).
+	torporv1connect.UnimplementedTemplateServiceHandler
+
 	spaces    fakeCollection[*torporv1.Space]
 	templates fakeCollection[*torporv1.Template]
 	actors    fakeCollection[*torporv1.Actor]

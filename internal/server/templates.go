@@ -88,3 +88,15 @@ func (s *templateService) ListTemplates(ctx context.Context, req *connect.Reques
 func (s *templateService) DeleteTemplate(ctx context.Context, req *connect.Request[torporv1.DeleteRequest]) (*connect.Response[torporv1.DeleteResponse], error) {
 	return del(ctx, s.store.Templates(), req.Msg, true)
 }
+
+func (s *templateService) ListTemplateRevisions(ctx context.Context, req *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.ListTemplateRevisionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("not yet"))
+}
+
+func (s *templateService) RebuildTemplate(ctx context.Context, req *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Template], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("not yet"))
+}
+
+func (s *templateService) RolloutTemplate(ctx context.Context, req *connect.Request[torporv1.RolloutTemplateRequest]) (*connect.Response[torporv1.RolloutTemplateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("not yet"))
+}

@@ -657,9 +657,13 @@ func (x *Template) GetStatus() *TemplateStatus {
 }
 
 type TemplateSpec struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Containers []*Container           `protobuf:"bytes,1,rep,name=containers,proto3" json:"containers,omitempty"`
-	Volumes    []*Volume              `protobuf:"bytes,2,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Run in one sandbox, like a pod: they share its network (localhost and
+	// the worker's address) and the volumes they mount, each with its own
+	// root filesystem, command, env, mounts and readiness probe. The first
+	// container starts first; checkpoints and restores take all of them.
+	Containers []*Container `protobuf:"bytes,1,rep,name=containers,proto3" json:"containers,omitempty"`
+	Volumes    []*Volume    `protobuf:"bytes,2,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	// Sandbox runtime family; snapshots never cross classes. Default "gvisor".
 	SandboxClass   string          `protobuf:"bytes,3,opt,name=sandbox_class,json=sandboxClass,proto3" json:"sandbox_class,omitempty"`
 	Resources      *Resources      `protobuf:"bytes,4,opt,name=resources,proto3" json:"resources,omitempty"`
@@ -904,13 +908,26 @@ func (x *EnvVar) GetValue() string {
 	return ""
 }
 
+// Probe says when a container is ready: a start (cold boot, restore, the
+// golden build) waits until every container's probe passes, and a golden
+// snapshot is taken only then. Exactly one action is set. A container
+// without a probe is ready as soon as it runs.
 type Probe struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	HttpGet *HTTPGetAction         `protobuf:"bytes,1,opt,name=http_get,json=httpGet,proto3" json:"http_get,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Passes on an HTTP status 200-399 from GET path on port.
+	HttpGet *HTTPGetAction `protobuf:"bytes,1,opt,name=http_get,json=httpGet,proto3" json:"http_get,omitempty"`
 	// How long run or restore waits for the probe to pass. Default 30.
 	TimeoutSeconds int32 `protobuf:"varint,2,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Passes when a TCP connection to port is accepted.
+	TcpSocket *TCPSocketAction `protobuf:"bytes,3,opt,name=tcp_socket,json=tcpSocket,proto3" json:"tcp_socket,omitempty"`
+	// Passes when command, run in the container, exits 0.
+	Exec *ExecAction `protobuf:"bytes,4,opt,name=exec,proto3" json:"exec,omitempty"`
+	// Seconds between attempts. Default 0: try again at once (a few
+	// milliseconds apart), as a restored workload answers within
+	// milliseconds.
+	PeriodSeconds int32 `protobuf:"varint,5,opt,name=period_seconds,json=periodSeconds,proto3" json:"period_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Probe) Reset() {
@@ -953,6 +970,27 @@ func (x *Probe) GetHttpGet() *HTTPGetAction {
 func (x *Probe) GetTimeoutSeconds() int32 {
 	if x != nil {
 		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+func (x *Probe) GetTcpSocket() *TCPSocketAction {
+	if x != nil {
+		return x.TcpSocket
+	}
+	return nil
+}
+
+func (x *Probe) GetExec() *ExecAction {
+	if x != nil {
+		return x.Exec
+	}
+	return nil
+}
+
+func (x *Probe) GetPeriodSeconds() int32 {
+	if x != nil {
+		return x.PeriodSeconds
 	}
 	return 0
 }
@@ -1009,6 +1047,98 @@ func (x *HTTPGetAction) GetPort() int32 {
 	return 0
 }
 
+// Ports are the workload's, on the worker's address (the containers of a
+// sandbox share its network).
+type TCPSocketAction struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Port          int32                  `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TCPSocketAction) Reset() {
+	*x = TCPSocketAction{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TCPSocketAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TCPSocketAction) ProtoMessage() {}
+
+func (x *TCPSocketAction) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TCPSocketAction.ProtoReflect.Descriptor instead.
+func (*TCPSocketAction) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TCPSocketAction) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+type ExecAction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Argument vector, run without a shell (the image's own, if it has one,
+	// can be named: ["sh", "-c", "..."]).
+	Command       []string `protobuf:"bytes,1,rep,name=command,proto3" json:"command,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecAction) Reset() {
+	*x = ExecAction{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecAction) ProtoMessage() {}
+
+func (x *ExecAction) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecAction.ProtoReflect.Descriptor instead.
+func (*ExecAction) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ExecAction) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
 type Mount struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
@@ -1020,7 +1150,7 @@ type Mount struct {
 
 func (x *Mount) Reset() {
 	*x = Mount{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[8]
+	mi := &file_torpor_v1_resources_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1162,7 @@ func (x *Mount) String() string {
 func (*Mount) ProtoMessage() {}
 
 func (x *Mount) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[8]
+	mi := &file_torpor_v1_resources_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1175,7 @@ func (x *Mount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mount.ProtoReflect.Descriptor instead.
 func (*Mount) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Mount) GetVolume() string {
@@ -1079,7 +1209,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[9]
+	mi := &file_torpor_v1_resources_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1221,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[9]
+	mi := &file_torpor_v1_resources_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1234,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{9}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Volume) GetName() string {
@@ -1131,7 +1261,7 @@ type Resources struct {
 
 func (x *Resources) Reset() {
 	*x = Resources{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[10]
+	mi := &file_torpor_v1_resources_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1273,7 @@ func (x *Resources) String() string {
 func (*Resources) ProtoMessage() {}
 
 func (x *Resources) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[10]
+	mi := &file_torpor_v1_resources_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1286,7 @@ func (x *Resources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resources.ProtoReflect.Descriptor instead.
 func (*Resources) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{10}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Resources) GetMemoryMb() int64 {
@@ -1189,7 +1319,7 @@ type SnapshotPolicy struct {
 
 func (x *SnapshotPolicy) Reset() {
 	*x = SnapshotPolicy{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[11]
+	mi := &file_torpor_v1_resources_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1331,7 @@ func (x *SnapshotPolicy) String() string {
 func (*SnapshotPolicy) ProtoMessage() {}
 
 func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[11]
+	mi := &file_torpor_v1_resources_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1344,7 @@ func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPolicy.ProtoReflect.Descriptor instead.
 func (*SnapshotPolicy) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{11}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SnapshotPolicy) GetOnPause() SnapshotScope {
@@ -1255,7 +1385,7 @@ type OnResume struct {
 
 func (x *OnResume) Reset() {
 	*x = OnResume{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[12]
+	mi := &file_torpor_v1_resources_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1397,7 @@ func (x *OnResume) String() string {
 func (*OnResume) ProtoMessage() {}
 
 func (x *OnResume) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[12]
+	mi := &file_torpor_v1_resources_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1410,7 @@ func (x *OnResume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OnResume.ProtoReflect.Descriptor instead.
 func (*OnResume) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{12}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OnResume) GetFromData() FromData {
@@ -1301,7 +1431,7 @@ type IdlePolicy struct {
 
 func (x *IdlePolicy) Reset() {
 	*x = IdlePolicy{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[13]
+	mi := &file_torpor_v1_resources_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1443,7 @@ func (x *IdlePolicy) String() string {
 func (*IdlePolicy) ProtoMessage() {}
 
 func (x *IdlePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[13]
+	mi := &file_torpor_v1_resources_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1456,7 @@ func (x *IdlePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdlePolicy.ProtoReflect.Descriptor instead.
 func (*IdlePolicy) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *IdlePolicy) GetIdleSeconds() int32 {
@@ -1343,19 +1473,30 @@ func (x *IdlePolicy) GetAction() IdleAction {
 	return IdleAction_IDLE_ACTION_UNSPECIFIED
 }
 
+// A template is a name over a list of immutable revisions: applying a
+// changed spec under the name adds a revision (its own uid, golden snapshot
+// and status), and actors stay on the revision they run until moved. A
+// Template message shows one revision: metadata.name is the template's name,
+// metadata.uid the revision's uid, spec and status the revision's.
 type TemplateStatus struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Phase   TemplatePhase          `protobuf:"varint,1,opt,name=phase,proto3,enum=torpor.v1.TemplatePhase" json:"phase,omitempty"`
 	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// The template booted once and checkpointed FULL.
 	GoldenSnapshot string `protobuf:"bytes,3,opt,name=golden_snapshot,json=goldenSnapshot,proto3" json:"golden_snapshot,omitempty"`
+	// The revision shown: 1 for the template's first spec, one more for each
+	// changed spec applied since. "NAME@REVISION" names it.
+	Revision int64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The template's newest revision: what a new actor, `actor update
+	// --template NAME` and a rollout use.
+	LatestRevision int64 `protobuf:"varint,5,opt,name=latest_revision,json=latestRevision,proto3" json:"latest_revision,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TemplateStatus) Reset() {
 	*x = TemplateStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[14]
+	mi := &file_torpor_v1_resources_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1508,7 @@ func (x *TemplateStatus) String() string {
 func (*TemplateStatus) ProtoMessage() {}
 
 func (x *TemplateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[14]
+	mi := &file_torpor_v1_resources_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1521,7 @@ func (x *TemplateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateStatus.ProtoReflect.Descriptor instead.
 func (*TemplateStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{14}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TemplateStatus) GetPhase() TemplatePhase {
@@ -1404,6 +1545,20 @@ func (x *TemplateStatus) GetGoldenSnapshot() string {
 	return ""
 }
 
+func (x *TemplateStatus) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *TemplateStatus) GetLatestRevision() int64 {
+	if x != nil {
+		return x.LatestRevision
+	}
+	return 0
+}
+
 type Actor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Metadata      *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
@@ -1415,7 +1570,7 @@ type Actor struct {
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[15]
+	mi := &file_torpor_v1_resources_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1582,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[15]
+	mi := &file_torpor_v1_resources_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1595,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{15}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Actor) GetMetadata() *ObjectMeta {
@@ -1470,13 +1625,16 @@ type ActorSpec struct {
 	Template string `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
 	// Labels a worker must carry to host this actor.
 	WorkerSelector map[string]string `protobuf:"bytes,2,rep,name=worker_selector,json=workerSelector,proto3" json:"worker_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The template's revision the actor runs on. Stored actors always name
+	// one; in a create or update request 0 means the latest.
+	TemplateRevision int64 `protobuf:"varint,3,opt,name=template_revision,json=templateRevision,proto3" json:"template_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ActorSpec) Reset() {
 	*x = ActorSpec{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[16]
+	mi := &file_torpor_v1_resources_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1646,7 @@ func (x *ActorSpec) String() string {
 func (*ActorSpec) ProtoMessage() {}
 
 func (x *ActorSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[16]
+	mi := &file_torpor_v1_resources_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1659,7 @@ func (x *ActorSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorSpec.ProtoReflect.Descriptor instead.
 func (*ActorSpec) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ActorSpec) GetTemplate() string {
@@ -1518,6 +1676,13 @@ func (x *ActorSpec) GetWorkerSelector() map[string]string {
 	return nil
 }
 
+func (x *ActorSpec) GetTemplateRevision() int64 {
+	if x != nil {
+		return x.TemplateRevision
+	}
+	return 0
+}
+
 type WorkerRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -1531,7 +1696,7 @@ type WorkerRef struct {
 
 func (x *WorkerRef) Reset() {
 	*x = WorkerRef{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[17]
+	mi := &file_torpor_v1_resources_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1708,7 @@ func (x *WorkerRef) String() string {
 func (*WorkerRef) ProtoMessage() {}
 
 func (x *WorkerRef) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[17]
+	mi := &file_torpor_v1_resources_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1721,7 @@ func (x *WorkerRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRef.ProtoReflect.Descriptor instead.
 func (*WorkerRef) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{17}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkerRef) GetNamespace() string {
@@ -1603,7 +1768,8 @@ type ActorStatus struct {
 	LatestSnapshot string `protobuf:"bytes,3,opt,name=latest_snapshot,json=latestSnapshot,proto3" json:"latest_snapshot,omitempty"`
 	// Snapshot uid of the checkpoint a pause kept on a node.
 	LocalCheckpoint string `protobuf:"bytes,4,opt,name=local_checkpoint,json=localCheckpoint,proto3" json:"local_checkpoint,omitempty"`
-	// The template the running guest was booted on.
+	// The template revision ("NAME@REVISION") the running guest was booted
+	// on.
 	CurrentTemplate    string `protobuf:"bytes,5,opt,name=current_template,json=currentTemplate,proto3" json:"current_template,omitempty"`
 	CurrentTemplateUid string `protobuf:"bytes,6,opt,name=current_template_uid,json=currentTemplateUid,proto3" json:"current_template_uid,omitempty"`
 	CrashReason        string `protobuf:"bytes,7,opt,name=crash_reason,json=crashReason,proto3" json:"crash_reason,omitempty"`
@@ -1614,13 +1780,18 @@ type ActorStatus struct {
 	// Spec of current_template, kept so snapshots record the template the
 	// guest runs even if that template is deleted meanwhile.
 	CurrentTemplateSpec *TemplateSpec `protobuf:"bytes,10,opt,name=current_template_spec,json=currentTemplateSpec,proto3" json:"current_template_spec,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// A state loss the user accepted (--allow-state-loss on a move): the
+	// resume that restores this snapshot under this template revision may
+	// discard what the two specs do not share. Any other pairing is checked
+	// afresh.
+	AcceptedStateLoss *AcceptedStateLoss `protobuf:"bytes,11,opt,name=accepted_state_loss,json=acceptedStateLoss,proto3" json:"accepted_state_loss,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ActorStatus) Reset() {
 	*x = ActorStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[18]
+	mi := &file_torpor_v1_resources_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1803,7 @@ func (x *ActorStatus) String() string {
 func (*ActorStatus) ProtoMessage() {}
 
 func (x *ActorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[18]
+	mi := &file_torpor_v1_resources_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1816,7 @@ func (x *ActorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorStatus.ProtoReflect.Descriptor instead.
 func (*ActorStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{18}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ActorStatus) GetState() ActorState {
@@ -1718,6 +1889,74 @@ func (x *ActorStatus) GetCurrentTemplateSpec() *TemplateSpec {
 	return nil
 }
 
+func (x *ActorStatus) GetAcceptedStateLoss() *AcceptedStateLoss {
+	if x != nil {
+		return x.AcceptedStateLoss
+	}
+	return nil
+}
+
+type AcceptedStateLoss struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot    string                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	TemplateUid string                 `protobuf:"bytes,2,opt,name=template_uid,json=templateUid,proto3" json:"template_uid,omitempty"`
+	// What is lost, as the check named it.
+	Loss          string `protobuf:"bytes,3,opt,name=loss,proto3" json:"loss,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptedStateLoss) Reset() {
+	*x = AcceptedStateLoss{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptedStateLoss) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptedStateLoss) ProtoMessage() {}
+
+func (x *AcceptedStateLoss) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptedStateLoss.ProtoReflect.Descriptor instead.
+func (*AcceptedStateLoss) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AcceptedStateLoss) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+func (x *AcceptedStateLoss) GetTemplateUid() string {
+	if x != nil {
+		return x.TemplateUid
+	}
+	return ""
+}
+
+func (x *AcceptedStateLoss) GetLoss() string {
+	if x != nil {
+		return x.Loss
+	}
+	return ""
+}
+
 // ActorOperation is a workflow step's intent: everything needed to issue
 // (or re-issue, idempotently) its node call.
 type ActorOperation struct {
@@ -1729,7 +1968,8 @@ type ActorOperation struct {
 	RestoreScope   RestoreScope `protobuf:"varint,4,opt,name=restore_scope,json=restoreScope,proto3,enum=torpor.v1.RestoreScope" json:"restore_scope,omitempty"`
 	SourceSnapshot string       `protobuf:"bytes,5,opt,name=source_snapshot,json=sourceSnapshot,proto3" json:"source_snapshot,omitempty"`
 	GoldenSnapshot string       `protobuf:"bytes,6,opt,name=golden_snapshot,json=goldenSnapshot,proto3" json:"golden_snapshot,omitempty"`
-	// Resume: the template the guest will be booted on.
+	// Resume: the template revision ("NAME@REVISION") the guest will be
+	// booted on.
 	Template    string `protobuf:"bytes,7,opt,name=template,proto3" json:"template,omitempty"`
 	TemplateUid string `protobuf:"bytes,8,opt,name=template_uid,json=templateUid,proto3" json:"template_uid,omitempty"`
 	// Suspend and pause: the snapshot being written (its name is chosen
@@ -1744,7 +1984,7 @@ type ActorOperation struct {
 
 func (x *ActorOperation) Reset() {
 	*x = ActorOperation{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[19]
+	mi := &file_torpor_v1_resources_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1996,7 @@ func (x *ActorOperation) String() string {
 func (*ActorOperation) ProtoMessage() {}
 
 func (x *ActorOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[19]
+	mi := &file_torpor_v1_resources_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +2009,7 @@ func (x *ActorOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorOperation.ProtoReflect.Descriptor instead.
 func (*ActorOperation) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{19}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ActorOperation) GetId() string {
@@ -1861,7 +2101,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[20]
+	mi := &file_torpor_v1_resources_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1873,7 +2113,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[20]
+	mi := &file_torpor_v1_resources_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1886,7 +2126,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Worker) GetMetadata() *ObjectMeta {
@@ -1922,7 +2162,7 @@ type WorkerSpec struct {
 
 func (x *WorkerSpec) Reset() {
 	*x = WorkerSpec{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[21]
+	mi := &file_torpor_v1_resources_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2174,7 @@ func (x *WorkerSpec) String() string {
 func (*WorkerSpec) ProtoMessage() {}
 
 func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[21]
+	mi := &file_torpor_v1_resources_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2187,7 @@ func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSpec.ProtoReflect.Descriptor instead.
 func (*WorkerSpec) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkerSpec) GetNode() string {
@@ -1989,7 +2229,7 @@ type ActorRef struct {
 
 func (x *ActorRef) Reset() {
 	*x = ActorRef{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	mi := &file_torpor_v1_resources_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2241,7 @@ func (x *ActorRef) String() string {
 func (*ActorRef) ProtoMessage() {}
 
 func (x *ActorRef) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	mi := &file_torpor_v1_resources_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2254,7 @@ func (x *ActorRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorRef.ProtoReflect.Descriptor instead.
 func (*ActorRef) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ActorRef) GetSpace() string {
@@ -2053,7 +2293,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	mi := &file_torpor_v1_resources_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2305,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	mi := &file_torpor_v1_resources_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2318,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WorkerStatus) GetActor() *ActorRef {
@@ -2102,7 +2342,8 @@ type Snapshot struct {
 	ActorUid  string        `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
 	ActorName string        `protobuf:"bytes,3,opt,name=actor_name,json=actorName,proto3" json:"actor_name,omitempty"`
 	Scope     SnapshotScope `protobuf:"varint,4,opt,name=scope,proto3,enum=torpor.v1.SnapshotScope" json:"scope,omitempty"`
-	// The template the captured guest state was built on (invariant 8).
+	// The template revision the captured guest state was built on
+	// (invariant 8): its uid and "NAME@REVISION".
 	TemplateUid  string `protobuf:"bytes,5,opt,name=template_uid,json=templateUid,proto3" json:"template_uid,omitempty"`
 	TemplateName string `protobuf:"bytes,6,opt,name=template_name,json=templateName,proto3" json:"template_name,omitempty"`
 	// That template's spec, kept so checks survive the template's deletion.
@@ -2124,7 +2365,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[24]
+	mi := &file_torpor_v1_resources_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2377,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[24]
+	mi := &file_torpor_v1_resources_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2390,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Snapshot) GetMetadata() *ObjectMeta {
@@ -2257,7 +2498,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[25]
+	mi := &file_torpor_v1_resources_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2269,7 +2510,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[25]
+	mi := &file_torpor_v1_resources_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2282,7 +2523,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{25}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -2361,13 +2602,22 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x04port\x18\t \x01(\x05R\x04port\"2\n" +
 	"\x06EnvVar\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"e\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xf2\x01\n" +
 	"\x05Probe\x123\n" +
 	"\bhttp_get\x18\x01 \x01(\v2\x18.torpor.v1.HTTPGetActionR\ahttpGet\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"7\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\x129\n" +
+	"\n" +
+	"tcp_socket\x18\x03 \x01(\v2\x1a.torpor.v1.TCPSocketActionR\ttcpSocket\x12)\n" +
+	"\x04exec\x18\x04 \x01(\v2\x15.torpor.v1.ExecActionR\x04exec\x12%\n" +
+	"\x0eperiod_seconds\x18\x05 \x01(\x05R\rperiodSeconds\"7\n" +
 	"\rHTTPGetAction\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04port\x18\x02 \x01(\x05R\x04port\"P\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\"%\n" +
+	"\x0fTCPSocketAction\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\x05R\x04port\"&\n" +
+	"\n" +
+	"ExecAction\x12\x18\n" +
+	"\acommand\x18\x01 \x03(\tR\acommand\"P\n" +
 	"\x05Mount\x12\x16\n" +
 	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -2389,18 +2639,21 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"IdlePolicy\x12!\n" +
 	"\fidle_seconds\x18\x01 \x01(\x05R\vidleSeconds\x12-\n" +
-	"\x06action\x18\x02 \x01(\x0e2\x15.torpor.v1.IdleActionR\x06action\"\x83\x01\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x15.torpor.v1.IdleActionR\x06action\"\xc8\x01\n" +
 	"\x0eTemplateStatus\x12.\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\x18.torpor.v1.TemplatePhaseR\x05phase\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12'\n" +
-	"\x0fgolden_snapshot\x18\x03 \x01(\tR\x0egoldenSnapshot\"\x94\x01\n" +
+	"\x0fgolden_snapshot\x18\x03 \x01(\tR\x0egoldenSnapshot\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\x12'\n" +
+	"\x0flatest_revision\x18\x05 \x01(\x03R\x0elatestRevision\"\x94\x01\n" +
 	"\x05Actor\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12(\n" +
 	"\x04spec\x18\x02 \x01(\v2\x14.torpor.v1.ActorSpecR\x04spec\x12.\n" +
-	"\x06status\x18\x03 \x01(\v2\x16.torpor.v1.ActorStatusR\x06status\"\xbd\x01\n" +
+	"\x06status\x18\x03 \x01(\v2\x16.torpor.v1.ActorStatusR\x06status\"\xea\x01\n" +
 	"\tActorSpec\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12Q\n" +
-	"\x0fworker_selector\x18\x02 \x03(\v2(.torpor.v1.ActorSpec.WorkerSelectorEntryR\x0eworkerSelector\x1aA\n" +
+	"\x0fworker_selector\x18\x02 \x03(\v2(.torpor.v1.ActorSpec.WorkerSelectorEntryR\x0eworkerSelector\x12+\n" +
+	"\x11template_revision\x18\x03 \x01(\x03R\x10templateRevision\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"s\n" +
@@ -2409,7 +2662,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x0e\n" +
-	"\x02ip\x18\x05 \x01(\tR\x02ip\"\xfd\x03\n" +
+	"\x02ip\x18\x05 \x01(\tR\x02ip\"\xcb\x04\n" +
 	"\vActorStatus\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.torpor.v1.ActorStateR\x05state\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.torpor.v1.WorkerRefR\x06worker\x12'\n" +
@@ -2422,7 +2675,12 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"state_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tstateTime\x12K\n" +
 	"\x15current_template_spec\x18\n" +
-	" \x01(\v2\x17.torpor.v1.TemplateSpecR\x13currentTemplateSpec\"\xfc\x03\n" +
+	" \x01(\v2\x17.torpor.v1.TemplateSpecR\x13currentTemplateSpec\x12L\n" +
+	"\x13accepted_state_loss\x18\v \x01(\v2\x1c.torpor.v1.AcceptedStateLossR\x11acceptedStateLoss\"f\n" +
+	"\x11AcceptedStateLoss\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\x12!\n" +
+	"\ftemplate_uid\x18\x02 \x01(\tR\vtemplateUid\x12\x12\n" +
+	"\x04loss\x18\x03 \x01(\tR\x04loss\"\xfc\x03\n" +
 	"\x0eActorOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12,\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x18.torpor.v1.OperationKindR\x04kind\x129\n" +
@@ -2537,7 +2795,7 @@ func file_torpor_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_torpor_v1_resources_proto_goTypes = []any{
 	(VolumeKind)(0),               // 0: torpor.v1.VolumeKind
 	(SnapshotScope)(0),            // 1: torpor.v1.SnapshotScope
@@ -2555,80 +2813,86 @@ var file_torpor_v1_resources_proto_goTypes = []any{
 	(*EnvVar)(nil),                // 13: torpor.v1.EnvVar
 	(*Probe)(nil),                 // 14: torpor.v1.Probe
 	(*HTTPGetAction)(nil),         // 15: torpor.v1.HTTPGetAction
-	(*Mount)(nil),                 // 16: torpor.v1.Mount
-	(*Volume)(nil),                // 17: torpor.v1.Volume
-	(*Resources)(nil),             // 18: torpor.v1.Resources
-	(*SnapshotPolicy)(nil),        // 19: torpor.v1.SnapshotPolicy
-	(*OnResume)(nil),              // 20: torpor.v1.OnResume
-	(*IdlePolicy)(nil),            // 21: torpor.v1.IdlePolicy
-	(*TemplateStatus)(nil),        // 22: torpor.v1.TemplateStatus
-	(*Actor)(nil),                 // 23: torpor.v1.Actor
-	(*ActorSpec)(nil),             // 24: torpor.v1.ActorSpec
-	(*WorkerRef)(nil),             // 25: torpor.v1.WorkerRef
-	(*ActorStatus)(nil),           // 26: torpor.v1.ActorStatus
-	(*ActorOperation)(nil),        // 27: torpor.v1.ActorOperation
-	(*Worker)(nil),                // 28: torpor.v1.Worker
-	(*WorkerSpec)(nil),            // 29: torpor.v1.WorkerSpec
-	(*ActorRef)(nil),              // 30: torpor.v1.ActorRef
-	(*WorkerStatus)(nil),          // 31: torpor.v1.WorkerStatus
-	(*Snapshot)(nil),              // 32: torpor.v1.Snapshot
-	(*Node)(nil),                  // 33: torpor.v1.Node
-	nil,                           // 34: torpor.v1.ObjectMeta.LabelsEntry
-	nil,                           // 35: torpor.v1.ActorSpec.WorkerSelectorEntry
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(*TCPSocketAction)(nil),       // 16: torpor.v1.TCPSocketAction
+	(*ExecAction)(nil),            // 17: torpor.v1.ExecAction
+	(*Mount)(nil),                 // 18: torpor.v1.Mount
+	(*Volume)(nil),                // 19: torpor.v1.Volume
+	(*Resources)(nil),             // 20: torpor.v1.Resources
+	(*SnapshotPolicy)(nil),        // 21: torpor.v1.SnapshotPolicy
+	(*OnResume)(nil),              // 22: torpor.v1.OnResume
+	(*IdlePolicy)(nil),            // 23: torpor.v1.IdlePolicy
+	(*TemplateStatus)(nil),        // 24: torpor.v1.TemplateStatus
+	(*Actor)(nil),                 // 25: torpor.v1.Actor
+	(*ActorSpec)(nil),             // 26: torpor.v1.ActorSpec
+	(*WorkerRef)(nil),             // 27: torpor.v1.WorkerRef
+	(*ActorStatus)(nil),           // 28: torpor.v1.ActorStatus
+	(*AcceptedStateLoss)(nil),     // 29: torpor.v1.AcceptedStateLoss
+	(*ActorOperation)(nil),        // 30: torpor.v1.ActorOperation
+	(*Worker)(nil),                // 31: torpor.v1.Worker
+	(*WorkerSpec)(nil),            // 32: torpor.v1.WorkerSpec
+	(*ActorRef)(nil),              // 33: torpor.v1.ActorRef
+	(*WorkerStatus)(nil),          // 34: torpor.v1.WorkerStatus
+	(*Snapshot)(nil),              // 35: torpor.v1.Snapshot
+	(*Node)(nil),                  // 36: torpor.v1.Node
+	nil,                           // 37: torpor.v1.ObjectMeta.LabelsEntry
+	nil,                           // 38: torpor.v1.ActorSpec.WorkerSelectorEntry
+	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
 }
 var file_torpor_v1_resources_proto_depIdxs = []int32{
-	36, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
-	36, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
-	34, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
+	39, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
+	39, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
+	37, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
 	8,  // 3: torpor.v1.Space.metadata:type_name -> torpor.v1.ObjectMeta
 	8,  // 4: torpor.v1.Template.metadata:type_name -> torpor.v1.ObjectMeta
 	11, // 5: torpor.v1.Template.spec:type_name -> torpor.v1.TemplateSpec
-	22, // 6: torpor.v1.Template.status:type_name -> torpor.v1.TemplateStatus
+	24, // 6: torpor.v1.Template.status:type_name -> torpor.v1.TemplateStatus
 	12, // 7: torpor.v1.TemplateSpec.containers:type_name -> torpor.v1.Container
-	17, // 8: torpor.v1.TemplateSpec.volumes:type_name -> torpor.v1.Volume
-	18, // 9: torpor.v1.TemplateSpec.resources:type_name -> torpor.v1.Resources
-	19, // 10: torpor.v1.TemplateSpec.snapshot_policy:type_name -> torpor.v1.SnapshotPolicy
-	21, // 11: torpor.v1.TemplateSpec.idle_policy:type_name -> torpor.v1.IdlePolicy
+	19, // 8: torpor.v1.TemplateSpec.volumes:type_name -> torpor.v1.Volume
+	20, // 9: torpor.v1.TemplateSpec.resources:type_name -> torpor.v1.Resources
+	21, // 10: torpor.v1.TemplateSpec.snapshot_policy:type_name -> torpor.v1.SnapshotPolicy
+	23, // 11: torpor.v1.TemplateSpec.idle_policy:type_name -> torpor.v1.IdlePolicy
 	13, // 12: torpor.v1.Container.env:type_name -> torpor.v1.EnvVar
 	14, // 13: torpor.v1.Container.readiness_probe:type_name -> torpor.v1.Probe
-	16, // 14: torpor.v1.Container.mounts:type_name -> torpor.v1.Mount
+	18, // 14: torpor.v1.Container.mounts:type_name -> torpor.v1.Mount
 	15, // 15: torpor.v1.Probe.http_get:type_name -> torpor.v1.HTTPGetAction
-	0,  // 16: torpor.v1.Volume.kind:type_name -> torpor.v1.VolumeKind
-	1,  // 17: torpor.v1.SnapshotPolicy.on_pause:type_name -> torpor.v1.SnapshotScope
-	1,  // 18: torpor.v1.SnapshotPolicy.on_commit:type_name -> torpor.v1.SnapshotScope
-	20, // 19: torpor.v1.SnapshotPolicy.on_resume:type_name -> torpor.v1.OnResume
-	3,  // 20: torpor.v1.OnResume.from_data:type_name -> torpor.v1.FromData
-	4,  // 21: torpor.v1.IdlePolicy.action:type_name -> torpor.v1.IdleAction
-	5,  // 22: torpor.v1.TemplateStatus.phase:type_name -> torpor.v1.TemplatePhase
-	8,  // 23: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
-	24, // 24: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
-	26, // 25: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
-	35, // 26: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
-	6,  // 27: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
-	25, // 28: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
-	27, // 29: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
-	36, // 30: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
-	11, // 31: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
-	7,  // 32: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
-	36, // 33: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
-	2,  // 34: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
-	1,  // 35: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
-	6,  // 36: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
-	8,  // 37: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
-	29, // 38: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
-	31, // 39: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
-	30, // 40: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
-	8,  // 41: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
-	1,  // 42: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
-	11, // 43: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
-	8,  // 44: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
-	36, // 45: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	16, // 16: torpor.v1.Probe.tcp_socket:type_name -> torpor.v1.TCPSocketAction
+	17, // 17: torpor.v1.Probe.exec:type_name -> torpor.v1.ExecAction
+	0,  // 18: torpor.v1.Volume.kind:type_name -> torpor.v1.VolumeKind
+	1,  // 19: torpor.v1.SnapshotPolicy.on_pause:type_name -> torpor.v1.SnapshotScope
+	1,  // 20: torpor.v1.SnapshotPolicy.on_commit:type_name -> torpor.v1.SnapshotScope
+	22, // 21: torpor.v1.SnapshotPolicy.on_resume:type_name -> torpor.v1.OnResume
+	3,  // 22: torpor.v1.OnResume.from_data:type_name -> torpor.v1.FromData
+	4,  // 23: torpor.v1.IdlePolicy.action:type_name -> torpor.v1.IdleAction
+	5,  // 24: torpor.v1.TemplateStatus.phase:type_name -> torpor.v1.TemplatePhase
+	8,  // 25: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
+	26, // 26: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
+	28, // 27: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
+	38, // 28: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
+	6,  // 29: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
+	27, // 30: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
+	30, // 31: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
+	39, // 32: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
+	11, // 33: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
+	29, // 34: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
+	7,  // 35: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
+	39, // 36: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
+	2,  // 37: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
+	1,  // 38: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
+	6,  // 39: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
+	8,  // 40: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
+	32, // 41: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
+	34, // 42: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
+	33, // 43: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
+	8,  // 44: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
+	1,  // 45: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
+	11, // 46: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
+	8,  // 47: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
+	39, // 48: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_resources_proto_init() }
@@ -2642,7 +2906,7 @@ func file_torpor_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_resources_proto_rawDesc), len(file_torpor_v1_resources_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -337,6 +337,288 @@ func (x *ListSpacesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ListTemplateRevisionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revisions     []*TemplateRevision    `protobuf:"bytes,1,rep,name=revisions,proto3" json:"revisions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTemplateRevisionsResponse) Reset() {
+	*x = ListTemplateRevisionsResponse{}
+	mi := &file_torpor_v1_services_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTemplateRevisionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTemplateRevisionsResponse) ProtoMessage() {}
+
+func (x *ListTemplateRevisionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTemplateRevisionsResponse.ProtoReflect.Descriptor instead.
+func (*ListTemplateRevisionsResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListTemplateRevisionsResponse) GetRevisions() []*TemplateRevision {
+	if x != nil {
+		return x.Revisions
+	}
+	return nil
+}
+
+type TemplateRevision struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Template *Template              `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// Actors whose spec names this revision.
+	Actors        int64 `protobuf:"varint,2,opt,name=actors,proto3" json:"actors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateRevision) Reset() {
+	*x = TemplateRevision{}
+	mi := &file_torpor_v1_services_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateRevision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateRevision) ProtoMessage() {}
+
+func (x *TemplateRevision) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateRevision.ProtoReflect.Descriptor instead.
+func (*TemplateRevision) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TemplateRevision) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *TemplateRevision) GetActors() int64 {
+	if x != nil {
+		return x.Actors
+	}
+	return 0
+}
+
+type RolloutTemplateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Accept moves that lose state (see UpdateActorRequest.allow_state_loss).
+	AllowStateLoss bool `protobuf:"varint,3,opt,name=allow_state_loss,json=allowStateLoss,proto3" json:"allow_state_loss,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RolloutTemplateRequest) Reset() {
+	*x = RolloutTemplateRequest{}
+	mi := &file_torpor_v1_services_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutTemplateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutTemplateRequest) ProtoMessage() {}
+
+func (x *RolloutTemplateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutTemplateRequest.ProtoReflect.Descriptor instead.
+func (*RolloutTemplateRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RolloutTemplateRequest) GetSpace() string {
+	if x != nil {
+		return x.Space
+	}
+	return ""
+}
+
+func (x *RolloutTemplateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RolloutTemplateRequest) GetAllowStateLoss() bool {
+	if x != nil {
+		return x.AllowStateLoss
+	}
+	return false
+}
+
+type RolloutTemplateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The revision actors were moved to.
+	Template *Template `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// One entry per actor found on an older revision, by name.
+	Results       []*RolloutResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutTemplateResponse) Reset() {
+	*x = RolloutTemplateResponse{}
+	mi := &file_torpor_v1_services_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutTemplateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutTemplateResponse) ProtoMessage() {}
+
+func (x *RolloutTemplateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutTemplateResponse.ProtoReflect.Descriptor instead.
+func (*RolloutTemplateResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RolloutTemplateResponse) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *RolloutTemplateResponse) GetResults() []*RolloutResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type RolloutResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Actor string                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The revision the actor was on.
+	FromRevision int64 `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	Moved        bool  `protobuf:"varint,3,opt,name=moved,proto3" json:"moved,omitempty"`
+	// Why it did not move, or what the move costs (e.g. process memory).
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutResult) Reset() {
+	*x = RolloutResult{}
+	mi := &file_torpor_v1_services_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutResult) ProtoMessage() {}
+
+func (x *RolloutResult) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutResult.ProtoReflect.Descriptor instead.
+func (*RolloutResult) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RolloutResult) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *RolloutResult) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+func (x *RolloutResult) GetMoved() bool {
+	if x != nil {
+		return x.Moved
+	}
+	return false
+}
+
+func (x *RolloutResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type CreateTemplateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Template      *Template              `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
@@ -346,7 +628,7 @@ type CreateTemplateRequest struct {
 
 func (x *CreateTemplateRequest) Reset() {
 	*x = CreateTemplateRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[6]
+	mi := &file_torpor_v1_services_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +640,7 @@ func (x *CreateTemplateRequest) String() string {
 func (*CreateTemplateRequest) ProtoMessage() {}
 
 func (x *CreateTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[6]
+	mi := &file_torpor_v1_services_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +653,7 @@ func (x *CreateTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CreateTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{6}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateTemplateRequest) GetTemplate() *Template {
@@ -391,7 +673,7 @@ type ListTemplatesResponse struct {
 
 func (x *ListTemplatesResponse) Reset() {
 	*x = ListTemplatesResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[7]
+	mi := &file_torpor_v1_services_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +685,7 @@ func (x *ListTemplatesResponse) String() string {
 func (*ListTemplatesResponse) ProtoMessage() {}
 
 func (x *ListTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[7]
+	mi := &file_torpor_v1_services_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +698,7 @@ func (x *ListTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{7}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListTemplatesResponse) GetTemplates() []*Template {
@@ -440,14 +722,18 @@ type ResumeActorRequest struct {
 	// Cold-boot an actor without state instead of restoring the golden.
 	Boot bool `protobuf:"varint,3,opt,name=boot,proto3" json:"boot,omitempty"`
 	// Restore this kept snapshot instead of the latest.
-	Snapshot      string `protobuf:"bytes,4,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Snapshot string `protobuf:"bytes,4,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// Accept a restore that loses state because the snapshot was taken
+	// under a template revision the actor's is not compatible with (see
+	// UpdateActorRequest.allow_state_loss); recorded in the actor's events.
+	AllowStateLoss bool `protobuf:"varint,5,opt,name=allow_state_loss,json=allowStateLoss,proto3" json:"allow_state_loss,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ResumeActorRequest) Reset() {
 	*x = ResumeActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[8]
+	mi := &file_torpor_v1_services_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +745,7 @@ func (x *ResumeActorRequest) String() string {
 func (*ResumeActorRequest) ProtoMessage() {}
 
 func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[8]
+	mi := &file_torpor_v1_services_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +758,7 @@ func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
 func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResumeActorRequest) GetSpace() string {
@@ -503,6 +789,13 @@ func (x *ResumeActorRequest) GetSnapshot() string {
 	return ""
 }
 
+func (x *ResumeActorRequest) GetAllowStateLoss() bool {
+	if x != nil {
+		return x.AllowStateLoss
+	}
+	return false
+}
+
 type ActorEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Time          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
@@ -518,7 +811,7 @@ type ActorEvent struct {
 
 func (x *ActorEvent) Reset() {
 	*x = ActorEvent{}
-	mi := &file_torpor_v1_services_proto_msgTypes[9]
+	mi := &file_torpor_v1_services_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +823,7 @@ func (x *ActorEvent) String() string {
 func (*ActorEvent) ProtoMessage() {}
 
 func (x *ActorEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[9]
+	mi := &file_torpor_v1_services_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +836,7 @@ func (x *ActorEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorEvent.ProtoReflect.Descriptor instead.
 func (*ActorEvent) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{9}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ActorEvent) GetTime() *timestamppb.Timestamp {
@@ -604,7 +897,7 @@ type ListActorEventsResponse struct {
 
 func (x *ListActorEventsResponse) Reset() {
 	*x = ListActorEventsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[10]
+	mi := &file_torpor_v1_services_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +909,7 @@ func (x *ListActorEventsResponse) String() string {
 func (*ListActorEventsResponse) ProtoMessage() {}
 
 func (x *ListActorEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[10]
+	mi := &file_torpor_v1_services_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +922,7 @@ func (x *ListActorEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorEventsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{10}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListActorEventsResponse) GetEvents() []*ActorEvent {
@@ -648,7 +941,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[11]
+	mi := &file_torpor_v1_services_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +953,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[11]
+	mi := &file_torpor_v1_services_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -673,7 +966,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{11}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -693,7 +986,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[12]
+	mi := &file_torpor_v1_services_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +998,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[12]
+	mi := &file_torpor_v1_services_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +1011,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{12}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -741,11 +1034,16 @@ type UpdateActorRequest struct {
 	// metadata.version makes the update conditional on it.
 	Actor *Actor `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
 	// Paths under "spec." to change: "spec.worker_selector",
-	// "spec.template" (only while SUSPENDED or CRASHED; the template must be
-	// compatible with the one the actor's snapshot was built on).
+	// "spec.template" (with spec.template_revision, 0 for the latest; only
+	// while SUSPENDED or CRASHED; the revision must be compatible with the
+	// one the actor's snapshot was built on).
 	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
-	// A repoint whose snapshot holds no durable data discards all state; it
-	// is refused unless this is set.
+	// A move loses state when the new revision lacks a volume of the
+	// snapshot's, mounts one elsewhere, or when the snapshot holds no durable
+	// data (all of it is in memory). Such a move is refused unless this is
+	// set; it is then recorded in the actor's events and the next resume
+	// accepts that loss for that snapshot. A different sandbox class is
+	// refused always.
 	AllowStateLoss bool `protobuf:"varint,3,opt,name=allow_state_loss,json=allowStateLoss,proto3" json:"allow_state_loss,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -753,7 +1051,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	mi := &file_torpor_v1_services_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +1063,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	mi := &file_torpor_v1_services_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +1076,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateActorRequest) GetActor() *Actor {
@@ -811,7 +1109,7 @@ type CreateWorkerRequest struct {
 
 func (x *CreateWorkerRequest) Reset() {
 	*x = CreateWorkerRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[14]
+	mi := &file_torpor_v1_services_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +1121,7 @@ func (x *CreateWorkerRequest) String() string {
 func (*CreateWorkerRequest) ProtoMessage() {}
 
 func (x *CreateWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[14]
+	mi := &file_torpor_v1_services_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +1134,7 @@ func (x *CreateWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkerRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{14}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateWorkerRequest) GetWorker() *Worker {
@@ -856,7 +1154,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[15]
+	mi := &file_torpor_v1_services_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1166,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[15]
+	mi := &file_torpor_v1_services_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1179,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{15}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -908,7 +1206,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[16]
+	mi := &file_torpor_v1_services_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1218,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[16]
+	mi := &file_torpor_v1_services_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1231,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -974,17 +1272,35 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\x05space\x18\x01 \x01(\v2\x10.torpor.v1.SpaceR\x05space\"f\n" +
 	"\x12ListSpacesResponse\x12(\n" +
 	"\x06spaces\x18\x01 \x03(\v2\x10.torpor.v1.SpaceR\x06spaces\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"H\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"Z\n" +
+	"\x1dListTemplateRevisionsResponse\x129\n" +
+	"\trevisions\x18\x01 \x03(\v2\x1b.torpor.v1.TemplateRevisionR\trevisions\"[\n" +
+	"\x10TemplateRevision\x12/\n" +
+	"\btemplate\x18\x01 \x01(\v2\x13.torpor.v1.TemplateR\btemplate\x12\x16\n" +
+	"\x06actors\x18\x02 \x01(\x03R\x06actors\"l\n" +
+	"\x16RolloutTemplateRequest\x12\x14\n" +
+	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
+	"\x10allow_state_loss\x18\x03 \x01(\bR\x0eallowStateLoss\"~\n" +
+	"\x17RolloutTemplateResponse\x12/\n" +
+	"\btemplate\x18\x01 \x01(\v2\x13.torpor.v1.TemplateR\btemplate\x122\n" +
+	"\aresults\x18\x02 \x03(\v2\x18.torpor.v1.RolloutResultR\aresults\"z\n" +
+	"\rRolloutResult\x12\x14\n" +
+	"\x05actor\x18\x01 \x01(\tR\x05actor\x12#\n" +
+	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x12\x14\n" +
+	"\x05moved\x18\x03 \x01(\bR\x05moved\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"H\n" +
 	"\x15CreateTemplateRequest\x12/\n" +
 	"\btemplate\x18\x01 \x01(\v2\x13.torpor.v1.TemplateR\btemplate\"r\n" +
 	"\x15ListTemplatesResponse\x121\n" +
 	"\ttemplates\x18\x01 \x03(\v2\x13.torpor.v1.TemplateR\ttemplates\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"n\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x98\x01\n" +
 	"\x12ResumeActorRequest\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04boot\x18\x03 \x01(\bR\x04boot\x12\x1a\n" +
-	"\bsnapshot\x18\x04 \x01(\tR\bsnapshot\"\x98\x02\n" +
+	"\bsnapshot\x18\x04 \x01(\tR\bsnapshot\x12(\n" +
+	"\x10allow_state_loss\x18\x05 \x01(\bR\x0eallowStateLoss\"\x98\x02\n" +
 	"\n" +
 	"ActorEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x124\n" +
@@ -1021,12 +1337,15 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\bGetSpace\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Space\x12C\n" +
 	"\n" +
 	"ListSpaces\x12\x16.torpor.v1.ListRequest\x1a\x1d.torpor.v1.ListSpacesResponse\x12B\n" +
-	"\vDeleteSpace\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse2\xa7\x02\n" +
+	"\vDeleteSpace\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse2\x9a\x04\n" +
 	"\x0fTemplateService\x12G\n" +
 	"\x0eCreateTemplate\x12 .torpor.v1.CreateTemplateRequest\x1a\x13.torpor.v1.Template\x129\n" +
 	"\vGetTemplate\x12\x15.torpor.v1.GetRequest\x1a\x13.torpor.v1.Template\x12I\n" +
 	"\rListTemplates\x12\x16.torpor.v1.ListRequest\x1a .torpor.v1.ListTemplatesResponse\x12E\n" +
-	"\x0eDeleteTemplate\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse2\xca\x04\n" +
+	"\x0eDeleteTemplate\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse\x12X\n" +
+	"\x15ListTemplateRevisions\x12\x15.torpor.v1.GetRequest\x1a(.torpor.v1.ListTemplateRevisionsResponse\x12=\n" +
+	"\x0fRebuildTemplate\x12\x15.torpor.v1.GetRequest\x1a\x13.torpor.v1.Template\x12X\n" +
+	"\x0fRolloutTemplate\x12!.torpor.v1.RolloutTemplateRequest\x1a\".torpor.v1.RolloutTemplateResponse2\xca\x04\n" +
 	"\fActorService\x12>\n" +
 	"\vCreateActor\x12\x1d.torpor.v1.CreateActorRequest\x1a\x10.torpor.v1.Actor\x123\n" +
 	"\bGetActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x12C\n" +
@@ -1061,103 +1380,118 @@ func file_torpor_v1_services_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_services_proto_rawDescData
 }
 
-var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_torpor_v1_services_proto_goTypes = []any{
-	(*GetRequest)(nil),              // 0: torpor.v1.GetRequest
-	(*ListRequest)(nil),             // 1: torpor.v1.ListRequest
-	(*DeleteRequest)(nil),           // 2: torpor.v1.DeleteRequest
-	(*DeleteResponse)(nil),          // 3: torpor.v1.DeleteResponse
-	(*CreateSpaceRequest)(nil),      // 4: torpor.v1.CreateSpaceRequest
-	(*ListSpacesResponse)(nil),      // 5: torpor.v1.ListSpacesResponse
-	(*CreateTemplateRequest)(nil),   // 6: torpor.v1.CreateTemplateRequest
-	(*ListTemplatesResponse)(nil),   // 7: torpor.v1.ListTemplatesResponse
-	(*ResumeActorRequest)(nil),      // 8: torpor.v1.ResumeActorRequest
-	(*ActorEvent)(nil),              // 9: torpor.v1.ActorEvent
-	(*ListActorEventsResponse)(nil), // 10: torpor.v1.ListActorEventsResponse
-	(*CreateActorRequest)(nil),      // 11: torpor.v1.CreateActorRequest
-	(*ListActorsResponse)(nil),      // 12: torpor.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),      // 13: torpor.v1.UpdateActorRequest
-	(*CreateWorkerRequest)(nil),     // 14: torpor.v1.CreateWorkerRequest
-	(*ListWorkersResponse)(nil),     // 15: torpor.v1.ListWorkersResponse
-	(*ListSnapshotsResponse)(nil),   // 16: torpor.v1.ListSnapshotsResponse
-	(*Space)(nil),                   // 17: torpor.v1.Space
-	(*Template)(nil),                // 18: torpor.v1.Template
-	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
-	(ActorState)(0),                 // 20: torpor.v1.ActorState
-	(*Actor)(nil),                   // 21: torpor.v1.Actor
-	(*fieldmaskpb.FieldMask)(nil),   // 22: google.protobuf.FieldMask
-	(*Worker)(nil),                  // 23: torpor.v1.Worker
-	(*Snapshot)(nil),                // 24: torpor.v1.Snapshot
+	(*GetRequest)(nil),                    // 0: torpor.v1.GetRequest
+	(*ListRequest)(nil),                   // 1: torpor.v1.ListRequest
+	(*DeleteRequest)(nil),                 // 2: torpor.v1.DeleteRequest
+	(*DeleteResponse)(nil),                // 3: torpor.v1.DeleteResponse
+	(*CreateSpaceRequest)(nil),            // 4: torpor.v1.CreateSpaceRequest
+	(*ListSpacesResponse)(nil),            // 5: torpor.v1.ListSpacesResponse
+	(*ListTemplateRevisionsResponse)(nil), // 6: torpor.v1.ListTemplateRevisionsResponse
+	(*TemplateRevision)(nil),              // 7: torpor.v1.TemplateRevision
+	(*RolloutTemplateRequest)(nil),        // 8: torpor.v1.RolloutTemplateRequest
+	(*RolloutTemplateResponse)(nil),       // 9: torpor.v1.RolloutTemplateResponse
+	(*RolloutResult)(nil),                 // 10: torpor.v1.RolloutResult
+	(*CreateTemplateRequest)(nil),         // 11: torpor.v1.CreateTemplateRequest
+	(*ListTemplatesResponse)(nil),         // 12: torpor.v1.ListTemplatesResponse
+	(*ResumeActorRequest)(nil),            // 13: torpor.v1.ResumeActorRequest
+	(*ActorEvent)(nil),                    // 14: torpor.v1.ActorEvent
+	(*ListActorEventsResponse)(nil),       // 15: torpor.v1.ListActorEventsResponse
+	(*CreateActorRequest)(nil),            // 16: torpor.v1.CreateActorRequest
+	(*ListActorsResponse)(nil),            // 17: torpor.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),            // 18: torpor.v1.UpdateActorRequest
+	(*CreateWorkerRequest)(nil),           // 19: torpor.v1.CreateWorkerRequest
+	(*ListWorkersResponse)(nil),           // 20: torpor.v1.ListWorkersResponse
+	(*ListSnapshotsResponse)(nil),         // 21: torpor.v1.ListSnapshotsResponse
+	(*Space)(nil),                         // 22: torpor.v1.Space
+	(*Template)(nil),                      // 23: torpor.v1.Template
+	(*timestamppb.Timestamp)(nil),         // 24: google.protobuf.Timestamp
+	(ActorState)(0),                       // 25: torpor.v1.ActorState
+	(*Actor)(nil),                         // 26: torpor.v1.Actor
+	(*fieldmaskpb.FieldMask)(nil),         // 27: google.protobuf.FieldMask
+	(*Worker)(nil),                        // 28: torpor.v1.Worker
+	(*Snapshot)(nil),                      // 29: torpor.v1.Snapshot
 }
 var file_torpor_v1_services_proto_depIdxs = []int32{
-	17, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
-	17, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
-	18, // 2: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
-	18, // 3: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
-	19, // 4: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
-	20, // 5: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
-	20, // 6: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
-	9,  // 7: torpor.v1.ListActorEventsResponse.events:type_name -> torpor.v1.ActorEvent
-	21, // 8: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
-	21, // 9: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
-	21, // 10: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
-	22, // 11: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
-	23, // 12: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
-	23, // 13: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
-	24, // 14: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
-	4,  // 15: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
-	0,  // 16: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
-	1,  // 17: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
-	2,  // 18: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
-	6,  // 19: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
-	0,  // 20: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
-	1,  // 21: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
-	2,  // 22: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
-	11, // 23: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
-	0,  // 24: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
-	1,  // 25: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
-	13, // 26: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
-	2,  // 27: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
-	8,  // 28: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
-	0,  // 29: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
-	0,  // 30: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
-	0,  // 31: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
-	14, // 32: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
-	0,  // 33: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
-	1,  // 34: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
-	2,  // 35: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
-	0,  // 36: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
-	1,  // 37: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
-	2,  // 38: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
-	17, // 39: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
-	17, // 40: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
-	5,  // 41: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
-	3,  // 42: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
-	18, // 43: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
-	18, // 44: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
-	7,  // 45: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
-	3,  // 46: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
-	21, // 47: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
-	21, // 48: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
-	12, // 49: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
-	21, // 50: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
-	3,  // 51: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
-	21, // 52: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
-	21, // 53: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
-	21, // 54: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
-	10, // 55: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
-	23, // 56: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
-	23, // 57: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
-	15, // 58: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
-	3,  // 59: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
-	24, // 60: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
-	16, // 61: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
-	3,  // 62: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
-	39, // [39:63] is the sub-list for method output_type
-	15, // [15:39] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	22, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
+	22, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
+	7,  // 2: torpor.v1.ListTemplateRevisionsResponse.revisions:type_name -> torpor.v1.TemplateRevision
+	23, // 3: torpor.v1.TemplateRevision.template:type_name -> torpor.v1.Template
+	23, // 4: torpor.v1.RolloutTemplateResponse.template:type_name -> torpor.v1.Template
+	10, // 5: torpor.v1.RolloutTemplateResponse.results:type_name -> torpor.v1.RolloutResult
+	23, // 6: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
+	23, // 7: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
+	24, // 8: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
+	25, // 9: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
+	25, // 10: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
+	14, // 11: torpor.v1.ListActorEventsResponse.events:type_name -> torpor.v1.ActorEvent
+	26, // 12: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
+	26, // 13: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
+	26, // 14: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
+	27, // 15: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
+	28, // 16: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
+	28, // 17: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
+	29, // 18: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
+	4,  // 19: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
+	0,  // 20: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
+	1,  // 21: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
+	2,  // 22: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
+	11, // 23: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
+	0,  // 24: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
+	1,  // 25: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
+	2,  // 26: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
+	0,  // 27: torpor.v1.TemplateService.ListTemplateRevisions:input_type -> torpor.v1.GetRequest
+	0,  // 28: torpor.v1.TemplateService.RebuildTemplate:input_type -> torpor.v1.GetRequest
+	8,  // 29: torpor.v1.TemplateService.RolloutTemplate:input_type -> torpor.v1.RolloutTemplateRequest
+	16, // 30: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
+	0,  // 31: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
+	1,  // 32: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
+	18, // 33: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
+	2,  // 34: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
+	13, // 35: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
+	0,  // 36: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
+	0,  // 37: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
+	0,  // 38: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
+	19, // 39: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
+	0,  // 40: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
+	1,  // 41: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
+	2,  // 42: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
+	0,  // 43: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
+	1,  // 44: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
+	2,  // 45: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
+	22, // 46: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
+	22, // 47: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
+	5,  // 48: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
+	3,  // 49: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
+	23, // 50: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
+	23, // 51: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
+	12, // 52: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
+	3,  // 53: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
+	6,  // 54: torpor.v1.TemplateService.ListTemplateRevisions:output_type -> torpor.v1.ListTemplateRevisionsResponse
+	23, // 55: torpor.v1.TemplateService.RebuildTemplate:output_type -> torpor.v1.Template
+	9,  // 56: torpor.v1.TemplateService.RolloutTemplate:output_type -> torpor.v1.RolloutTemplateResponse
+	26, // 57: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
+	26, // 58: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
+	17, // 59: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
+	26, // 60: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
+	3,  // 61: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
+	26, // 62: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
+	26, // 63: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
+	26, // 64: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
+	15, // 65: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
+	28, // 66: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
+	28, // 67: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
+	20, // 68: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
+	3,  // 69: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
+	29, // 70: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
+	21, // 71: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
+	3,  // 72: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
+	46, // [46:73] is the sub-list for method output_type
+	19, // [19:46] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_services_proto_init() }
@@ -1172,7 +1506,7 @@ func file_torpor_v1_services_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_services_proto_rawDesc), len(file_torpor_v1_services_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -63,6 +63,15 @@ const (
 	// TemplateServiceDeleteTemplateProcedure is the fully-qualified name of the TemplateService's
 	// DeleteTemplate RPC.
 	TemplateServiceDeleteTemplateProcedure = "/torpor.v1.TemplateService/DeleteTemplate"
+	// TemplateServiceListTemplateRevisionsProcedure is the fully-qualified name of the
+	// TemplateService's ListTemplateRevisions RPC.
+	TemplateServiceListTemplateRevisionsProcedure = "/torpor.v1.TemplateService/ListTemplateRevisions"
+	// TemplateServiceRebuildTemplateProcedure is the fully-qualified name of the TemplateService's
+	// RebuildTemplate RPC.
+	TemplateServiceRebuildTemplateProcedure = "/torpor.v1.TemplateService/RebuildTemplate"
+	// TemplateServiceRolloutTemplateProcedure is the fully-qualified name of the TemplateService's
+	// RolloutTemplate RPC.
+	TemplateServiceRolloutTemplateProcedure = "/torpor.v1.TemplateService/RolloutTemplate"
 	// ActorServiceCreateActorProcedure is the fully-qualified name of the ActorService's CreateActor
 	// RPC.
 	ActorServiceCreateActorProcedure = "/torpor.v1.ActorService/CreateActor"
@@ -259,13 +268,29 @@ func (UnimplementedSpaceServiceHandler) DeleteSpace(context.Context, *connect.Re
 
 // TemplateServiceClient is a client for the torpor.v1.TemplateService service.
 type TemplateServiceClient interface {
-	// Creates a template. Templates are immutable: creating one whose name
-	// exists returns it unchanged when the spec is identical, AlreadyExists
-	// otherwise.
+	// Applies a template: creates it (revision 1), adds a revision when the
+	// spec differs from the latest revision's, or returns the latest revision
+	// unchanged when the spec is identical. Existing actors stay on their
+	// revision.
 	CreateTemplate(context.Context, *connect.Request[v1.CreateTemplateRequest]) (*connect.Response[v1.Template], error)
 	GetTemplate(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Template], error)
+	// Lists the latest revision of every template.
 	ListTemplates(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListTemplatesResponse], error)
+	// Deletes a template with all its revisions ("NAME"), or one revision
+	// other than the latest ("NAME@REVISION"), with their golden snapshots.
+	// FailedPrecondition while an actor or a snapshot of an actor still uses
+	// one. uid and version, when set, are the latest revision's (or the named
+	// revision's).
 	DeleteTemplate(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	// Lists a template's revisions, oldest first, with how many actors use
+	// each.
+	ListTemplateRevisions(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListTemplateRevisionsResponse], error)
+	// Builds the golden snapshot of a FAILED revision again.
+	RebuildTemplate(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Template], error)
+	// Moves every actor on an older revision of the template to the latest,
+	// each as UpdateActor would; actors that cannot move (not SUSPENDED or
+	// CRASHED, or a move that would lose state) stay and are reported.
+	RolloutTemplate(context.Context, *connect.Request[v1.RolloutTemplateRequest]) (*connect.Response[v1.RolloutTemplateResponse], error)
 }
 
 // NewTemplateServiceClient constructs a client for the torpor.v1.TemplateService service. By
@@ -303,15 +328,36 @@ func NewTemplateServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(templateServiceMethods.ByName("DeleteTemplate")),
 			connect.WithClientOptions(opts...),
 		),
+		listTemplateRevisions: connect.NewClient[v1.GetRequest, v1.ListTemplateRevisionsResponse](
+			httpClient,
+			baseURL+TemplateServiceListTemplateRevisionsProcedure,
+			connect.WithSchema(templateServiceMethods.ByName("ListTemplateRevisions")),
+			connect.WithClientOptions(opts...),
+		),
+		rebuildTemplate: connect.NewClient[v1.GetRequest, v1.Template](
+			httpClient,
+			baseURL+TemplateServiceRebuildTemplateProcedure,
+			connect.WithSchema(templateServiceMethods.ByName("RebuildTemplate")),
+			connect.WithClientOptions(opts...),
+		),
+		rolloutTemplate: connect.NewClient[v1.RolloutTemplateRequest, v1.RolloutTemplateResponse](
+			httpClient,
+			baseURL+TemplateServiceRolloutTemplateProcedure,
+			connect.WithSchema(templateServiceMethods.ByName("RolloutTemplate")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // templateServiceClient implements TemplateServiceClient.
 type templateServiceClient struct {
-	createTemplate *connect.Client[v1.CreateTemplateRequest, v1.Template]
-	getTemplate    *connect.Client[v1.GetRequest, v1.Template]
-	listTemplates  *connect.Client[v1.ListRequest, v1.ListTemplatesResponse]
-	deleteTemplate *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	createTemplate        *connect.Client[v1.CreateTemplateRequest, v1.Template]
+	getTemplate           *connect.Client[v1.GetRequest, v1.Template]
+	listTemplates         *connect.Client[v1.ListRequest, v1.ListTemplatesResponse]
+	deleteTemplate        *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	listTemplateRevisions *connect.Client[v1.GetRequest, v1.ListTemplateRevisionsResponse]
+	rebuildTemplate       *connect.Client[v1.GetRequest, v1.Template]
+	rolloutTemplate       *connect.Client[v1.RolloutTemplateRequest, v1.RolloutTemplateResponse]
 }
 
 // CreateTemplate calls torpor.v1.TemplateService.CreateTemplate.
@@ -334,15 +380,46 @@ func (c *templateServiceClient) DeleteTemplate(ctx context.Context, req *connect
 	return c.deleteTemplate.CallUnary(ctx, req)
 }
 
+// ListTemplateRevisions calls torpor.v1.TemplateService.ListTemplateRevisions.
+func (c *templateServiceClient) ListTemplateRevisions(ctx context.Context, req *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListTemplateRevisionsResponse], error) {
+	return c.listTemplateRevisions.CallUnary(ctx, req)
+}
+
+// RebuildTemplate calls torpor.v1.TemplateService.RebuildTemplate.
+func (c *templateServiceClient) RebuildTemplate(ctx context.Context, req *connect.Request[v1.GetRequest]) (*connect.Response[v1.Template], error) {
+	return c.rebuildTemplate.CallUnary(ctx, req)
+}
+
+// RolloutTemplate calls torpor.v1.TemplateService.RolloutTemplate.
+func (c *templateServiceClient) RolloutTemplate(ctx context.Context, req *connect.Request[v1.RolloutTemplateRequest]) (*connect.Response[v1.RolloutTemplateResponse], error) {
+	return c.rolloutTemplate.CallUnary(ctx, req)
+}
+
 // TemplateServiceHandler is an implementation of the torpor.v1.TemplateService service.
 type TemplateServiceHandler interface {
-	// Creates a template. Templates are immutable: creating one whose name
-	// exists returns it unchanged when the spec is identical, AlreadyExists
-	// otherwise.
+	// Applies a template: creates it (revision 1), adds a revision when the
+	// spec differs from the latest revision's, or returns the latest revision
+	// unchanged when the spec is identical. Existing actors stay on their
+	// revision.
 	CreateTemplate(context.Context, *connect.Request[v1.CreateTemplateRequest]) (*connect.Response[v1.Template], error)
 	GetTemplate(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Template], error)
+	// Lists the latest revision of every template.
 	ListTemplates(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListTemplatesResponse], error)
+	// Deletes a template with all its revisions ("NAME"), or one revision
+	// other than the latest ("NAME@REVISION"), with their golden snapshots.
+	// FailedPrecondition while an actor or a snapshot of an actor still uses
+	// one. uid and version, when set, are the latest revision's (or the named
+	// revision's).
 	DeleteTemplate(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	// Lists a template's revisions, oldest first, with how many actors use
+	// each.
+	ListTemplateRevisions(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListTemplateRevisionsResponse], error)
+	// Builds the golden snapshot of a FAILED revision again.
+	RebuildTemplate(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Template], error)
+	// Moves every actor on an older revision of the template to the latest,
+	// each as UpdateActor would; actors that cannot move (not SUSPENDED or
+	// CRASHED, or a move that would lose state) stay and are reported.
+	RolloutTemplate(context.Context, *connect.Request[v1.RolloutTemplateRequest]) (*connect.Response[v1.RolloutTemplateResponse], error)
 }
 
 // NewTemplateServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -376,6 +453,24 @@ func NewTemplateServiceHandler(svc TemplateServiceHandler, opts ...connect.Handl
 		connect.WithSchema(templateServiceMethods.ByName("DeleteTemplate")),
 		connect.WithHandlerOptions(opts...),
 	)
+	templateServiceListTemplateRevisionsHandler := connect.NewUnaryHandler(
+		TemplateServiceListTemplateRevisionsProcedure,
+		svc.ListTemplateRevisions,
+		connect.WithSchema(templateServiceMethods.ByName("ListTemplateRevisions")),
+		connect.WithHandlerOptions(opts...),
+	)
+	templateServiceRebuildTemplateHandler := connect.NewUnaryHandler(
+		TemplateServiceRebuildTemplateProcedure,
+		svc.RebuildTemplate,
+		connect.WithSchema(templateServiceMethods.ByName("RebuildTemplate")),
+		connect.WithHandlerOptions(opts...),
+	)
+	templateServiceRolloutTemplateHandler := connect.NewUnaryHandler(
+		TemplateServiceRolloutTemplateProcedure,
+		svc.RolloutTemplate,
+		connect.WithSchema(templateServiceMethods.ByName("RolloutTemplate")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/torpor.v1.TemplateService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TemplateServiceCreateTemplateProcedure:
@@ -386,6 +481,12 @@ func NewTemplateServiceHandler(svc TemplateServiceHandler, opts ...connect.Handl
 			templateServiceListTemplatesHandler.ServeHTTP(w, r)
 		case TemplateServiceDeleteTemplateProcedure:
 			templateServiceDeleteTemplateHandler.ServeHTTP(w, r)
+		case TemplateServiceListTemplateRevisionsProcedure:
+			templateServiceListTemplateRevisionsHandler.ServeHTTP(w, r)
+		case TemplateServiceRebuildTemplateProcedure:
+			templateServiceRebuildTemplateHandler.ServeHTTP(w, r)
+		case TemplateServiceRolloutTemplateProcedure:
+			templateServiceRolloutTemplateHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -409,6 +510,18 @@ func (UnimplementedTemplateServiceHandler) ListTemplates(context.Context, *conne
 
 func (UnimplementedTemplateServiceHandler) DeleteTemplate(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.TemplateService.DeleteTemplate is not implemented"))
+}
+
+func (UnimplementedTemplateServiceHandler) ListTemplateRevisions(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListTemplateRevisionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.TemplateService.ListTemplateRevisions is not implemented"))
+}
+
+func (UnimplementedTemplateServiceHandler) RebuildTemplate(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Template], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.TemplateService.RebuildTemplate is not implemented"))
+}
+
+func (UnimplementedTemplateServiceHandler) RolloutTemplate(context.Context, *connect.Request[v1.RolloutTemplateRequest]) (*connect.Response[v1.RolloutTemplateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.TemplateService.RolloutTemplate is not implemented"))
 }
 
 // ActorServiceClient is a client for the torpor.v1.ActorService service.
