@@ -3,6 +3,7 @@ package validate
 import (
 	"fmt"
 	"path"
+	"strings"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 )
@@ -109,14 +110,8 @@ func container(p string, c *torporv1.Container, volumes map[string]bool, pinned 
 		envs[e.GetName()] = true
 	}
 	if probe := c.GetReadinessProbe(); probe != nil {
-		if probe.GetHttpGet() == nil {
-			return fieldErr(p+".readinessProbe.httpGet", "required")
-		}
-		if port := probe.GetHttpGet().GetPort(); port <= 0 || port > 65535 {
-			return fieldErr(p+".readinessProbe.httpGet.port", "%d is not a port", port)
-		}
-		if probe.GetTimeoutSeconds() < 0 {
-			return fieldErr(p+".readinessProbe.timeoutSeconds", "must not be negative")
+		if err := readinessProbe(p+".readinessProbe", probe); err != nil {
+			return err
 		}
 	}
 	paths := map[string]bool{}
@@ -133,6 +128,58 @@ func container(p string, c *torporv1.Container, volumes map[string]bool, pinned 
 			return fieldErr(mp+".path", "%q is mounted twice", m.GetPath())
 		}
 		paths[m.GetPath()] = true
+	}
+	return nil
+}
+
+func readinessProbe(p string, probe *torporv1.Probe) error {
+	var actions []string
+	if h := probe.GetHttpGet(); h != nil {
+		actions = append(actions, "httpGet")
+		if err := port(p+".httpGet.port", h.GetPort()); err != nil {
+			return err
+		}
+	}
+	if tcp := probe.GetTcpSocket(); tcp != nil {
+		actions = append(actions, "tcpSocket")
+		if err := port(p+".tcpSocket.port", tcp.GetPort()); err != nil {
+			return err
+		}
+	}
+	if e := probe.GetExec(); e != nil {
+		actions = append(actions, "exec")
+		cmd := e.GetCommand()
+		switch {
+		case len(cmd) == 0 || cmd[0] == "":
+			return fieldErr(p+".exec.command", "required: the program to run and its arguments")
+		case len(cmd) > maxStringsInList:
+			return fieldErr(p+".exec.command", "more than %d entries", maxStringsInList)
+		}
+		for j, s := range cmd {
+			if len(s) > maxStringLen {
+				return fieldErr(fmt.Sprintf("%s.exec.command[%d]", p, j), "longer than %d bytes", maxStringLen)
+			}
+		}
+	}
+	switch len(actions) {
+	case 0:
+		return fieldErr(p, "one of httpGet, tcpSocket or exec is required")
+	case 1:
+	default:
+		return fieldErr(p, "sets %s: set exactly one", strings.Join(actions, " and "))
+	}
+	if probe.GetTimeoutSeconds() < 0 {
+		return fieldErr(p+".timeoutSeconds", "must not be negative")
+	}
+	if probe.GetPeriodSeconds() < 0 {
+		return fieldErr(p+".periodSeconds", "must not be negative")
+	}
+	return nil
+}
+
+func port(p string, n int32) error {
+	if n <= 0 || n > 65535 {
+		return fieldErr(p, "%d is not a port", n)
 	}
 	return nil
 }
