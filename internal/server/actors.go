@@ -34,13 +34,13 @@ func (s *actorService) CreateActor(ctx context.Context, req *connect.Request[tor
 		if err := requireSpace(ctx, tx, meta.GetSpace()); err != nil {
 			return err
 		}
-		if err := requireTemplate(ctx, tx, meta.GetSpace(), a.GetSpec().GetTemplate()); err != nil {
+		rev, err := requireRevision(ctx, tx, meta.GetSpace(), a.GetSpec().GetTemplate(), a.GetSpec().GetTemplateRevision())
+		if err != nil {
 			return err
 		}
-		var err error
 		created, err = tx.Actors().Create(ctx, &torporv1.Actor{
 			Metadata: meta,
-			Spec:     &torporv1.ActorSpec{Template: a.GetSpec().GetTemplate(), WorkerSelector: a.GetSpec().GetWorkerSelector()},
+			Spec:     &torporv1.ActorSpec{Template: a.GetSpec().GetTemplate(), TemplateRevision: rev, WorkerSelector: a.GetSpec().GetWorkerSelector()},
 			Status: &torporv1.ActorStatus{
 				State:     torporv1.ActorState_ACTOR_STATE_SUSPENDED,
 				StateTime: timestamppb.New(time.Now()),
@@ -95,7 +95,10 @@ func (s *actorService) UpdateActor(ctx context.Context, req *connect.Request[tor
 			if err := validate.Name("actor.spec.template", in.GetSpec().GetTemplate()); err != nil {
 				return nil, apiError(err)
 			}
-			u.Template = in.GetSpec().GetTemplate()
+			if err := validate.Revision("actor.spec.templateRevision", in.GetSpec().GetTemplateRevision()); err != nil {
+				return nil, apiError(err)
+			}
+			u.Template, u.Revision = in.GetSpec().GetTemplate(), in.GetSpec().GetTemplateRevision()
 		default:
 			return nil, invalidArgument("updateMask", "%q cannot be updated (updatable: spec.worker_selector, spec.template)", p)
 		}
@@ -133,7 +136,7 @@ func (s *actorService) ResumeActor(ctx context.Context, req *connect.Request[tor
 	if err := keyOf(m.GetSpace(), m.GetName(), true); err != nil {
 		return nil, err
 	}
-	a, err := s.engine.Resume(ctx, m.GetSpace(), m.GetName(), workflow.ResumeOptions{Boot: m.GetBoot(), Snapshot: m.GetSnapshot()})
+	a, err := s.engine.Resume(ctx, m.GetSpace(), m.GetName(), workflow.ResumeOptions{Boot: m.GetBoot(), Snapshot: m.GetSnapshot(), AllowStateLoss: m.GetAllowStateLoss()})
 	if err != nil {
 		return nil, apiError(err)
 	}
@@ -178,14 +181,22 @@ func (s *actorService) ListActorEvents(ctx context.Context, req *connect.Request
 	return connect.NewResponse(resp), nil
 }
 
-func requireTemplate(ctx context.Context, tx store.Tx, space, name string) error {
-	if _, err := tx.Templates().Get(ctx, space, name); err != nil {
-		if isNotFound(err) {
-			return failedPrecondition("spec.template: template %s/%s does not exist", space, name)
-		}
-		return err
+// requireRevision returns the number of revision rev (0: the latest) of
+// template name, which a new actor may be created on: it exists and its
+// golden build did not fail. One still building is accepted: the actor's
+// first resume cold-boots until the golden snapshot is ready, and says so.
+func requireRevision(ctx context.Context, tx store.Tx, space, name string, rev int64) (int64, error) {
+	_, r, err := workflow.Revision(ctx, tx, space, name, rev)
+	if isNotFound(err) {
+		return 0, failedPrecondition("spec.template: %v", err)
 	}
-	return nil
+	if err != nil {
+		return 0, err
+	}
+	if err := workflow.Usable(r); err != nil {
+		return 0, err
+	}
+	return r.GetStatus().GetRevision(), nil
 }
 
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

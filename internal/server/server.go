@@ -130,7 +130,7 @@ func (s *Server) Handler() http.Handler {
 	}, strictJSONCodecs()...)
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store}, opts...))
-	mux.Handle(torporv1connect.NewTemplateServiceHandler(&templateService{store: s.store, created: s.wakeGoldens}, opts...))
+	mux.Handle(torporv1connect.NewTemplateServiceHandler(&templateService{store: s.store, engine: s.engine, created: s.wakeGoldens}, opts...))
 	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store}, opts...))
 	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store}, opts...))

@@ -121,32 +121,6 @@ func TestTemplateValidation(t *testing.T) {
 	}
 }
 
-func TestTemplatesAreImmutable(t *testing.T) {
-	c := startServer(t, filepath.Join(t.TempDir(), "t.db"))
-	ctx := context.Background()
-	first, err := c.templates.CreateTemplate(ctx, connect.NewRequest(&torporv1.CreateTemplateRequest{Template: counterTemplate("counter")}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := first.Msg.GetSpec().GetSnapshotPolicy().GetKeep(); got != 2 {
-		t.Errorf("default keep = %d, want 2", got)
-	}
-	if got := first.Msg.GetStatus().GetPhase(); got != torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING {
-		t.Errorf("phase = %v, want PENDING", got)
-	}
-	again, err := c.templates.CreateTemplate(ctx, connect.NewRequest(&torporv1.CreateTemplateRequest{Template: counterTemplate("counter")}))
-	if err != nil {
-		t.Fatalf("identical re-apply: %v", err)
-	}
-	if again.Msg.GetMetadata().GetUid() != first.Msg.GetMetadata().GetUid() || again.Msg.GetMetadata().GetVersion() != 1 {
-		t.Fatalf("identical re-apply changed the template: %v", again.Msg.GetMetadata())
-	}
-	changed := counterTemplate("counter")
-	changed.Spec.Containers[0].Args = []string{"--verbose"}
-	_, err = c.templates.CreateTemplate(ctx, connect.NewRequest(&torporv1.CreateTemplateRequest{Template: changed}))
-	wantCode(t, err, connect.CodeAlreadyExists, "immutable")
-}
-
 func TestActorLifecycleRecords(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "t.db")
 	c := startServer(t, db)

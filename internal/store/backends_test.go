@@ -53,7 +53,7 @@ func meta(space, name string) *torporv1.ObjectMeta {
 func newActor(space, name string) *torporv1.Actor {
 	return &torporv1.Actor{
 		Metadata: meta(space, name),
-		Spec:     &torporv1.ActorSpec{Template: "base"},
+		Spec:     &torporv1.ActorSpec{Template: "base", TemplateRevision: 1},
 		Status:   &torporv1.ActorStatus{State: torporv1.ActorState_ACTOR_STATE_SUSPENDED},
 	}
 }

@@ -497,7 +497,7 @@ func testListFilters(t *testing.T, b backend) {
 		return a
 	}
 	otherTemplate := newActor("s1", "c")
-	otherTemplate.Spec.Template = "python"
+	otherTemplate.Spec.Template, otherTemplate.Spec.TemplateRevision = "python", 2
 	for _, a := range []*torporv1.Actor{
 		newActor("s1", "a"), running(newActor("s1", "b"), "slot-1"), otherTemplate,
 		running(newActor("s2", "a"), "slot-2"), newActor("s2", "b"),
@@ -512,21 +512,29 @@ func testListFilters(t *testing.T, b backend) {
 		mustCreate(t, ctx, s.Workers(), w)
 	}
 	for _, sn := range []*torporv1.Snapshot{
-		{Metadata: meta("s1", "snap-1"), ActorUid: "uid-a", Node: "node-1"},
-		{Metadata: meta("s1", "snap-2"), ActorUid: "uid-a"},
-		{Metadata: meta("s1", "snap-3"), ActorUid: "uid-b", Node: "node-1"},
+		{Metadata: meta("s1", "snap-1"), ActorUid: "uid-a", Node: "node-1", TemplateUid: "uid-base-1"},
+		{Metadata: meta("s1", "snap-2"), ActorUid: "uid-a", TemplateUid: "uid-base-2"},
+		{Metadata: meta("s1", "snap-3"), ActorUid: "uid-b", Node: "node-1", TemplateUid: "uid-base-1"},
 	} {
 		mustCreate(t, ctx, s.Snapshots(), sn)
 	}
 	ready := &torporv1.Template{Metadata: meta("s1", "python"), Status: &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY}}
 	mustCreate(t, ctx, s.Templates(), ready)
 	mustCreate(t, ctx, s.Templates(), &torporv1.Template{Metadata: meta("s1", "base")})
+	for _, r := range []*torporv1.Template{
+		{Metadata: meta("s1", "base@1"), Status: &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY}},
+		{Metadata: meta("s1", "base@2"), Status: &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING}},
+		{Metadata: meta("s1", "python@1"), Status: &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING}},
+	} {
+		mustCreate(t, ctx, s.Revisions(), r)
+	}
 
 	listers := map[string]func(store.ListOptions) []string{
 		"actors":    func(o store.ListOptions) []string { return listAll(t, ctx, s.Actors(), o) },
 		"workers":   func(o store.ListOptions) []string { return listAll(t, ctx, s.Workers(), o) },
 		"snapshots": func(o store.ListOptions) []string { return listAll(t, ctx, s.Snapshots(), o) },
 		"templates": func(o store.ListOptions) []string { return listAll(t, ctx, s.Templates(), o) },
+		"revisions": func(o store.ListOptions) []string { return listAll(t, ctx, s.Revisions(), o) },
 	}
 	actors := listers["actors"]
 	cases := []struct {
@@ -539,10 +547,11 @@ func testListFilters(t *testing.T, b backend) {
 		{"actors by short state", "actors", store.ListOptions{Filter: store.Filter{"state": "suspended"}}, []string{"s1/a", "s1/c", "s2/b"}},
 		{"actors by state in a space", "actors", store.ListOptions{Space: "s2", Filter: store.Filter{"state": "RUNNING"}}, []string{"s2/a"}},
 		{"actors by state, paged", "actors", store.ListOptions{PageSize: 1, Filter: store.Filter{"state": "SUSPENDED"}}, []string{"s1/a", "s1/c", "s2/b"}},
-		{"actors by template", "actors", store.ListOptions{Filter: store.Filter{"template": "python"}}, []string{"s1/c"}},
+		{"actors by template revision", "actors", store.ListOptions{Filter: store.Filter{"template": "python@2"}}, []string{"s1/c"}},
+		{"actors by another revision", "actors", store.ListOptions{Filter: store.Filter{"template": "python@1"}}, nil},
 		{"actors by worker", "actors", store.ListOptions{Filter: store.Filter{"worker": store.WorkerKey("torpor", "slot-2")}}, []string{"s2/a"}},
 		{"actors without worker", "actors", store.ListOptions{Filter: store.Filter{"worker": ""}}, []string{"s1/a", "s1/c", "s2/b"}},
-		{"actors by two fields", "actors", store.ListOptions{Filter: store.Filter{"state": "SUSPENDED", "template": "base"}}, []string{"s1/a", "s2/b"}},
+		{"actors by two fields", "actors", store.ListOptions{Filter: store.Filter{"state": "SUSPENDED", "template": "base@1"}}, []string{"s1/a", "s2/b"}},
 		{"no match", "actors", store.ListOptions{Filter: store.Filter{"state": "PAUSED"}}, nil},
 		{"free workers", "workers", store.ListOptions{Filter: store.Filter{"actor": ""}}, []string{"torpor/slot-2", "torpor/slot-3"}},
 		{"workers by actor", "workers", store.ListOptions{Filter: store.Filter{"actor": "uid-b"}}, []string{"torpor/slot-1"}},
@@ -550,7 +559,10 @@ func testListFilters(t *testing.T, b backend) {
 		{"free workers of a pool", "workers", store.ListOptions{Filter: store.Filter{"pool": "small", "actor": ""}}, []string{"torpor/slot-3"}},
 		{"snapshots by actor", "snapshots", store.ListOptions{Filter: store.Filter{"actor_uid": "uid-a"}}, []string{"s1/snap-1", "s1/snap-2"}},
 		{"snapshots by node", "snapshots", store.ListOptions{Filter: store.Filter{"node": "node-1"}}, []string{"s1/snap-1", "s1/snap-3"}},
+		{"snapshots by template revision", "snapshots", store.ListOptions{Filter: store.Filter{"template_uid": "uid-base-1"}}, []string{"s1/snap-1", "s1/snap-3"}},
 		{"templates by phase", "templates", store.ListOptions{Filter: store.Filter{"phase": "READY"}}, []string{"s1/python"}},
+		{"revisions by phase", "revisions", store.ListOptions{Filter: store.Filter{"phase": "PENDING"}}, []string{"s1/base@2", "s1/python@1"}},
+		{"revisions of a template", "revisions", store.ListOptions{Filter: store.Filter{"template": "base"}}, []string{"s1/base@1", "s1/base@2"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

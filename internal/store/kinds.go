@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // The kinds and their indexed filter columns (documented on Tx). A column
@@ -16,9 +17,15 @@ var (
 	templateKind = newKind("template", "templates",
 		enumColumn("phase", func(t *torporv1.Template) torporv1.TemplatePhase { return t.GetStatus().GetPhase() }),
 	)
+	revisionKind = newKind("template revision", "template_revisions",
+		enumColumn("phase", func(t *torporv1.Template) torporv1.TemplatePhase { return t.GetStatus().GetPhase() }),
+		textColumn("template", func(t *torporv1.Template) string { return validate.TemplateOfRevision(t.GetMetadata().GetName()) }),
+	)
 	actorKind = newKind("actor", "actors",
 		enumColumn("state", func(a *torporv1.Actor) torporv1.ActorState { return a.GetStatus().GetState() }),
-		textColumn("template", func(a *torporv1.Actor) string { return a.GetSpec().GetTemplate() }),
+		textColumn("template", func(a *torporv1.Actor) string {
+			return validate.RevisionName(a.GetSpec().GetTemplate(), a.GetSpec().GetTemplateRevision())
+		}),
 		textColumn("worker", func(a *torporv1.Actor) string {
 			w := a.GetStatus().GetWorker()
 			return WorkerKey(w.GetNamespace(), w.GetName())
@@ -32,6 +39,7 @@ var (
 	snapshotKind = newKind("snapshot", "snapshots",
 		textColumn("actor_uid", (*torporv1.Snapshot).GetActorUid),
 		textColumn("node", (*torporv1.Snapshot).GetNode),
+		textColumn("template_uid", (*torporv1.Snapshot).GetTemplateUid),
 	)
 	nodeKind = newKind[*torporv1.Node]("node", "nodes")
 )

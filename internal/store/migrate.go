@@ -13,6 +13,7 @@ import (
 	"time"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // DefaultSpace exists in every store from its first Open.
@@ -32,6 +33,7 @@ type migration struct {
 // codeMigrations are steps that need Go (records hold serialized protobuf).
 var codeMigrations = []migration{
 	{version: 2, name: "default_space", apply: createDefaultSpace},
+	{version: 5, name: "first_revisions", apply: firstRevisions},
 }
 
 func createDefaultSpace(ctx context.Context, tx *sql.Tx, _ *dialect) error {
@@ -39,6 +41,67 @@ func createDefaultSpace(ctx context.Context, tx *sql.Tx, _ *dialect) error {
 		Metadata: &torporv1.ObjectMeta{Name: DefaultSpace},
 	})
 	return err
+}
+
+// firstRevisions makes each existing template its own revision 1, under
+// the template's uid, so the snapshots and actors built on it stay on it;
+// the template record keeps only the pointer to its latest revision. Actors
+// name revision 1, and every record is written again so that the indexed
+// columns of step 4 hold their values.
+func firstRevisions(ctx context.Context, tx *sql.Tx, _ *dialect) error {
+	v := newView(executor{read: tx, write: tx})
+	err := rewriteAll(ctx, v.Templates(), func(t *torporv1.Template) error {
+		m := t.GetMetadata()
+		st := t.GetStatus()
+		if _, err := v.Revisions().Create(ctx, &torporv1.Template{
+			Metadata: &torporv1.ObjectMeta{Space: m.GetSpace(), Name: validate.RevisionName(m.GetName(), 1), Uid: m.GetUid(), Labels: m.GetLabels()},
+			Spec:     t.GetSpec(),
+			Status:   &torporv1.TemplateStatus{Phase: st.GetPhase(), Message: st.GetMessage(), GoldenSnapshot: st.GetGoldenSnapshot(), Revision: 1},
+		}); err != nil {
+			return err
+		}
+		t.Spec = nil
+		t.Status = &torporv1.TemplateStatus{LatestRevision: 1}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = rewriteAll(ctx, v.Actors(), func(a *torporv1.Actor) error {
+		if a.GetSpec().GetTemplateRevision() == 0 {
+			a.Spec.TemplateRevision = 1
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return rewriteAll(ctx, v.Snapshots(), func(*torporv1.Snapshot) error { return nil })
+}
+
+// rewriteAll applies change to every record of c and writes it back.
+// Writes go in (space, name) order behind the page token, so paging is
+// not disturbed by them.
+func rewriteAll[T Object](ctx context.Context, c Collection[T], change func(T) error) error {
+	token := ""
+	for {
+		page, next, err := c.List(ctx, ListOptions{PageSize: 500, PageToken: token})
+		if err != nil {
+			return err
+		}
+		for _, obj := range page {
+			if err := change(obj); err != nil {
+				return err
+			}
+			if _, err := c.Update(ctx, obj); err != nil {
+				return err
+			}
+		}
+		if next == "" {
+			return nil
+		}
+		token = next
+	}
 }
 
 // migrations lists every step in order, from the embedded SQL files

@@ -28,6 +28,7 @@ type view struct {
 	ex        executor
 	spaces    *collection[*torporv1.Space]
 	templates *collection[*torporv1.Template]
+	revisions *collection[*torporv1.Template]
 	actors    *collection[*torporv1.Actor]
 	workers   *collection[*torporv1.Worker]
 	snapshots *collection[*torporv1.Snapshot]
@@ -39,6 +40,7 @@ func newView(ex executor) *view {
 		ex:        ex,
 		spaces:    &collection[*torporv1.Space]{kind: spaceKind, ex: ex},
 		templates: &collection[*torporv1.Template]{kind: templateKind, ex: ex},
+		revisions: &collection[*torporv1.Template]{kind: revisionKind, ex: ex},
 		actors:    &collection[*torporv1.Actor]{kind: actorKind, ex: ex},
 		workers:   &collection[*torporv1.Worker]{kind: workerKind, ex: ex},
 		snapshots: &collection[*torporv1.Snapshot]{kind: snapshotKind, ex: ex},
@@ -48,6 +50,7 @@ func newView(ex executor) *view {
 
 func (v *view) Spaces() Collection[*torporv1.Space]       { return v.spaces }
 func (v *view) Templates() Collection[*torporv1.Template] { return v.templates }
+func (v *view) Revisions() Collection[*torporv1.Template] { return v.revisions }
 func (v *view) Actors() Collection[*torporv1.Actor]       { return v.actors }
 func (v *view) Workers() Collection[*torporv1.Worker]     { return v.workers }
 func (v *view) Snapshots() Collection[*torporv1.Snapshot] { return v.snapshots }

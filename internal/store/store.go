@@ -78,12 +78,19 @@ type Event struct {
 
 // Tx is the set of collections, bound to a transaction inside InTx.
 //
-// Indexed filter fields: actors "state", "template", "worker" (namespace/name);
-// workers "node", "pool", "actor" (actor uid, "" for free); snapshots
-// "actor_uid", "node"; templates "phase"; nodes none.
+// Indexed filter fields: actors "state", "template" (the revision's name,
+// "NAME@REV"), "worker" (namespace/name); workers "node", "pool", "actor"
+// (actor uid, "" for free); snapshots "actor_uid", "node", "template_uid";
+// templates "phase"; template revisions "phase", "template" (the template's
+// name); nodes none.
 type Tx interface {
 	Spaces() Collection[*torporv1.Space]
+	// Templates holds one record per template name: its metadata, and the
+	// latest revision's number in status.latest_revision.
 	Templates() Collection[*torporv1.Template]
+	// Revisions holds the immutable revisions of templates, each named
+	// "NAME@REV" (validate.RevisionName) with its own uid, spec and status.
+	Revisions() Collection[*torporv1.Template]
 	Actors() Collection[*torporv1.Actor]
 	Workers() Collection[*torporv1.Worker]
 	Snapshots() Collection[*torporv1.Snapshot]

@@ -111,6 +111,9 @@ func (s *sqlStore) Spaces() Collection[*torporv1.Space] {
 func (s *sqlStore) Templates() Collection[*torporv1.Template] {
 	return retrying[*torporv1.Template]{s.view.templates}
 }
+func (s *sqlStore) Revisions() Collection[*torporv1.Template] {
+	return retrying[*torporv1.Template]{s.view.revisions}
+}
 func (s *sqlStore) Actors() Collection[*torporv1.Actor] {
 	return retrying[*torporv1.Actor]{s.view.actors}
 }

@@ -89,6 +89,9 @@ func ActorSpec(spec *torporv1.ActorSpec) error {
 	if err := Name("spec.template", spec.GetTemplate()); err != nil {
 		return err
 	}
+	if err := Revision("spec.templateRevision", spec.GetTemplateRevision()); err != nil {
+		return err
+	}
 	return Labels("spec.workerSelector", spec.GetWorkerSelector())
 }
 

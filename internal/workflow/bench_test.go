@@ -134,17 +134,13 @@ func newBenchFleet(tb testing.TB, storeURL string, idle int) *benchFleet {
 				}
 			}
 		}
-		if _, err := tx.Templates().Create(ctx, &torporv1.Template{
-			Metadata: &torporv1.ObjectMeta{Space: "default", Name: "counter"},
-			Spec: &torporv1.TemplateSpec{
-				SandboxClass: "gvisor",
-				Containers:   []*torporv1.Container{{Name: "main", Image: "img"}},
-				SnapshotPolicy: &torporv1.SnapshotPolicy{
-					OnCommit: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, Keep: 2,
-					OnResume: &torporv1.OnResume{FromData: torporv1.FromData_FROM_DATA_COLD_BOOT},
-				},
+		if _, _, err := ApplyTemplate(ctx, tx, &torporv1.ObjectMeta{Space: "default", Name: "counter"}, &torporv1.TemplateSpec{
+			SandboxClass: "gvisor",
+			Containers:   []*torporv1.Container{{Name: "main", Image: "img"}},
+			SnapshotPolicy: &torporv1.SnapshotPolicy{
+				OnCommit: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, Keep: 2,
+				OnResume: &torporv1.OnResume{FromData: torporv1.FromData_FROM_DATA_COLD_BOOT},
 			},
-			Status: &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING},
 		}); err != nil {
 			return err
 		}
@@ -152,7 +148,7 @@ func newBenchFleet(tb testing.TB, storeURL string, idle int) *benchFleet {
 			name := fmt.Sprintf("a%d", i)
 			if _, err := tx.Actors().Create(ctx, &torporv1.Actor{
 				Metadata: &torporv1.ObjectMeta{Space: "default", Name: name},
-				Spec:     &torporv1.ActorSpec{Template: "counter"},
+				Spec:     &torporv1.ActorSpec{Template: "counter", TemplateRevision: 1},
 				Status:   &torporv1.ActorStatus{State: torporv1.ActorState_ACTOR_STATE_SUSPENDED},
 			}); err != nil {
 				return err
@@ -162,7 +158,7 @@ func newBenchFleet(tb testing.TB, storeURL string, idle int) *benchFleet {
 		for i := range idle {
 			if _, err := tx.Actors().Create(ctx, &torporv1.Actor{
 				Metadata: &torporv1.ObjectMeta{Space: "default", Name: fmt.Sprintf("idle-%d", i)},
-				Spec:     &torporv1.ActorSpec{Template: "counter"},
+				Spec:     &torporv1.ActorSpec{Template: "counter", TemplateRevision: 1},
 				Status:   &torporv1.ActorStatus{State: torporv1.ActorState_ACTOR_STATE_SUSPENDED},
 			}); err != nil {
 				return err

@@ -340,10 +340,7 @@ func TestGoldenBuildWaitsForItsNode(t *testing.T) {
 	if err := e.engine.BuildGoldens(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := e.store.Templates().Get(e.ctx, "default", "counter")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tmpl := e.revision("counter@1")
 	if got := tmpl.GetStatus().GetPhase(); got != torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING {
 		t.Fatalf("golden build on a node that does not answer: %v (%s), want PENDING", got, tmpl.GetStatus().GetMessage())
 	}
@@ -352,9 +349,7 @@ func TestGoldenBuildWaitsForItsNode(t *testing.T) {
 	if err := e.engine.BuildGoldens(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if tmpl, err = e.store.Templates().Get(e.ctx, "default", "counter"); err != nil {
-		t.Fatal(err)
-	}
+	tmpl = e.revision("counter@1")
 	if got := tmpl.GetStatus().GetPhase(); got != torporv1.TemplatePhase_TEMPLATE_PHASE_READY {
 		t.Fatalf("golden build with the node back: %v (%s), want READY", got, tmpl.GetStatus().GetMessage())
 	}

@@ -17,11 +17,12 @@ import (
 // actor; the template's uid stands in for the actor's.
 const goldenActorPrefix = "golden:"
 
-// BuildGoldens builds the golden snapshot of every PENDING template: boot
-// it on a free worker, wait for readiness, checkpoint FULL to snapshot
-// storage, record it. A template waits in PENDING while no worker is free.
+// BuildGoldens builds the golden snapshot of every PENDING template
+// revision: boot it on a free worker, wait for readiness, checkpoint FULL to
+// snapshot storage, record it. A revision waits in PENDING while no worker
+// is free.
 func (e *Engine) BuildGoldens(ctx context.Context) error {
-	templates, err := listAll(ctx, e.store.Templates(), store.ListOptions{Filter: store.Filter{"phase": torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING.String()}})
+	templates, err := listAll(ctx, e.store.Revisions(), store.ListOptions{Filter: store.Filter{"phase": torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING.String()}})
 	if err != nil {
 		return err
 	}
@@ -46,7 +47,7 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 	w, err := scheduler.Pick(free, live, scheduler.Request{SandboxClass: t.GetSpec().GetSandboxClass()})
 	var noWorker *scheduler.NoWorkerError
 	if errors.As(err, &noWorker) {
-		return e.setTemplateStatus(ctx, t, torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, "waiting for a worker: "+err.Error(), "")
+		return e.setTemplateStatus(ctx, t, torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, "waiting for a worker: "+err.Error())
 	}
 	if err != nil {
 		return err
@@ -63,7 +64,7 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 			return err
 		}
 		var err error
-		building, err = tx.Templates().Update(ctx, t)
+		building, err = tx.Revisions().Update(ctx, t)
 		return err
 	})
 	if errors.Is(err, store.ErrConflict) {
@@ -85,24 +86,25 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 			if err := releaseWorker(ctx, tx, ref, t.GetMetadata().GetUid()); err != nil {
 				return err
 			}
-			cur, err := tx.Templates().Get(ctx, t.GetMetadata().GetSpace(), t.GetMetadata().GetName())
+			cur, err := tx.Revisions().Get(ctx, t.GetMetadata().GetSpace(), t.GetMetadata().GetName())
 			if err != nil || cur.GetMetadata().GetUid() != t.GetMetadata().GetUid() {
 				return err // deleted meanwhile
 			}
+			rev := cur.GetStatus().GetRevision()
 			switch {
 			case buildErr != nil && unreachable(buildErr):
 				// A node restarting is no fault of the template's: build
 				// it again, on whichever worker is free then.
-				cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, Message: "node did not answer, building again: " + connectMessage(buildErr)}
+				cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, Message: "node did not answer, building again: " + connectMessage(buildErr), Revision: rev}
 			case buildErr != nil:
-				cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_FAILED, Message: connectMessage(buildErr)}
+				cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_FAILED, Message: connectMessage(buildErr), Revision: rev}
 			default:
 				if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
 					return err
 				}
-				cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY, GoldenSnapshot: snap.GetMetadata().GetName()}
+				cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY, GoldenSnapshot: snap.GetMetadata().GetName(), Revision: rev}
 			}
-			_, err = tx.Templates().Update(ctx, cur)
+			_, err = tx.Revisions().Update(ctx, cur)
 			return err
 		})
 	})
@@ -157,22 +159,22 @@ func (e *Engine) runGolden(ctx context.Context, t *torporv1.Template, w *torporv
 	}, nil
 }
 
-func (e *Engine) setTemplateStatus(ctx context.Context, t *torporv1.Template, phase torporv1.TemplatePhase, msg, golden string) error {
+func (e *Engine) setTemplateStatus(ctx context.Context, t *torporv1.Template, phase torporv1.TemplatePhase, msg string) error {
 	if t.GetStatus().GetPhase() == phase && t.GetStatus().GetMessage() == msg {
 		return nil
 	}
-	t.Status = &torporv1.TemplateStatus{Phase: phase, Message: msg, GoldenSnapshot: golden}
-	_, err := e.store.Templates().Update(ctx, t)
+	t.Status = &torporv1.TemplateStatus{Phase: phase, Message: msg, Revision: t.GetStatus().GetRevision()}
+	_, err := e.store.Revisions().Update(ctx, t)
 	if errors.Is(err, store.ErrConflict) {
 		return nil
 	}
 	return err
 }
 
-// RequeueGoldens sends templates left BUILDING by a stopped control plane
+// RequeueGoldens sends revisions left BUILDING by a stopped control plane
 // back to PENDING, releasing their workers, so they are built again.
 func (e *Engine) RequeueGoldens(ctx context.Context) error {
-	templates, err := listAll(ctx, e.store.Templates(), store.ListOptions{Filter: store.Filter{"phase": torporv1.TemplatePhase_TEMPLATE_PHASE_BUILDING.String()}})
+	templates, err := listAll(ctx, e.store.Revisions(), store.ListOptions{Filter: store.Filter{"phase": torporv1.TemplatePhase_TEMPLATE_PHASE_BUILDING.String()}})
 	if err != nil {
 		return err
 	}
@@ -192,7 +194,7 @@ func (e *Engine) RequeueGoldens(ctx context.Context) error {
 			}
 			errs = append(errs, e.store.InTx(ctx, func(tx store.Tx) error { return releaseWorker(ctx, tx, ref, t.GetMetadata().GetUid()) }))
 		}
-		errs = append(errs, e.setTemplateStatus(ctx, t, torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, "requeued after a control plane restart", ""))
+		errs = append(errs, e.setTemplateStatus(ctx, t, torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, "requeued after a control plane restart"))
 	}
 	return errors.Join(errs...)
 }

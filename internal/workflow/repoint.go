@@ -12,6 +12,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // SpecUpdate changes an actor's spec.
@@ -20,21 +21,31 @@ type SpecUpdate struct {
 	Version int64
 	// Selector, when non-nil, replaces the worker selector.
 	Selector *map[string]string
-	// Template, when non-empty and different, repoints the actor.
+	// Template, when non-empty, moves the actor to revision Revision of
+	// this template (0: its latest), unless it is already there.
 	Template string
-	// AllowStateLoss accepts a repoint that discards all of the actor's
-	// state (its snapshot holds no durable data).
+	Revision int64
+	// AllowStateLoss accepts a move that loses state (see CheckMove).
 	AllowStateLoss bool
 }
 
-// UpdateSpec applies u in one transaction. A repoint is allowed only while
-// the actor is SUSPENDED or CRASHED, checked in the same transaction as
-// the write, so it cannot interleave with a resume: a resume claims the
-// actor by a compare-and-set on its version, which this write bumps
-// (invariant 7).
+// UpdateSpec applies u in one transaction. A move to another template
+// revision is allowed only while the actor is SUSPENDED or CRASHED,
+// checked in the same transaction as the write, so it cannot interleave
+// with a resume: a resume claims the actor by a compare-and-set on its
+// version, which this write bumps (invariant 7).
 func (e *Engine) UpdateSpec(ctx context.Context, space, name string, u SpecUpdate) (*torporv1.Actor, error) {
+	a, _, err := e.updateSpec(ctx, space, name, u)
+	return a, err
+}
+
+// updateSpec is UpdateSpec, also returning what a move costs (the history
+// entry it wrote), empty when nothing moved.
+func (e *Engine) updateSpec(ctx context.Context, space, name string, u SpecUpdate) (*torporv1.Actor, string, error) {
 	var out *torporv1.Actor
+	var cost string
 	err := e.store.InTx(ctx, func(tx store.Tx) error {
+		out, cost = nil, ""
 		a, err := tx.Actors().Get(ctx, space, name)
 		if err != nil {
 			return err
@@ -48,63 +59,101 @@ func (e *Engine) UpdateSpec(ctx context.Context, space, name string, u SpecUpdat
 		if u.Selector != nil {
 			a.Spec.WorkerSelector = *u.Selector
 		}
-		var repointed *transition
-		if u.Template != "" && u.Template != a.GetSpec().GetTemplate() {
-			if repointed, err = e.repoint(ctx, tx, a, u); err != nil {
+		var moved *transition
+		if u.Template != "" {
+			if moved, err = e.repoint(ctx, tx, a, u); err != nil {
 				return err
 			}
 		}
 		if out, err = tx.Actors().Update(ctx, a); err != nil {
 			return err
 		}
-		if repointed != nil {
-			return e.record(ctx, tx, a.GetMetadata().GetUid(), *repointed)
+		if moved != nil {
+			cost = moved.reason
+			return e.record(ctx, tx, a.GetMetadata().GetUid(), *moved)
 		}
 		return nil
 	})
 	if errors.Is(err, store.ErrConflict) {
-		return nil, codeError(connect.CodeAborted, "actor %s/%s changed during the update: retry", space, name)
+		return nil, "", codeError(connect.CodeAborted, "actor %s/%s changed during the update: retry", space, name)
 	}
-	return out, err
+	return out, cost, err
 }
 
+// repoint moves a to the revision u names, unless it is there already
+// (then it returns no transition). The move is checked against the
+// template the actor's latest snapshot was built on, with the same rules
+// the resume's claim applies (CheckMove); a loss the request accepts is
+// recorded on the actor for that claim.
 func (e *Engine) repoint(ctx context.Context, tx store.Tx, a *torporv1.Actor, u SpecUpdate) (*transition, error) {
+	space := a.GetMetadata().GetSpace()
+	_, next, err := Revision(ctx, tx, space, u.Template, u.Revision)
+	missing := errors.Is(err, store.ErrNotFound)
+	if err != nil && !missing {
+		return nil, err
+	}
+	rev := next.GetStatus().GetRevision()
+	if !missing && u.Template == a.GetSpec().GetTemplate() && rev == a.GetSpec().GetTemplateRevision() {
+		return nil, nil
+	}
 	state := a.GetStatus().GetState()
 	if state != torporv1.ActorState_ACTOR_STATE_SUSPENDED && state != torporv1.ActorState_ACTOR_STATE_CRASHED {
 		return nil, codeError(connect.CodeFailedPrecondition, "actor %s is %s: the template can change only while SUSPENDED or CRASHED", actorKey(a), stateName(state))
 	}
-	space := a.GetMetadata().GetSpace()
-	next, err := tx.Templates().Get(ctx, space, u.Template)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, codeError(connect.CodeFailedPrecondition, "spec.template: template %s/%s does not exist", space, u.Template)
+	if missing {
+		return nil, codeError(connect.CodeFailedPrecondition, "spec.template: %v", err)
 	}
-	if err != nil {
+	if err := Usable(next); err != nil {
 		return nil, err
 	}
-	reason := fmt.Sprintf("template repointed from %s to %s", a.GetSpec().GetTemplate(), u.Template)
+	from := validate.RevisionName(a.GetSpec().GetTemplate(), a.GetSpec().GetTemplateRevision())
+	reason := fmt.Sprintf("template moved from %s to %s", from, next.GetMetadata().GetName())
+	a.Status.AcceptedStateLoss = nil
 	if latest := a.GetStatus().GetLatestSnapshot(); latest != "" {
 		snap, err := tx.Snapshots().Get(ctx, space, latest)
 		if err != nil {
 			return nil, fmt.Errorf("actor %s: latest snapshot %s: %w", actorKey(a), latest, err)
 		}
-		// Compare with the template the snapshot's guest state was built
-		// on, kept with the snapshot: a deleted old template or a chain of
-		// repoints cannot skip the check.
-		if err := CheckRepoint(snap.GetTemplateSpec(), next.GetSpec()); err != nil {
-			return nil, codeError(connect.CodeFailedPrecondition, "actor %s cannot move from template %s (the one its snapshot %s was built on) to %s: %v",
-				actorKey(a), snap.GetTemplateName(), latest, u.Template, err)
-		}
-		if !snap.GetHasData() {
-			if !u.AllowStateLoss {
-				return nil, codeError(connect.CodeFailedPrecondition, "actor %s: snapshot %s holds no durable data, so a repoint discards all of its state; pass --allow-state-loss to accept that", actorKey(a), latest)
-			}
-			reason += "; all state discarded (the snapshot holds no durable data)"
-		} else if snap.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL {
+		loss, err := CheckMove(snap, next)
+		switch {
+		case err != nil:
+			return nil, codeError(connect.CodeFailedPrecondition, "actor %s cannot move from %s (the template its snapshot %s was built on) to %s: %v",
+				actorKey(a), snap.GetTemplateName(), latest, next.GetMetadata().GetName(), err)
+		case loss != "" && !u.AllowStateLoss:
+			return nil, codeError(connect.CodeFailedPrecondition, "actor %s: moving from %s (the template its snapshot %s was built on) to %s loses state: %s; pass --allow-state-loss to accept that",
+				actorKey(a), snap.GetTemplateName(), latest, next.GetMetadata().GetName(), loss)
+		case loss != "":
+			a.Status.AcceptedStateLoss = &torporv1.AcceptedStateLoss{Snapshot: latest, TemplateUid: next.GetMetadata().GetUid(), Loss: loss}
+			reason += "; state loss accepted: " + loss
+		case snap.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL:
 			reason += "; process memory will be discarded, durable data kept"
 		}
 	}
-	a.Spec.Template = u.Template
+	a.Spec.Template, a.Spec.TemplateRevision = u.Template, rev
 	return &transition{from: state, to: state, reason: reason}, nil
+}
+
+// CheckMove says what restoring snapshot snap under template revision next
+// loses, when next is not the revision snap was captured under: "" when
+// nothing but process memory (a DATA restore keeps every durable volume at
+// its place). A volume next lacks or mounts elsewhere, or a FULL snapshot
+// without durable data (all of its state is memory), is a loss the user
+// must accept. A different sandbox class is an error: snapshots never cross
+// classes. Every path that restores a snapshot under another revision
+// (a move, a rollout, a resume of an older snapshot, a template deleted
+// and created again) runs this, in the resume's claim (invariant 7).
+func CheckMove(snap *torporv1.Snapshot, next *torporv1.Template) (loss string, err error) {
+	old := snap.GetTemplateSpec()
+	if o, n := old.GetSandboxClass(), next.GetSpec().GetSandboxClass(); o != n {
+		return "", fmt.Errorf("sandbox class %q differs from %q: snapshots never cross sandbox classes", n, o)
+	}
+	if err := CheckRepoint(old, next.GetSpec()); err != nil {
+		return err.Error(), nil
+	}
+	if !snap.GetHasData() && snap.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL {
+		return "all state discarded (the snapshot holds no durable data, only memory)", nil
+	}
+	return "", nil
 }
 
 // CheckRepoint says whether guest data built on template old can be

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/store"
 )
 
 func spec(class string, volumes []string, containers map[string][]string) *torporv1.TemplateSpec {
@@ -65,7 +66,7 @@ func repointEnv(t *testing.T, bFromData torporv1.FromData) *env {
 	e.createTemplateSpec("a", spec("gvisor", []string{"data"}, map[string][]string{"main": {"data:/data"}}), torporv1.FromData_FROM_DATA_COLD_BOOT)
 	e.createTemplateSpec("b", spec("gvisor", []string{"data"}, map[string][]string{"main": {"data:/data"}}), bFromData)
 	a := e.createActor("c1")
-	a.Spec.Template = "a"
+	a.Spec.Template, a.Spec.TemplateRevision = "a", 1
 	if _, err := e.store.Actors().Update(e.ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -80,9 +81,11 @@ func (e *env) createTemplateSpec(name string, s *torporv1.TemplateSpec, fromData
 		OnPause: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, OnCommit: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
 		OnResume: &torporv1.OnResume{FromData: fromData}, Keep: 2,
 	}
-	tmpl, err := e.store.Templates().Create(e.ctx, &torporv1.Template{
-		Metadata: &torporv1.ObjectMeta{Space: "default", Name: name}, Spec: s,
-		Status: &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING},
+	var tmpl *torporv1.Template
+	err := e.store.InTx(e.ctx, func(tx store.Tx) error {
+		var err error
+		tmpl, _, err = ApplyTemplate(e.ctx, tx, &torporv1.ObjectMeta{Space: "default", Name: name}, s)
+		return err
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -134,7 +137,7 @@ func TestRepointWithoutDurableDataNeedsConsent(t *testing.T) {
 	e.createTemplateSpec("a", spec("gvisor", nil, map[string][]string{"main": nil}), torporv1.FromData_FROM_DATA_COLD_BOOT)
 	e.createTemplateSpec("b", spec("gvisor", nil, map[string][]string{"main": nil}), torporv1.FromData_FROM_DATA_COLD_BOOT)
 	a := e.createActor("c1")
-	a.Spec.Template = "a"
+	a.Spec.Template, a.Spec.TemplateRevision = "a", 1
 	if _, err := e.store.Actors().Update(e.ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -162,9 +165,9 @@ func TestRepointWithoutDurableDataNeedsConsent(t *testing.T) {
 
 func TestRepointOntoGoldenTemplate(t *testing.T) {
 	e := repointEnv(t, torporv1.FromData_FROM_DATA_GOLDEN)
-	b, _ := e.store.Templates().Get(e.ctx, "default", "b")
-	b.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY, GoldenSnapshot: "golden-b"}
-	if _, err := e.store.Templates().Update(e.ctx, b); err != nil {
+	b := e.revision("b@1")
+	b.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY, GoldenSnapshot: "golden-b", Revision: 1}
+	if _, err := e.store.Revisions().Update(e.ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.Snapshots().Create(e.ctx, &torporv1.Snapshot{Metadata: &torporv1.ObjectMeta{Space: "default", Name: "golden-b"}, ActorUid: b.GetMetadata().GetUid(), TemplateUid: b.GetMetadata().GetUid(), Scope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, Location: "default/b/golden-b"}); err != nil {
@@ -221,7 +224,7 @@ func TestRepointRacingResume(t *testing.T) {
 			}
 		}})
 		r := e.resume("c1", ResumeOptions{})
-		b, _ := e.store.Templates().Get(e.ctx, "default", "b")
+		b := e.revision("b@1")
 		if got := e.agents["n1"].lastRestore().GetScope(); got != torporv1.RestoreScope_RESTORE_SCOPE_DATA {
 			t.Fatalf("old guest memory restored under the new template: scope %v", got)
 		}
@@ -250,6 +253,11 @@ func TestRepointRacingResume(t *testing.T) {
 func TestRepointChecksTheSnapshotsTemplate(t *testing.T) {
 	t.Run("old template deleted", func(t *testing.T) {
 		e := repointEnv(t, torporv1.FromData_FROM_DATA_COLD_BOOT)
+		// Behind the API's back (templates in use cannot be deleted): the
+		// records of a template deleted before that rule existed.
+		if err := e.store.Revisions().Delete(e.ctx, "default", "a@1", "", 0); err != nil {
+			t.Fatal(err)
+		}
 		if err := e.store.Templates().Delete(e.ctx, "default", "a", "", 0); err != nil {
 			t.Fatal(err)
 		}

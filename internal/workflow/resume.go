@@ -12,6 +12,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/scheduler"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // ResumeOptions change where a resume takes the actor's state from.
@@ -22,6 +23,9 @@ type ResumeOptions struct {
 	// Snapshot restores this kept snapshot of the actor instead of the
 	// latest one.
 	Snapshot string
+	// AllowStateLoss accepts restoring a snapshot under a template revision
+	// that loses some of its state (CheckMove).
+	AllowStateLoss bool
 }
 
 // Resume brings the actor to RUNNING on a free worker. A RUNNING actor is
@@ -123,9 +127,10 @@ func (e *Engine) resumeSource(ctx context.Context, a *torporv1.Actor, opts Resum
 // restore uses one (records are immutable: the node call can use it as is).
 func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts ResumeOptions) (*torporv1.Actor, *torporv1.Snapshot, error) {
 	space := a.GetMetadata().GetSpace()
-	tmpl, err := e.store.Templates().Get(ctx, space, a.GetSpec().GetTemplate())
+	revision := validate.RevisionName(a.GetSpec().GetTemplate(), a.GetSpec().GetTemplateRevision())
+	tmpl, err := e.store.Revisions().Get(ctx, space, revision)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil, codeError(connect.CodeFailedPrecondition, "actor %s: template %s/%s does not exist", actorKey(a), space, a.GetSpec().GetTemplate())
+		return nil, nil, codeError(connect.CodeFailedPrecondition, "actor %s: template %s/%s does not exist", actorKey(a), space, revision)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -136,6 +141,9 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	}
 	src, err := e.resumeSource(ctx, a, opts, live)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkResumeSource(a, &src, tmpl, opts); err != nil {
 		return nil, nil, err
 	}
 	golden := ""
@@ -154,6 +162,10 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	free, err := e.freeWorkers(ctx)
 	if err != nil {
 		return nil, nil, err
+	}
+	if golden == "" && (plan.Scope == torporv1.RestoreScope_RESTORE_SCOPE_BOOT && !opts.Boot ||
+		plan.Scope == torporv1.RestoreScope_RESTORE_SCOPE_DATA && tmpl.GetSpec().GetSnapshotPolicy().GetOnResume().GetFromData() == torporv1.FromData_FROM_DATA_GOLDEN) {
+		src.note = joinNotes(src.note, fmt.Sprintf("cold boot: the golden snapshot of %s is not ready (%s)", revision, phaseName(tmpl.GetStatus().GetPhase())))
 	}
 	w, picked, err := e.claiming.pick(func(claiming func(*torporv1.Worker) bool) (*torporv1.Worker, error) {
 		return scheduler.Pick(free, live, scheduler.Request{
@@ -181,7 +193,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 		StartTime:      timestamppb.New(e.now()),
 		RestoreScope:   plan.Scope,
 		GoldenSnapshot: plan.Golden,
-		Template:       tmpl.GetMetadata().GetName(),
+		Template:       revision,
 		TemplateUid:    tmpl.GetMetadata().GetUid(),
 		PreviousState:  from,
 	}
@@ -195,7 +207,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 		Node: w.GetSpec().GetNode(), Ip: w.GetSpec().GetIp(),
 	}
 	// The guest about to run is built on this template (invariant 8).
-	st.CurrentTemplate = tmpl.GetMetadata().GetName()
+	st.CurrentTemplate = revision
 	st.CurrentTemplateUid = tmpl.GetMetadata().GetUid()
 	st.CurrentTemplateSpec = tmpl.GetSpec()
 	e.setState(a, torporv1.ActorState_ACTOR_STATE_RESUMING)
@@ -228,6 +240,46 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 		return claimed, nil, nil
 	}
 	return claimed, src.snap, nil
+}
+
+// checkResumeSource refuses to restore a source captured under another
+// template revision than tmpl when that loses state (CheckMove) and the loss
+// was not accepted, by this request or by the move that led here (recorded
+// on the actor for exactly this snapshot and revision). An actor without
+// state cannot start on a revision whose golden build failed. An accepted
+// loss is noted in the source, so the history says what was lost.
+func checkResumeSource(a *torporv1.Actor, src *source, tmpl *torporv1.Template, opts ResumeOptions) error {
+	if src.kind == SourceNone {
+		if !opts.Boot {
+			return Usable(tmpl)
+		}
+		return nil
+	}
+	if src.snap.GetTemplateUid() == tmpl.GetMetadata().GetUid() {
+		return nil
+	}
+	loss, err := CheckMove(src.snap, tmpl)
+	if err != nil {
+		return codeError(connect.CodeFailedPrecondition, "actor %s: %s %s was captured under %s and cannot be restored under %s: %v",
+			actorKey(a), src.kind, src.snap.GetMetadata().GetName(), src.snap.GetTemplateName(), tmpl.GetMetadata().GetName(), err)
+	}
+	if loss == "" {
+		return nil
+	}
+	accepted := a.GetStatus().GetAcceptedStateLoss()
+	if !opts.AllowStateLoss && (accepted.GetSnapshot() != src.snap.GetMetadata().GetName() || accepted.GetTemplateUid() != tmpl.GetMetadata().GetUid()) {
+		return codeError(connect.CodeFailedPrecondition, "actor %s: restoring %s %s (captured under %s) under %s loses state: %s; resume with --allow-state-loss to accept that",
+			actorKey(a), src.kind, src.snap.GetMetadata().GetName(), src.snap.GetTemplateName(), tmpl.GetMetadata().GetName(), loss)
+	}
+	src.note = joinNotes(src.note, "state loss accepted: "+loss)
+	return nil
+}
+
+func joinNotes(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 // cachedOn names the nodes likely to hold the plan's snapshots in their

@@ -62,28 +62,26 @@ func (e *env) addNode(name string, workers int) {
 }
 
 func (e *env) createTemplate(name string, fromData torporv1.FromData) *torporv1.Template {
-	tmpl, err := e.store.Templates().Create(e.ctx, &torporv1.Template{
-		Metadata: &torporv1.ObjectMeta{Space: "default", Name: name},
-		Spec: &torporv1.TemplateSpec{
-			SandboxClass: "gvisor",
-			Containers:   []*torporv1.Container{{Name: "main", Image: "img"}},
-			SnapshotPolicy: &torporv1.SnapshotPolicy{
-				OnPause: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, OnCommit: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
-				OnResume: &torporv1.OnResume{FromData: fromData}, Keep: 2,
-			},
-		},
-		Status: &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING},
-	})
+	return e.createTemplateSpec(name, &torporv1.TemplateSpec{
+		SandboxClass: "gvisor",
+		Containers:   []*torporv1.Container{{Name: "main", Image: "img"}},
+	}, fromData)
+}
+
+// revision reads a template revision's record ("NAME@REV").
+func (e *env) revision(name string) *torporv1.Template {
+	e.t.Helper()
+	r, err := e.store.Revisions().Get(e.ctx, "default", name)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return tmpl
+	return r
 }
 
 func (e *env) createActor(name string) *torporv1.Actor {
 	a, err := e.store.Actors().Create(e.ctx, &torporv1.Actor{
 		Metadata: &torporv1.ObjectMeta{Space: "default", Name: name},
-		Spec:     &torporv1.ActorSpec{Template: "counter"},
+		Spec:     &torporv1.ActorSpec{Template: "counter", TemplateRevision: 1},
 		Status:   &torporv1.ActorStatus{State: torporv1.ActorState_ACTOR_STATE_SUSPENDED},
 	})
 	if err != nil {
@@ -184,7 +182,7 @@ func TestResumeSuspendCycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, _ := e.store.Templates().Get(e.ctx, "default", "counter")
+	tmpl := e.revision("counter@1")
 	if snap.GetTemplateUid() != tmpl.GetMetadata().GetUid() || snap.GetTemplateSpec() == nil {
 		t.Fatalf("snapshot does not record the booted template (invariant 8): %v", snap)
 	}
