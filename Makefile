@@ -6,7 +6,7 @@ VERSITYGW_VERSION := v1.8.0
 TOOLS := go tool -modfile=tools/go.mod
 BIN := $(CURDIR)/bin
 
-.PHONY: all build generate runsc s3server images up test bench clean
+.PHONY: all build generate runsc s3server images up test fuzz bench clean
 
 all: build
 
@@ -40,6 +40,15 @@ up: build runsc images
 
 test: build runsc s3server images
 	go test -count=1 -timeout 60m ./...
+	$(MAKE) fuzz
+
+# Each fuzz target for a bounded time, on top of its committed seed corpus
+# (testdata/fuzz/), which plain go test runs anyway. A failing input is
+# written to testdata/fuzz/, to be committed with the fix.
+FUZZTIME := 10s
+fuzz:
+	go test -run '^$$' -fuzz '^FuzzParseTemplates$$' -fuzztime $(FUZZTIME) ./internal/cli/
+	go test -run '^$$' -fuzz '^FuzzActorOf$$' -fuzztime $(FUZZTIME) ./internal/router/
 
 bench: build runsc s3server images
 	go test -run '^$$' -bench . -benchtime 2s ./...
