@@ -28,11 +28,13 @@ s3server: $(BIN)/versitygw
 $(BIN)/versitygw:
 	GOBIN=$(BIN) go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 
-# The counter example's OCI image layout, built without a container engine
-# or registry; rebuilt only when its sources change.
-images: examples/counter/image/index.json
-examples/counter/image/index.json: $(filter-out %_test.go,$(wildcard examples/counter/*.go examples/counter/mkimage/*.go internal/image/*.go))
+# The examples' OCI image layouts, built without a container engine or
+# registry; rebuilt only when their sources change.
+images: examples/counter/image/index.json examples/pod/image/index.json
+examples/counter/image/index.json: $(filter-out %_test.go,$(wildcard examples/counter/*.go examples/counter/mkimage/*.go examples/internal/*/*.go internal/image/*.go))
 	go run ./examples/counter/mkimage -out examples/counter/image -tag latest
+examples/pod/image/index.json: $(filter-out %_test.go,$(wildcard examples/pod/*/*.go examples/internal/*/*.go internal/image/*.go))
+	go run ./examples/pod/mkimage -out examples/pod/image -tag latest
 
 # One command to run Torpor on this machine (as root).
 up: build runsc images
@@ -54,4 +56,4 @@ bench: build runsc s3server images
 	go test -run '^$$' -bench . -benchtime 2s ./...
 
 clean:
-	rm -rf $(BIN) examples/counter/image
+	rm -rf $(BIN) examples/counter/image examples/pod/image

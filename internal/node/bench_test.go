@@ -223,7 +223,9 @@ func sandboxFlags(b *testing.B, id string) []string {
 func waitServing(b *testing.B, ip string) {
 	b.Helper()
 	a := &Agent{probeClient: newProbeClient()}
-	if err := a.probe(context.Background(), "http://"+ip+":8080/readyz", 30*time.Second); err != nil {
+	url := "http://" + ip + ":8080/readyz"
+	r := readiness{timeout: 30 * time.Second, period: probeInterval, attemptTimeout: probeAttemptTimeout, attempt: a.httpAttempt(url)}
+	if err := poll(context.Background(), r); err != nil {
 		b.Fatal(err)
 	}
 }

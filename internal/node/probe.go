@@ -15,14 +15,18 @@ import (
 )
 
 const (
-	// probeInterval is how often a readiness probe is retried: a restored
-	// workload answers a few milliseconds after the runtime returns.
+	// probeInterval is how often a readiness probe is retried when it sets
+	// no period: a restored workload answers a few milliseconds after the
+	// runtime returns.
 	probeInterval = 5 * time.Millisecond
 	// defaultProbeTimeout applies when a probe sets no timeout.
 	defaultProbeTimeout = 30 * time.Second
-	// probeAttemptTimeout bounds one attempt, so a hung connection does not
-	// use up the probe's whole budget in one try.
+	// probeAttemptTimeout bounds one HTTP or TCP attempt, so a hung
+	// connection does not use up the probe's whole budget in one try.
 	probeAttemptTimeout = time.Second
+	// execAttemptTimeout bounds one exec attempt: a command in the sandbox
+	// may take longer than a connection (runsc starts for each).
+	execAttemptTimeout = 10 * time.Second
 )
 
 // newProbeClient returns the client readiness probes use. Connections are
@@ -37,36 +41,89 @@ func newProbeClient() *http.Client {
 	}
 }
 
-// waitReady waits until every container's readiness probe passes against
-// the worker's address. A probe that does not pass in time is a
-// DeadlineExceeded error naming the actor and the probe.
-func (a *Agent) waitReady(ctx context.Context, ip string, w *torporv1.Workload) error {
-	for _, c := range w.GetTemplate().GetContainers() {
-		p := c.GetReadinessProbe()
-		if p.GetHttpGet() == nil {
-			continue
-		}
-		timeout := defaultProbeTimeout
-		if p.GetTimeoutSeconds() > 0 {
-			timeout = time.Duration(p.GetTimeoutSeconds()) * time.Second
-		}
-		url := "http://" + net.JoinHostPort(ip, strconv.Itoa(int(p.GetHttpGet().GetPort()))) + "/" + strings.TrimPrefix(p.GetHttpGet().GetPath(), "/")
-		if err := a.probe(ctx, url, timeout); err != nil {
-			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("actor %s/%s: container %s: readiness probe GET %s: %w", w.GetSpace(), w.GetActor(), c.GetName(), url, err))
-		}
-	}
-	return nil
+// readiness is one container's probe, ready to poll.
+type readiness struct {
+	// what names the probe in errors: "GET http://...", "TCP ip:port",
+	// "exec [...]".
+	what           string
+	timeout        time.Duration
+	period         time.Duration
+	attemptTimeout time.Duration
+	attempt        func(ctx context.Context) error
 }
 
-func (a *Agent) probe(ctx context.Context, url string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+// waitReady waits until every container's readiness probe passes, all at
+// once; a container without one is ready as it runs. A probe that does
+// not pass in time is a DeadlineExceeded error naming the actor, the
+// container and the probe; the others stop then.
+func (a *Agent) waitReady(ctx context.Context, s *slot, w *torporv1.Workload) error {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	tick := time.NewTicker(probeInterval)
+	containers := w.GetTemplate().GetContainers()
+	failed := make(chan error, len(containers))
+	running := 0
+	for _, c := range containers {
+		r, ok := a.readiness(s, c)
+		if !ok {
+			continue
+		}
+		running++
+		go func() {
+			err := poll(ctx, r)
+			if err != nil {
+				err = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("actor %s/%s: container %s: readiness probe %s: %w", w.GetSpace(), w.GetActor(), c.GetName(), r.what, err))
+			}
+			failed <- err
+		}()
+	}
+	var first error
+	for range running {
+		if err := <-failed; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	return first
+}
+
+// readiness returns container c's probe in slot s, if it has one.
+func (a *Agent) readiness(s *slot, c *torporv1.Container) (readiness, bool) {
+	p := c.GetReadinessProbe()
+	r := readiness{timeout: defaultProbeTimeout, period: probeInterval, attemptTimeout: probeAttemptTimeout}
+	if p.GetTimeoutSeconds() > 0 {
+		r.timeout = time.Duration(p.GetTimeoutSeconds()) * time.Second
+	}
+	if p.GetPeriodSeconds() > 0 {
+		r.period = time.Duration(p.GetPeriodSeconds()) * time.Second
+	}
+	switch {
+	case p.GetHttpGet() != nil:
+		url := "http://" + net.JoinHostPort(s.rt.IP, strconv.Itoa(int(p.GetHttpGet().GetPort()))) + "/" + strings.TrimPrefix(p.GetHttpGet().GetPath(), "/")
+		r.what, r.attempt = "GET "+url, a.httpAttempt(url)
+	case p.GetTcpSocket() != nil:
+		addr := net.JoinHostPort(s.rt.IP, strconv.Itoa(int(p.GetTcpSocket().GetPort())))
+		r.what, r.attempt = "TCP "+addr, tcpAttempt(addr)
+	case p.GetExec() != nil:
+		cmd := p.GetExec().GetCommand()
+		r.what, r.attemptTimeout = fmt.Sprintf("exec %q", cmd), execAttemptTimeout
+		r.attempt = func(ctx context.Context) error { return a.rt.Exec(ctx, s.rt, c.GetName(), cmd) }
+	default:
+		return readiness{}, false
+	}
+	return r, true
+}
+
+// poll tries r until an attempt passes or r's timeout is over.
+func poll(ctx context.Context, r readiness) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	tick := time.NewTicker(r.period)
 	defer tick.Stop()
 	var last error
 	for {
-		err := a.probeOnce(ctx, url)
+		attemptCtx, cancelAttempt := context.WithTimeout(ctx, r.attemptTimeout)
+		err := r.attempt(attemptCtx)
+		cancelAttempt()
 		if err == nil {
 			return nil
 		}
@@ -77,26 +134,39 @@ func (a *Agent) probe(ctx context.Context, url string, timeout time.Duration) er
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("did not pass within %s (last attempt: %w)", timeout, last)
+			return fmt.Errorf("did not pass within %s (last attempt: %w)", r.timeout, last)
 		case <-tick.C:
 		}
 	}
 }
 
-func (a *Agent) probeOnce(ctx context.Context, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, probeAttemptTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
+// httpAttempt passes on a status 200-399 from GET url.
+func (a *Agent) httpAttempt(url string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := a.probeClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+			return fmt.Errorf("status %s", resp.Status)
+		}
+		return nil
 	}
-	resp, err := a.probeClient.Do(req)
-	if err != nil {
-		return err
+}
+
+// tcpAttempt passes when a connection to addr is accepted.
+func tcpAttempt(addr string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
 	}
-	resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-		return fmt.Errorf("status %s", resp.Status)
-	}
-	return nil
 }

@@ -253,7 +253,7 @@ func (a *Agent) boot(ctx context.Context, s *slot, w *torporv1.Workload, source 
 		return fmt.Errorf("actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 	}
 	steps.done("start")
-	if err := a.waitReady(ctx, s.rt.IP, w); err != nil {
+	if err := a.waitReady(ctx, s, w); err != nil {
 		return err
 	}
 	steps.done("ready")

@@ -66,8 +66,16 @@ func validateWorkload(op *torporv1.Operation, w *torporv1.Workload) error {
 		if !image.IsPinned(c.GetImage()) {
 			return invalid(fmt.Sprintf("workload.template.containers[%d].image", i), "%q is not pinned by digest", c.GetImage())
 		}
-		if port := c.GetReadinessProbe().GetHttpGet().GetPort(); c.GetReadinessProbe().GetHttpGet() != nil && (port < 1 || port > 65535) {
-			return invalid(fmt.Sprintf("workload.template.containers[%d].readinessProbe.httpGet.port", i), "%d is not a TCP port", port)
+		p := c.GetReadinessProbe()
+		field := fmt.Sprintf("workload.template.containers[%d].readinessProbe", i)
+		if port := p.GetHttpGet().GetPort(); p.GetHttpGet() != nil && (port < 1 || port > 65535) {
+			return invalid(field+".httpGet.port", "%d is not a TCP port", port)
+		}
+		if port := p.GetTcpSocket().GetPort(); p.GetTcpSocket() != nil && (port < 1 || port > 65535) {
+			return invalid(field+".tcpSocket.port", "%d is not a TCP port", port)
+		}
+		if p.GetExec() != nil && len(p.GetExec().GetCommand()) == 0 {
+			return invalid(field+".exec.command", "required")
 		}
 	}
 	for i, v := range w.GetTemplate().GetVolumes() {

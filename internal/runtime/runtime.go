@@ -1,8 +1,9 @@
 // Package runtime defines what a node needs from a sandbox runtime: cold
-// boot, checkpoint, restore and terminate of one workload per worker slot,
-// and warming a free slot ahead of a workload, so starting it there skips
-// the sandbox's boot. Implementations: gvisor (runsc) for real workloads,
-// fake for unit tests.
+// boot, checkpoint, restore and terminate of one workload per worker slot
+// (one sandbox running all of its template's containers), a command run
+// in one of its containers, and warming a free slot ahead of a workload,
+// so starting it there skips the sandbox's boot. Implementations: gvisor
+// (runsc) for real workloads, fake for unit tests.
 package runtime
 
 import (
@@ -78,6 +79,13 @@ type Runtime interface {
 	// made; no error if there is nothing to remove.
 	Terminate(ctx context.Context, slot Slot) error
 	Stats(ctx context.Context, slot Slot) (Stats, error)
+	// Exec runs cmd (an argument vector) in the named container of the
+	// slot's running workload, as the container's process runs (its user,
+	// env and working directory), and waits for it to exit. An exit status
+	// other than 0 is an error carrying cmd's output. ErrNotRunning if no
+	// workload runs; an error naming the container if it has none of that
+	// name.
+	Exec(ctx context.Context, slot Slot, container string, cmd []string) error
 	// Sandboxes lists slots that have a sandbox, running or warm, so a
 	// restarted node can adopt or clean them up.
 	Sandboxes(ctx context.Context) ([]string, error)

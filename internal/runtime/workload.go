@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // Errors every runtime wraps, so a node can tell a wrong request from a
@@ -27,8 +28,9 @@ type BindMount struct {
 	ReadOnly    bool
 }
 
-// Checked is a workload reduced to what a single-container sandbox needs,
-// with every reference resolved and every host path verified to exist.
+// Checked is one container of a workload reduced to what a sandbox needs
+// to run it, with every reference resolved and every host path verified
+// to exist.
 type Checked struct {
 	Container *torporv1.Container
 	Rootfs    string
@@ -40,25 +42,50 @@ type Checked struct {
 	Mounts []BindMount
 }
 
-// Check validates w for a runtime that runs one container per sandbox.
-// Runtimes call it before doing anything, so bad input fails the same way
-// on every runtime, naming the field at fault.
-func (w Workload) Check() (Checked, error) { return w.check(true) }
+// Check validates w, returning its containers in template order: one
+// sandbox runs them all, the first one starting it. Runtimes call it
+// before doing anything, so bad input fails the same way on every
+// runtime, naming the field at fault.
+func (w Workload) Check() ([]Checked, error) { return w.check(true) }
 
 // CheckShape is Check for a workload that is not started yet (see
 // Runtime.Warm): the host directories of its mounts are checked for being
-// absolute paths, but need not exist yet. The root filesystem must.
-func (w Workload) CheckShape() (Checked, error) { return w.check(false) }
+// absolute paths, but need not exist yet. The root filesystems must.
+func (w Workload) CheckShape() ([]Checked, error) { return w.check(false) }
 
-func (w Workload) check(hostsExist bool) (Checked, error) {
+func (w Workload) check(hostsExist bool) ([]Checked, error) {
 	tmpl := w.Template
 	if tmpl == nil {
-		return Checked{}, fmt.Errorf("actor %s: workload has no template", w.ActorUID)
+		return nil, fmt.Errorf("actor %s: workload has no template", w.ActorUID)
 	}
-	if n := len(tmpl.GetContainers()); n != 1 {
-		return Checked{}, fmt.Errorf("actor %s: template has %d containers; a sandbox runs exactly one", w.ActorUID, n)
+	if len(tmpl.GetContainers()) == 0 {
+		return nil, fmt.Errorf("actor %s: template has 0 containers", w.ActorUID)
 	}
-	c := tmpl.GetContainers()[0]
+	declared := map[string]bool{}
+	for _, v := range tmpl.GetVolumes() {
+		declared[v.GetName()] = true
+	}
+	out := make([]Checked, 0, len(tmpl.GetContainers()))
+	names := map[string]bool{}
+	for i, c := range tmpl.GetContainers() {
+		// The name also names the container's files and runtime ids.
+		if err := validate.Name(fmt.Sprintf("containers[%d].name", i), c.GetName()); err != nil {
+			return nil, fmt.Errorf("actor %s: %w", w.ActorUID, err)
+		}
+		if names[c.GetName()] {
+			return nil, fmt.Errorf("actor %s: containers[%d].name: %q is used by another container", w.ActorUID, i, c.GetName())
+		}
+		names[c.GetName()] = true
+		checked, err := w.checkContainer(c, declared, hostsExist)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, checked)
+	}
+	return out, nil
+}
+
+func (w Workload) checkContainer(c *torporv1.Container, declared map[string]bool, hostsExist bool) (Checked, error) {
 	field := fmt.Sprintf("containers[%q]", c.GetName())
 	if wd := c.GetWorkingDir(); wd != "" && !filepath.IsAbs(wd) {
 		return Checked{}, fmt.Errorf("actor %s: %s.working_dir %q is not absolute", w.ActorUID, field, wd)
@@ -70,10 +97,6 @@ func (w Workload) check(hostsExist bool) (Checked, error) {
 	proc, err := containerProcess(c, w.ImageConfig[c.GetName()], rootfs)
 	if err != nil {
 		return Checked{}, fmt.Errorf("actor %s: %s: %w", w.ActorUID, field, err)
-	}
-	declared := map[string]bool{}
-	for _, v := range tmpl.GetVolumes() {
-		declared[v.GetName()] = true
 	}
 	out := Checked{Container: c, Rootfs: rootfs, Process: proc}
 	guests := map[string]string{}
@@ -109,13 +132,14 @@ func (w Workload) check(hostsExist bool) (Checked, error) {
 			return Checked{}, err
 		}
 	}
+	// Extra mounts (the workload identity) reach every container.
 	extra := make([]string, 0, len(w.ExtraMounts))
 	for guest := range w.ExtraMounts {
 		extra = append(extra, guest)
 	}
 	slices.Sort(extra)
 	for _, guest := range extra {
-		what := fmt.Sprintf("extra mount %s", guest)
+		what := fmt.Sprintf("extra mount %s of %s", guest, field)
 		if err := addMount(what, BindMount{Host: w.ExtraMounts[guest], Guest: guest, ReadOnly: true}); err != nil {
 			return Checked{}, err
 		}

@@ -40,9 +40,13 @@ func TestWorkloadCheck(t *testing.T) {
 		{"good", func(*Workload) {}, ""},
 		{"no template", func(w *Workload) { w.Template = nil }, "no template"},
 		{"no containers", func(w *Workload) { w.Template.Containers = nil }, "has 0 containers"},
-		{"two containers", func(w *Workload) {
-			w.Template.Containers = append(w.Template.Containers, &torporv1.Container{Name: "side"})
-		}, "has 2 containers"},
+		{"second container without rootfs", func(w *Workload) {
+			w.Template.Containers = append(w.Template.Containers, &torporv1.Container{Name: "side", Command: []string{"/side"}})
+		}, `rootfs of containers["side"]`},
+		{"duplicate container name", func(w *Workload) {
+			w.Template.Containers = append(w.Template.Containers, &torporv1.Container{Name: "main", Command: []string{"/side"}})
+		}, `containers[1].name: "main" is used by another container`},
+		{"container name not a label", func(w *Workload) { w.Template.Containers[0].Name = "../main" }, "containers[0].name"},
 		{"no command", func(w *Workload) { w.Template.Containers[0].Command = nil }, `containers["main"]: nothing to run`},
 		{"no command, image ENTRYPOINT", func(w *Workload) {
 			w.Template.Containers[0].Command = nil
@@ -67,7 +71,7 @@ func TestWorkloadCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := good()
 			tc.change(&w)
-			c, err := w.Check()
+			cs, err := w.Check()
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("Check() = %v, want an error containing %q", err, tc.wantErr)
@@ -77,8 +81,8 @@ func TestWorkloadCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Rootfs != rootfs || c.Container.GetName() != "main" {
-				t.Fatalf("Check() = %+v", c)
+			if len(cs) != 1 || cs[0].Rootfs != rootfs || cs[0].Container.GetName() != "main" {
+				t.Fatalf("Check() = %+v", cs)
 			}
 		})
 	}
@@ -103,10 +107,11 @@ func TestWorkloadCheck(t *testing.T) {
 		t.Fatal("CheckShape with a missing rootfs succeeded")
 	}
 
-	c, err := good().Check()
+	cs, err := good().Check()
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cs[0]
 	want := []BindMount{
 		{Host: data, Guest: "/data"},
 		{Host: cache, Guest: "/cache", ReadOnly: true},
@@ -140,13 +145,49 @@ func TestWorkloadCheckMergesImageConfig(t *testing.T) {
 			Env: []string{"PATH=/bin", "MODE=image"}, WorkingDir: "/srv", User: "app",
 		}},
 	}
-	c, err := w.Check()
+	cs, err := w.Check()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := c.Process
+	p := cs[0].Process
 	if !slices.Equal(p.Args, []string{"/app", "--port=9000"}) || !slices.Equal(p.Env, []string{"PATH=/bin", "MODE=template"}) ||
 		p.Cwd != "/srv" || p.UID != 1000 || p.GID != 1000 {
 		t.Fatalf("Check().Process = %+v, want /app --port=9000, env PATH=/bin MODE=template, cwd /srv, user 1000:1000", p)
+	}
+}
+
+// Containers of one workload share its volumes and extra mounts, each at
+// its own guest paths, with a root filesystem of its own.
+func TestWorkloadCheckSeveralContainers(t *testing.T) {
+	mainRootfs, sideRootfs, data, certs := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	w := Workload{
+		ActorUID: "uid-1",
+		Template: &torporv1.TemplateSpec{
+			Containers: []*torporv1.Container{
+				{Name: "main", Command: []string{"/app"}, Mounts: []*torporv1.Mount{{Volume: "data", Path: "/data"}}},
+				{Name: "side", Command: []string{"/side"}, Mounts: []*torporv1.Mount{{Volume: "data", Path: "/srv/shared", ReadOnly: true}}},
+			},
+			Volumes: []*torporv1.Volume{{Name: "data"}},
+		},
+		Rootfs:      map[string]string{"main": mainRootfs, "side": sideRootfs},
+		Volumes:     map[string]string{"data": data},
+		ExtraMounts: map[string]string{"/var/run/identity": certs},
+	}
+	cs, err := w.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 2 || cs[0].Container.GetName() != "main" || cs[1].Container.GetName() != "side" {
+		t.Fatalf("Check() = %+v, want main then side", cs)
+	}
+	if cs[0].Rootfs != mainRootfs || cs[1].Rootfs != sideRootfs {
+		t.Fatalf("rootfs = %s, %s; want each container's own", cs[0].Rootfs, cs[1].Rootfs)
+	}
+	if !slices.Equal(cs[1].Process.Args, []string{"/side"}) {
+		t.Fatalf("side runs %q, want its own command", cs[1].Process.Args)
+	}
+	want := []BindMount{{Host: data, Guest: "/srv/shared", ReadOnly: true}, {Host: certs, Guest: "/var/run/identity", ReadOnly: true}}
+	if !slices.Equal(cs[1].Mounts, want) {
+		t.Fatalf("side's mounts = %+v, want %+v", cs[1].Mounts, want)
 	}
 }

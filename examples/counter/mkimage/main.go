@@ -10,11 +10,11 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/torpor-dev/torpor/examples/internal/gobuild"
 	"github.com/torpor-dev/torpor/internal/image"
 )
 
@@ -37,13 +37,8 @@ func build(ctx context.Context, out, tag string) error {
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "counter")
-	// Static and reproducible: the sandbox has no libc, and an unchanged
-	// source yields an unchanged image digest.
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, counterPackage)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build %s: %w", counterPackage, err)
+	if err := gobuild.Static(ctx, counterPackage, bin); err != nil {
+		return err
 	}
 	digest, err := image.BuildLayout(ctx, out, image.LayoutSpec{
 		Files: map[string]string{"/counter": bin},

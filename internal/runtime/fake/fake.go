@@ -38,6 +38,9 @@ type Call struct {
 	LeaveRunning bool
 	// Warm: this Run or Restore started in the slot's warm sandbox.
 	Warm bool
+	// Exec: the container and the command.
+	Container string
+	Cmd       []string
 }
 
 // Runtime is the fake. The zero value is not usable; call New.
@@ -59,8 +62,11 @@ type sandbox struct {
 	crashed bool
 }
 
-// spec is what a restore must match, as runsc checks the OCI spec.
-type spec struct {
+// spec is what a restore must match, as runsc checks the OCI spec of
+// each container by name.
+type spec map[string]containerSpec
+
+type containerSpec struct {
 	Args   []string `json:"args"`
 	Mounts []string `json:"mounts"`
 }
@@ -120,27 +126,36 @@ func (f *Runtime) Touch(slot string) (int64, error) {
 		return 0, fmt.Errorf("slot %s: touch: %w", slot, runtime.ErrNotRunning)
 	}
 	sb.memory++
-	c, err := sb.w.Check()
+	containers, err := sb.w.Check()
 	if err != nil {
 		return 0, err
 	}
-	for _, m := range c.Mounts {
-		if m.ReadOnly {
-			continue
-		}
-		file, err := os.OpenFile(filepath.Join(m.Host, TouchLog), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			return 0, fmt.Errorf("slot %s: touch: %w", slot, err)
-		}
-		_, err = fmt.Fprintf(file, "touch %d\n", sb.memory)
-		if cerr := file.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return 0, fmt.Errorf("slot %s: touch: %w", slot, err)
+	// A volume several containers mount is one directory, touched once.
+	touched := map[string]bool{}
+	for _, c := range containers {
+		for _, m := range c.Mounts {
+			if m.ReadOnly || touched[m.Host] {
+				continue
+			}
+			touched[m.Host] = true
+			if err := touch(m.Host, sb.memory); err != nil {
+				return 0, fmt.Errorf("slot %s: touch: %w", slot, err)
+			}
 		}
 	}
 	return sb.memory, nil
+}
+
+func touch(dir string, n int64) error {
+	file, err := os.OpenFile(filepath.Join(dir, TouchLog), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(file, "touch %d\n", n)
+	if cerr := file.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Crash makes the slot's workload die: it stops running, but its sandbox
@@ -228,23 +243,30 @@ func (f *Runtime) Warmed(slot string, w runtime.Workload) bool {
 	return ok && shape == shapeOf(w, c)
 }
 
-// shapeOf is what a warm sandbox fixes of a workload: everything its spec
-// holds but the host directories of mounts.
-func shapeOf(w runtime.Workload, c runtime.Checked) string {
+// shapeOf is what a warm sandbox fixes of a workload: everything its
+// containers' specs hold but the host directories of mounts.
+func shapeOf(w runtime.Workload, containers []runtime.Checked) string {
 	type mount struct {
 		Guest    string
 		ReadOnly bool
 	}
-	mounts := make([]mount, 0, len(c.Mounts))
-	for _, m := range c.Mounts {
-		mounts = append(mounts, mount{m.Guest, m.ReadOnly})
-	}
-	b, _ := json.Marshal(struct {
-		Actor     string
+	type container struct {
 		Rootfs    string
 		Container any
 		Mounts    []mount
-	}{w.Actor, c.Rootfs, c.Container, mounts})
+	}
+	shape := make([]container, 0, len(containers))
+	for _, c := range containers {
+		mounts := make([]mount, 0, len(c.Mounts))
+		for _, m := range c.Mounts {
+			mounts = append(mounts, mount{m.Guest, m.ReadOnly})
+		}
+		shape = append(shape, container{c.Rootfs, c.Container, mounts})
+	}
+	b, _ := json.Marshal(struct {
+		Actor      string
+		Containers []container
+	}{w.Actor, shape})
 	return string(b)
 }
 
@@ -298,9 +320,8 @@ func (f *Runtime) start(slot runtime.Slot, w runtime.Workload, img *image) error
 	}
 	var memory int64
 	if img != nil {
-		if !slices.Equal(img.Spec.Args, sp.Args) || !slices.Equal(img.Spec.Mounts, sp.Mounts) {
-			return fmt.Errorf("slot %s: restore actor %s: image was taken from another workload (args %q, mounts %q; now %q, %q)",
-				slot.Name, w.ActorUID, img.Spec.Args, img.Spec.Mounts, sp.Args, sp.Mounts)
+		if err := img.Spec.matches(sp); err != nil {
+			return fmt.Errorf("slot %s: restore actor %s: image was taken from another workload: %w", slot.Name, w.ActorUID, err)
 		}
 		memory = img.Memory
 	}
@@ -311,12 +332,35 @@ func (f *Runtime) start(slot runtime.Slot, w runtime.Workload, img *image) error
 	return nil
 }
 
-func specOf(c runtime.Checked) spec {
-	sp := spec{Args: slices.Concat(c.Container.GetCommand(), c.Container.GetArgs())}
-	for _, m := range c.Mounts {
-		sp.Mounts = append(sp.Mounts, m.Guest)
+func specOf(containers []runtime.Checked) spec {
+	sp := spec{}
+	for _, c := range containers {
+		cs := containerSpec{Args: c.Process.Args}
+		for _, m := range c.Mounts {
+			cs.Mounts = append(cs.Mounts, m.Guest)
+		}
+		sp[c.Container.GetName()] = cs
 	}
 	return sp
+}
+
+// matches says why a workload of spec now cannot restore an image of
+// spec old: as runsc, it wants the same containers with the same
+// arguments and mount destinations.
+func (old spec) matches(now spec) error {
+	if len(old) != len(now) {
+		return fmt.Errorf("%d containers, now %d", len(old), len(now))
+	}
+	for name, o := range old {
+		n, ok := now[name]
+		if !ok {
+			return fmt.Errorf("container %q is gone", name)
+		}
+		if !slices.Equal(o.Args, n.Args) || !slices.Equal(o.Mounts, n.Mounts) {
+			return fmt.Errorf("container %q: args %q, mounts %q; now %q, %q", name, o.Args, o.Mounts, n.Args, n.Mounts)
+		}
+	}
+	return nil
 }
 
 // Checkpoint implements runtime.Runtime.
@@ -349,6 +393,24 @@ func (f *Runtime) Checkpoint(ctx context.Context, slot runtime.Slot, imageDir st
 	}
 	if !leaveRunning {
 		delete(f.sandboxes, slot.Name)
+	}
+	return nil
+}
+
+// Exec implements runtime.Runtime: the command succeeds in any container
+// of a running workload (FailNext("Exec", err) makes one fail).
+func (f *Runtime) Exec(ctx context.Context, slot runtime.Slot, container string, cmd []string) error {
+	if err := f.enter(ctx, Call{Method: "Exec", Slot: slot.Name, Container: container, Cmd: slices.Clone(cmd)}); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.sandboxes[slot.Name]
+	if !ok || sb.crashed {
+		return fmt.Errorf("slot %s: exec %q: %w", slot.Name, cmd, runtime.ErrNotRunning)
+	}
+	if _, ok := sb.spec[container]; !ok {
+		return fmt.Errorf("slot %s: exec %q: the workload has no container %q", slot.Name, cmd, container)
 	}
 	return nil
 }

@@ -33,9 +33,19 @@ func workload(t *testing.T) runtime.Workload {
 	}
 }
 
+// pod is workload with a second container, "side", mounting its volume.
+func pod(t *testing.T) runtime.Workload {
+	w := workload(t)
+	w.Template.Containers = append(w.Template.Containers, &torporv1.Container{
+		Name: "side", Command: []string{"/bin/side"}, Mounts: []*torporv1.Mount{{Volume: "data", Path: "/data"}},
+	})
+	w.Rootfs["side"] = t.TempDir()
+	return w
+}
+
 func TestConformance(t *testing.T) {
 	runtimetest.Conformance(t, runtimetest.Env{
-		Runtime: New(), Slots: [2]runtime.Slot{slotA, slotB}, Workload: workload,
+		Runtime: New(), Slots: [2]runtime.Slot{slotA, slotB}, Workload: workload, Pod: pod, True: []string{"/bin/true"},
 	})
 }
 

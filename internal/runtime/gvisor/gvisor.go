@@ -6,20 +6,36 @@
 // Layout under Config.RootDir:
 //
 //	runsc/                          runsc --root: its container state
-//	slots/<slot>/<sandbox>/         one sandbox's bundle
+//	slots/<slot>/<sandbox>/         one sandbox's bundle: its first container's
 //	    config.json                 OCI spec
+//	    name                        the container's name
 //	    rootfs/                     overlay of the shared rootfs (see below)
 //	    upper/ work/                that overlay's private layers
 //	    console.log                 workload stdout/stderr and runsc errors
 //	    warm.json                   only while the sandbox is warm (below)
 //	    mnt/<i>/                    warm sandboxes: where the i-th bind
 //	                                mount's host directory is mounted
+//	    containers/<name>/          the bundle of each further container
+//	        config.json name rootfs/ upper/ work/
 //
 // A sandbox's directory exists from before runsc is invoked until after
 // runsc deleted it, so the directories alone tell whether a slot is busy.
 //
-// Warm sandboxes. Warm runs `runsc create` for a workload ahead of time:
-// sandbox and gofer boot, nothing runs. Its spec names mnt/<i> as the
+// Several containers. A template's containers share one sandbox, as a
+// pod's do under containerd's runsc shim: the first container's runsc id
+// is the sandbox's, and the others join it (see subID), each with
+// its own root filesystem, process and mounts, all in one network stack.
+// Their specs carry the CRI annotations runsc reads for that, the name
+// included, by which a restore matches each container with its state in
+// the image (ids change with every start). A checkpoint of the sandbox
+// holds every container; a restore restores the first container, which
+// waits in the sandbox until the others are restored into it too. A
+// sandbox of one container has no annotations, so its images from before
+// keep restoring.
+//
+// Warm sandboxes. Warm runs `runsc create` for a workload's first
+// container ahead of time: sandbox and gofer boot, nothing runs (the
+// other containers join when it starts). Its spec names mnt/<i> as the
 // source of every bind mount, each a shared mount of itself, so the gofer's
 // copies receive what is mounted on them later. Run or Restore of a
 // matching workload mounts the workload's host directories there and runs
@@ -40,6 +56,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -174,9 +191,17 @@ func (r *Runtime) start(ctx context.Context, slot runtime.Slot, w runtime.Worklo
 	if err := checkSlot(slot); err != nil {
 		return fmt.Errorf("%s actor %s: %w", verb, w.ActorUID, err)
 	}
-	checked, err := w.Check()
+	containers, err := w.Check()
 	if err != nil {
 		return fmt.Errorf("slot %s: %s: %w", slot.Name, verb, err)
+	}
+	if imageDir != "" {
+		if imageDir, err = filepath.Abs(imageDir); err != nil {
+			return fmt.Errorf("slot %s: %s actor %s: image dir: %w", slot.Name, verb, w.ActorUID, err)
+		}
+		if err := checkImageContainers(imageDir, containers); err != nil {
+			return fmt.Errorf("slot %s: %s actor %s: %w", slot.Name, verb, w.ActorUID, err)
+		}
 	}
 	defer r.lock(slot.Name)()
 	active, warm, err := r.sandboxes(slot.Name)
@@ -191,9 +216,9 @@ func (r *Runtime) start(ctx context.Context, slot runtime.Slot, w runtime.Worklo
 		return fmt.Errorf("%s actor %s: %w", verb, w.ActorUID, err)
 	}
 	log := r.log.With("slot", slot.Name, "actor_uid", w.ActorUID)
-	if len(warm) == 1 && r.matches(slot, warm[0], w, checked) {
+	if len(warm) == 1 && r.matches(slot, warm[0], w, containers) {
 		began := time.Now()
-		err := r.activate(ctx, slot, warm[0], checked, imageDir)
+		err := r.activate(ctx, slot, w, warm[0], containers, imageDir)
 		if err == nil {
 			log.Debug("sandbox started in the warm sandbox", "sandbox", warm[0], "verb", verb, "image", imageDir, "took", time.Since(began))
 			return nil
@@ -217,7 +242,7 @@ func (r *Runtime) start(ctx context.Context, slot runtime.Slot, w runtime.Worklo
 	}
 	log = log.With("sandbox", id)
 	began := time.Now()
-	err = r.launch(ctx, slot, w, checked, id, imageDir)
+	err = r.launch(ctx, slot, w, containers, id, imageDir)
 	if err != nil {
 		// Leave the slot empty, so the caller can simply try again.
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandTimeout)
@@ -266,38 +291,111 @@ func (r *Runtime) removeCleanly(ctx context.Context, slot, id string) error {
 	return r.remove(ctx, slot, id)
 }
 
-func (r *Runtime) launch(ctx context.Context, slot runtime.Slot, w runtime.Workload, c runtime.Checked, id, imageDir string) error {
+// launch starts a new sandbox id for containers: the first one makes
+// the sandbox, the others join it.
+func (r *Runtime) launch(ctx context.Context, slot runtime.Slot, w runtime.Workload, containers []runtime.Checked, id, imageDir string) error {
 	dir := r.bundleDir(slot.Name, id)
-	rootfs, err := r.prepareBundle(dir, c)
-	if err != nil {
-		return err
-	}
-	spec, err := specJSON(buildSpec(w, c, rootfs, slot.NetNS))
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o644); err != nil {
+	if err := writeBundle(dir, w, containers, 0, id, slot.NetNS); err != nil {
 		return err
 	}
 	args := []string{"run", "--detach", "--bundle=" + dir, id}
 	if imageDir != "" {
-		abs, err := filepath.Abs(imageDir)
-		if err != nil {
-			return err
-		}
-		args = []string{"restore", "--detach", "--image-path=" + abs, "--bundle=" + dir, id}
+		args = []string{"restore", "--detach", "--image-path=" + imageDir, "--bundle=" + dir, id}
 	}
-	return r.detached(ctx, filepath.Join(dir, "console.log"), args...)
+	if err := r.detached(ctx, filepath.Join(dir, "console.log"), args...); err != nil {
+		return err
+	}
+	return r.join(ctx, slot, w, containers, id, imageDir)
 }
+
+// join starts (or restores) the containers after the first in the
+// running sandbox id. A restore of the first container waits in the
+// sandbox until every container the image holds is restored as well: the
+// last one completes it.
+func (r *Runtime) join(ctx context.Context, slot runtime.Slot, w runtime.Workload, containers []runtime.Checked, id, imageDir string) error {
+	dir := r.bundleDir(slot.Name, id)
+	for i := 1; i < len(containers); i++ {
+		name := containers[i].Container.GetName()
+		sub := subBundleDir(dir, name)
+		if err := writeBundle(sub, w, containers, i, id, slot.NetNS); err != nil {
+			return fmt.Errorf("container %s: %w", name, err)
+		}
+		args := []string{"run", "--detach", "--bundle=" + sub, subID(id, name)}
+		if imageDir != "" {
+			args = []string{"restore", "--detach", "--image-path=" + imageDir, "--bundle=" + sub, subID(id, name)}
+		}
+		if err := r.detached(ctx, filepath.Join(dir, "console.log"), args...); err != nil {
+			return fmt.Errorf("container %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// writeBundle makes the bundle of container i of containers in sandbox id
+// at dir: its root filesystem overlay and its spec.
+func writeBundle(dir string, w runtime.Workload, containers []runtime.Checked, i int, id, netnsPath string) error {
+	rootfs, err := prepareBundle(dir, containers[i])
+	if err != nil {
+		return err
+	}
+	spec, err := specJSON(buildSpec(w, containers[i], rootfs, netnsPath, annotations(containers, i, id)))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o644)
+}
+
+// The annotations runsc (like containerd's shim) reads to put several
+// containers in one sandbox.
+const (
+	annotationType    = "io.kubernetes.cri.container-type"
+	annotationSandbox = "io.kubernetes.cri.sandbox-id"
+	// The name matches each container with its state in a checkpoint
+	// image; container ids change with every start.
+	annotationName = "io.kubernetes.cri.container-name"
+)
+
+// annotations place container i of containers in sandbox id. A sandbox of
+// one container has none, so its spec stays the one its existing images
+// were taken with.
+func annotations(containers []runtime.Checked, i int, id string) map[string]string {
+	if len(containers) == 1 {
+		return nil
+	}
+	kind := "container"
+	if i == 0 {
+		kind = "sandbox"
+	}
+	return map[string]string{annotationType: kind, annotationSandbox: id, annotationName: containers[i].Container.GetName()}
+}
+
+// subBundleDir is the bundle of container name, not the first, in the
+// sandbox whose bundle is dir.
+func subBundleDir(dir, name string) string { return filepath.Join(dir, "containers", name) }
+
+// subID is the runsc id of container name, not the first, in sandbox id:
+// <slot>_+<name>+<generation>. runsc takes any unique prefix of an id for
+// the id, so no id may be a prefix of another: a sandbox id has no subSep
+// where this has its first, and subSep ends every name.
+func subID(id, name string) string {
+	slot, gen, _ := strings.Cut(id, idSep)
+	return slot + idSep + subSep + name + subSep + gen
+}
+
+// nameFile holds, in each bundle, the name of its container.
+const nameFile = "name"
 
 // prepareBundle makes a bundle directory with its root filesystem
 // overlay mounted, returning the overlay's path.
-func (r *Runtime) prepareBundle(dir string, c runtime.Checked) (string, error) {
+func prepareBundle(dir string, c runtime.Checked) (string, error) {
 	rootfs := filepath.Join(dir, "rootfs")
 	for _, d := range []string{rootfs, filepath.Join(dir, "upper"), filepath.Join(dir, "work")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return "", err
 		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, nameFile), []byte(c.Container.GetName()), 0o644); err != nil {
+		return "", err
 	}
 	// runsc's gofer creates missing mount points in the root filesystem
 	// on the host; a private kernel overlay keeps them out of the shared
@@ -329,28 +427,31 @@ type warmRecord struct {
 // mount from.
 func mountPoint(dir string, i int) string { return filepath.Join(dir, "mnt", strconv.Itoa(i)) }
 
-// warmSpec is the spec of w in the warm sandbox whose bundle is dir: its
-// bind mounts come from the bundle's mount points.
-func warmSpec(w runtime.Workload, c runtime.Checked, dir, netnsPath string) ([]byte, error) {
+// warmSpec is the spec of w's first container in the warm sandbox whose
+// bundle is dir: its bind mounts come from the bundle's mount points.
+// Only the first container is made ahead: the others join the sandbox
+// when it starts, their host directories in place by then.
+func warmSpec(w runtime.Workload, containers []runtime.Checked, dir, netnsPath string) ([]byte, error) {
+	c := containers[0]
 	c.Mounts = slices.Clone(c.Mounts)
 	for i := range c.Mounts {
 		c.Mounts[i].Host = mountPoint(dir, i)
 	}
-	return specJSON(buildSpec(w, c, filepath.Join(dir, "rootfs"), netnsPath))
+	return specJSON(buildSpec(w, c, filepath.Join(dir, "rootfs"), netnsPath, annotations(containers, 0, filepath.Base(dir))))
 }
 
 // matches says whether the warm sandbox id of slot was made for w.
-func (r *Runtime) matches(slot runtime.Slot, id string, w runtime.Workload, c runtime.Checked) bool {
+func (r *Runtime) matches(slot runtime.Slot, id string, w runtime.Workload, containers []runtime.Checked) bool {
 	dir := r.bundleDir(slot.Name, id)
 	var rec warmRecord
-	if err := readJSONFile(filepath.Join(dir, warmFile), &rec); err != nil || rec.Rootfs != c.Rootfs {
+	if err := readJSONFile(filepath.Join(dir, warmFile), &rec); err != nil || rec.Rootfs != containers[0].Rootfs {
 		return false
 	}
 	have, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return false
 	}
-	want, err := warmSpec(w, c, dir, slot.NetNS)
+	want, err := warmSpec(w, containers, dir, slot.NetNS)
 	return err == nil && bytes.Equal(have, want)
 }
 
@@ -367,7 +468,7 @@ func (r *Runtime) Warm(ctx context.Context, slot runtime.Slot, w runtime.Workloa
 	if err := checkSlot(slot); err != nil {
 		return fmt.Errorf("warm for actor %s: %w", w.ActorUID, err)
 	}
-	checked, err := w.CheckShape()
+	containers, err := w.CheckShape()
 	if err != nil {
 		return fmt.Errorf("slot %s: warm: %w", slot.Name, err)
 	}
@@ -379,7 +480,7 @@ func (r *Runtime) Warm(ctx context.Context, slot runtime.Slot, w runtime.Workloa
 	if len(active) > 0 {
 		return fmt.Errorf("slot %s: warm for actor %s: %w (sandbox %s)", slot.Name, w.ActorUID, runtime.ErrBusy, active[0])
 	}
-	if len(warm) == 1 && r.matches(slot, warm[0], w, checked) {
+	if len(warm) == 1 && r.matches(slot, warm[0], w, containers) {
 		return nil
 	}
 	for _, id := range warm {
@@ -392,7 +493,7 @@ func (r *Runtime) Warm(ctx context.Context, slot runtime.Slot, w runtime.Workloa
 		return err
 	}
 	began := time.Now()
-	if err := r.create(ctx, slot, w, checked, id); err != nil {
+	if err := r.create(ctx, slot, w, containers, id); err != nil {
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandTimeout)
 		defer cancel()
 		if rmErr := r.remove(cleanupCtx, slot.Name, id); rmErr != nil {
@@ -405,7 +506,8 @@ func (r *Runtime) Warm(ctx context.Context, slot runtime.Slot, w runtime.Workloa
 }
 
 // create makes the warm sandbox id for w.
-func (r *Runtime) create(ctx context.Context, slot runtime.Slot, w runtime.Workload, c runtime.Checked, id string) error {
+func (r *Runtime) create(ctx context.Context, slot runtime.Slot, w runtime.Workload, containers []runtime.Checked, id string) error {
+	c := containers[0]
 	dir := r.bundleDir(slot.Name, id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -418,7 +520,7 @@ func (r *Runtime) create(ctx context.Context, slot runtime.Slot, w runtime.Workl
 	if err := os.WriteFile(filepath.Join(dir, warmFile), rec, 0o644); err != nil {
 		return err
 	}
-	if _, err := r.prepareBundle(dir, c); err != nil {
+	if _, err := prepareBundle(dir, c); err != nil {
 		return err
 	}
 	for i := range c.Mounts {
@@ -435,7 +537,7 @@ func (r *Runtime) create(ctx context.Context, slot runtime.Slot, w runtime.Workl
 			return fmt.Errorf("mount point %s: make shared: %w", mp, err)
 		}
 	}
-	spec, err := warmSpec(w, c, dir, slot.NetNS)
+	spec, err := warmSpec(w, containers, dir, slot.NetNS)
 	if err != nil {
 		return err
 	}
@@ -448,22 +550,21 @@ func (r *Runtime) create(ctx context.Context, slot runtime.Slot, w runtime.Workl
 // activate starts w (imageDir empty) or restores it in the warm sandbox
 // id: its host directories are mounted on the sandbox's mount points, then
 // runsc starts or restores into the sandbox it made already.
-func (r *Runtime) activate(ctx context.Context, slot runtime.Slot, id string, c runtime.Checked, imageDir string) error {
+func (r *Runtime) activate(ctx context.Context, slot runtime.Slot, w runtime.Workload, id string, containers []runtime.Checked, imageDir string) error {
 	dir := r.bundleDir(slot.Name, id)
-	for i, m := range c.Mounts {
+	for i, m := range containers[0].Mounts {
 		if err := bindOnto(m, mountPoint(dir, i)); err != nil {
 			return err
 		}
 	}
 	args := []string{"start", id}
 	if imageDir != "" {
-		abs, err := filepath.Abs(imageDir)
-		if err != nil {
-			return err
-		}
-		args = []string{"restore", "--detach", "--image-path=" + abs, "--bundle=" + dir, id}
+		args = []string{"restore", "--detach", "--image-path=" + imageDir, "--bundle=" + dir, id}
 	}
 	if err := r.detached(ctx, filepath.Join(dir, "console.log"), args...); err != nil {
+		return err
+	}
+	if err := r.join(ctx, slot, w, containers, id, imageDir); err != nil {
 		return err
 	}
 	return os.Remove(filepath.Join(dir, warmFile))
@@ -553,22 +654,69 @@ const stateMagic = "gVisorSF"
 // that itself dies while saving leaves checkpoint.img with its header
 // and metadata only: the kernel state is written last, after memory.
 func (r *Runtime) CheckImage(imageDir string) error {
+	_, err := imageMetadata(imageDir)
+	return err
+}
+
+// imageMetadata reads the metadata of the complete memory image in
+// imageDir (see CheckImage).
+func imageMetadata(imageDir string) (map[string]string, error) {
 	path := filepath.Join(imageDir, "checkpoint.img")
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("memory image %s: %w (%w)", imageDir, runtime.ErrNoImage, err)
+		return nil, fmt.Errorf("memory image %s: %w (%w)", imageDir, runtime.ErrNoImage, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("memory image %s: %w", imageDir, err)
+		return nil, fmt.Errorf("memory image %s: %w", imageDir, err)
 	}
 	header := make([]byte, len(stateMagic)+8)
 	if _, err := io.ReadFull(f, header); err != nil || string(header[:len(stateMagic)]) != stateMagic {
-		return fmt.Errorf("memory image %s: %s has no state file header: %w", imageDir, path, runtime.ErrNoImage)
+		return nil, fmt.Errorf("memory image %s: %s has no state file header: %w", imageDir, path, runtime.ErrNoImage)
 	}
-	if end := int64(len(header)) + int64(binary.BigEndian.Uint64(header[len(stateMagic):])); fi.Size() <= end || end < 0 {
-		return fmt.Errorf("memory image %s: %s ends after its metadata (%d bytes): the capture was cut short: %w", imageDir, path, fi.Size(), runtime.ErrNoImage)
+	n := binary.BigEndian.Uint64(header[len(stateMagic):])
+	if end := int64(len(header)) + int64(n); fi.Size() <= end || end < 0 {
+		return nil, fmt.Errorf("memory image %s: %s ends after its metadata (%d bytes): the capture was cut short: %w", imageDir, path, fi.Size(), runtime.ErrNoImage)
+	}
+	raw := make([]byte, n)
+	metadata := map[string]string{}
+	if _, err := io.ReadFull(f, raw); err != nil {
+		return nil, fmt.Errorf("memory image %s: metadata: %w", imageDir, err)
+	}
+	if err := json.Unmarshal(raw, &metadata); err != nil {
+		return nil, fmt.Errorf("memory image %s: metadata: %w", imageDir, err)
+	}
+	return metadata, nil
+}
+
+// checkImageContainers makes sure the image in imageDir holds exactly the
+// containers of w. runsc restores the image's containers as they join the
+// sandbox and completes the restore with the last one: a workload with a
+// container fewer would leave it waiting for good, one with another
+// container would fail only after its sandbox was made.
+func checkImageContainers(imageDir string, containers []runtime.Checked) error {
+	metadata, err := imageMetadata(imageDir)
+	if err != nil {
+		return err
+	}
+	var specs map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(metadata["container_specs"]), &specs); err != nil {
+		return fmt.Errorf("memory image %s: container specs: %w", imageDir, err)
+	}
+	have := slices.Sorted(maps.Keys(specs))
+	want := make([]string, 0, len(containers))
+	for i := range containers {
+		if name := annotations(containers, i, "")[annotationName]; name != "" {
+			want = append(want, name)
+		} else {
+			// runsc's own name for an unnamed container, by creation order.
+			want = append(want, "__no_name_"+strconv.Itoa(i))
+		}
+	}
+	slices.Sort(want)
+	if !slices.Equal(have, want) {
+		return fmt.Errorf("memory image %s holds containers %q, the workload has %q: it was taken from another workload", imageDir, have, want)
 	}
 	return nil
 }
@@ -635,13 +783,17 @@ func (r *Runtime) remove(ctx context.Context, slot, id string) error {
 			return fmt.Errorf("delete sandbox %s: %w", id, err)
 		}
 	}
-	if _, err := r.output(ctx, "delete", "--force", id); err != nil {
-		// delete succeeds on unknown ids; failing, it may still have
-		// removed the container.
-		known, listErr := r.containers(ctx)
-		if listErr != nil || slices.Contains(known, id) {
+	// The containers that joined the sandbox go first, while it can
+	// still be asked to stop them; runsc keeps their state apart from the
+	// sandbox's.
+	subs, _ := filepath.Glob(filepath.Join(dir, "containers", "*"))
+	for _, sub := range subs {
+		if err := r.delete(ctx, subID(id, filepath.Base(sub))); err != nil {
 			return fmt.Errorf("delete sandbox %s: %w", id, err)
 		}
+	}
+	if err := r.delete(ctx, id); err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	// A warm sandbox's mount points may hold a workload's volumes: they
 	// must be unmounted and empty before anything is removed, or RemoveAll
@@ -654,13 +806,82 @@ func (r *Runtime) remove(ctx context.Context, slot, id string) error {
 			return fmt.Errorf("remove bundle of sandbox %s: mount point: %w", id, err)
 		}
 	}
-	rootfs := filepath.Join(dir, "rootfs")
-	for unix.Unmount(rootfs, unix.MNT_DETACH) == nil {
+	for _, bundle := range append(subs, dir) {
+		rootfs := filepath.Join(bundle, "rootfs")
+		for unix.Unmount(rootfs, unix.MNT_DETACH) == nil {
+		}
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove bundle of sandbox %s: %w", id, err)
 	}
 	return nil
+}
+
+// delete deletes runsc's container id, running or not.
+func (r *Runtime) delete(ctx context.Context, id string) error {
+	if _, err := r.output(ctx, "delete", "--force", id); err != nil {
+		// delete succeeds on unknown ids; failing, it may still have
+		// removed the container (one whose sandbox is gone fails to stop
+		// it, yet goes).
+		known, listErr := r.containers(ctx)
+		if listErr != nil || slices.Contains(known, id) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Exec implements runtime.Runtime with runsc exec, which runs cmd as the
+// container's own process runs.
+func (r *Runtime) Exec(ctx context.Context, slot runtime.Slot, container string, cmd []string) error {
+	if err := checkSlotName(slot.Name); err != nil {
+		return fmt.Errorf("exec: %w", err)
+	}
+	if len(cmd) == 0 {
+		return fmt.Errorf("slot %s: exec in container %s: no command given", slot.Name, container)
+	}
+	id, err := r.containerID(slot.Name, container)
+	if err != nil {
+		return fmt.Errorf("slot %s: exec %q: %w", slot.Name, cmd, err)
+	}
+	c := r.command(ctx, append([]string{"exec", id}, cmd...)...)
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	// A process the command left in the background would hold the pipe.
+	c.WaitDelay = time.Second
+	if err := c.Run(); err != nil {
+		return fmt.Errorf("slot %s: exec %q in container %s: %w: %s", slot.Name, cmd, container, err, lastBytes(out.Bytes(), 2048))
+	}
+	return nil
+}
+
+// containerID is the runsc id of the named container of slot's running
+// sandbox.
+func (r *Runtime) containerID(slot, name string) (string, error) {
+	defer r.lock(slot)()
+	ids, _, err := r.sandboxes(slot)
+	if err != nil {
+		return "", err
+	}
+	if len(ids) != 1 {
+		return "", fmt.Errorf("%w (%d sandboxes)", runtime.ErrNotRunning, len(ids))
+	}
+	id := ids[0]
+	dir := r.bundleDir(slot, id)
+	if b, err := os.ReadFile(filepath.Join(dir, nameFile)); err == nil && string(b) == name {
+		return id, nil
+	}
+	if b, err := os.ReadFile(filepath.Join(subBundleDir(dir, name), nameFile)); err == nil && string(b) == name {
+		return subID(id, name), nil
+	}
+	return "", fmt.Errorf("sandbox %s has no container %q", id, name)
+}
+
+func lastBytes(b []byte, limit int) string {
+	if len(b) > limit {
+		b = b[len(b)-limit:]
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // killBundleProcesses kills the processes started for the bundle at dir
@@ -892,8 +1113,12 @@ func (r *Runtime) containers(ctx context.Context) ([]string, error) {
 }
 
 // idSep separates the slot from the generation in a sandbox id; slot names
-// cannot contain it.
-const idSep = "_"
+// cannot contain it. subSep frames the name of a container that joined a
+// sandbox in its id (see subID); generations and names cannot contain it.
+const (
+	idSep  = "_"
+	subSep = "+"
+)
 
 // newID names a new sandbox of slot: unique per start, so a restore never
 // collides with what runsc remembers of an earlier sandbox.

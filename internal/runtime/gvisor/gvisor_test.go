@@ -139,13 +139,33 @@ func (h *harness) workload(t testing.TB) runtime.Workload {
 	}
 }
 
+// sidePort is where the pod's second container serves.
+const sidePort = 8081
+
+// pod returns the workload with a second container, "side": the counter
+// again on sidePort, mounting the same volume at /data, so both append to
+// one file there.
+func (h *harness) pod(t testing.TB) runtime.Workload {
+	w := h.workload(t)
+	w.Template.Containers = append(w.Template.Containers, &torporv1.Container{
+		Name:    "side",
+		Command: []string{"/bin/counter"},
+		Env:     []*torporv1.EnvVar{{Name: "PORT", Value: strconv.Itoa(sidePort)}, {Name: "GREETING", Value: "side"}},
+		Mounts:  []*torporv1.Mount{{Volume: "data", Path: "/data"}},
+	})
+	w.Rootfs["side"] = h.rootfs
+	return w
+}
+
 // client opens a connection per request: a restored sandbox carries the
 // TCP state of the connections its original had, so a kept-alive
 // connection can reach a workload that moved and make the transport retry
 // a request the workload already counted.
 var client = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
-func get(ip, path string) (string, error) {
+func get(ip, path string) (string, error) { return getPort(ip, port, path) }
+
+func getPort(ip string, port int, path string) (string, error) {
 	resp, err := client.Get(fmt.Sprintf("http://%s:%d%s", ip, port, path))
 	if err != nil {
 		return "", err
@@ -213,6 +233,8 @@ func TestConformance(t *testing.T) {
 		Runtime:  h.rt,
 		Slots:    h.slots,
 		Workload: func(t *testing.T) runtime.Workload { return h.workload(t) },
+		Pod:      func(t *testing.T) runtime.Workload { return h.pod(t) },
+		True:     []string{"/bin/counter", "exit", "0"},
 	})
 }
 
@@ -261,6 +283,103 @@ func TestCheckpointRestoreInAnotherSlot(t *testing.T) {
 	}
 	if after := listTree(t, h.rootfs); !slices.Equal(before, after) {
 		t.Fatalf("the shared rootfs changed on the host: %v -> %v", before, after)
+	}
+}
+
+// Both containers of a pod keep their memory and root filesystem through a
+// checkpoint and a restore, cold and into a warm sandbox, and share their
+// volume and network all along.
+func TestSeveralContainersCheckpointRestore(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	a, b := h.slots[0], h.slots[1]
+	w := h.pod(t)
+	requestBoth := func(ip string, want ...string) {
+		t.Helper()
+		for i, p := range []int{port, sidePort} {
+			got, err := getPort(ip, p, "/")
+			if err != nil {
+				t.Fatalf("request to port %d: %v", p, err)
+			}
+			if got != want[i] {
+				t.Fatalf("port %d: %q, want %q", p, got, want[i])
+			}
+		}
+	}
+	waitBoth := func(ip string) {
+		t.Helper()
+		waitReady(t, ip)
+		for {
+			if _, err := getPort(ip, sidePort, "/healthz"); err == nil {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	if err := h.rt.Run(ctx, a, w); err != nil {
+		t.Fatal(err)
+	}
+	waitBoth(a.IP)
+	// One volume: each container's line count includes the other's.
+	requestBoth(a.IP, "count=1 volume=1 rootfs=1 greeting=hello", "count=1 volume=2 rootfs=1 greeting=side")
+	requestBoth(a.IP, "count=2 volume=3 rootfs=2 greeting=hello", "count=2 volume=4 rootfs=2 greeting=side")
+
+	img := t.TempDir()
+	if err := h.rt.Checkpoint(ctx, a, img, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Restore(ctx, b, w, img); err != nil {
+		t.Fatal(err)
+	}
+	waitBoth(b.IP)
+	requestBoth(b.IP, "count=3 volume=5 rootfs=3 greeting=hello", "count=3 volume=6 rootfs=3 greeting=side")
+
+	img = t.TempDir()
+	if err := h.rt.Checkpoint(ctx, b, img, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Warm(ctx, a, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Restore(ctx, a, w, img); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := h.rt.Stats(ctx, a); err != nil || !st.Running || st.Warm {
+		t.Fatalf("Stats after a restore into the warm sandbox = %+v, %v", st, err)
+	}
+	waitBoth(a.IP)
+	requestBoth(a.IP, "count=4 volume=7 rootfs=4 greeting=hello", "count=4 volume=8 rootfs=4 greeting=side")
+
+	// Nothing of either container is left once the sandbox is gone.
+	if err := h.rt.Terminate(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	known, err := h.rt.containers(ctx)
+	if err != nil || len(known) != 0 {
+		t.Fatalf("runsc still knows %v after Terminate (%v)", known, err)
+	}
+}
+
+// An exec runs in the named container and fails with its exit status and
+// output.
+func TestExec(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	a := h.slots[0]
+	if err := h.rt.Run(ctx, a, h.pod(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"main", "side"} {
+		if err := h.rt.Exec(ctx, a, name, []string{"/bin/counter", "exit", "0"}); err != nil {
+			t.Fatalf("exec in %s: %v", name, err)
+		}
+		err := h.rt.Exec(ctx, a, name, []string{"/bin/counter", "exit", "3"})
+		if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "exiting with 3") {
+			t.Fatalf("exec exiting 3 in %s = %v, want its status and output", name, err)
+		}
+	}
+	if err := h.rt.Exec(ctx, a, "main", []string{"/bin/absent"}); err == nil {
+		t.Fatal("exec of a missing program succeeded")
 	}
 }
 

@@ -18,6 +18,8 @@ type ociSpec struct {
 	Hostname string     `json:"hostname,omitempty"`
 	Mounts   []ociMount `json:"mounts"`
 	Linux    ociLinux   `json:"linux"`
+	// Annotations place a container in a sandbox of several.
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 type ociProcess struct {
@@ -72,9 +74,9 @@ type ociNamespace struct {
 // ports and signal own processes.
 var defaultCaps = []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"}
 
-// buildSpec makes the spec of workload w, whose root filesystem is mounted
-// at rootfs, in the network namespace at netns.
-func buildSpec(w runtime.Workload, c runtime.Checked, rootfs, netns string) ociSpec {
+// buildSpec makes the spec of container c of workload w, whose root
+// filesystem is mounted at rootfs, in the network namespace at netns.
+func buildSpec(w runtime.Workload, c runtime.Checked, rootfs, netns string, annotations map[string]string) ociSpec {
 	mounts := []ociMount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs"},
@@ -111,6 +113,7 @@ func buildSpec(w runtime.Workload, c runtime.Checked, rootfs, netns string) ociS
 		Linux: ociLinux{Namespaces: []ociNamespace{
 			{Type: "pid"}, {Type: "network", Path: netns}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"},
 		}},
+		Annotations: annotations,
 	}
 }
 

@@ -12,7 +12,11 @@ import (
 	"github.com/torpor-dev/torpor/internal/image"
 )
 
-var counter struct {
+// exampleImages are the examples' pinned image references, built once per
+// test process.
+var exampleImages sync.Map // example name -> *exampleImage
+
+type exampleImage struct {
 	once   sync.Once
 	pinned string
 	err    error
@@ -20,29 +24,41 @@ var counter struct {
 
 // CounterImage returns the pinned reference of the counter example's
 // image, building its layout (as `make images` does) when it is missing.
-func CounterImage(t testing.TB) string {
+func CounterImage(t testing.TB) string { return ExampleImage(t, "counter") }
+
+// PodImage returns the pinned reference of the pod example's image (kv, a
+// Redis-like server, and the counter's sidecar), building its layout (as
+// `make images` does) when it is missing.
+func PodImage(t testing.TB) string { return ExampleImage(t, "pod") }
+
+// ExampleImage returns the pinned reference of the image examples/<name>
+// builds with its mkimage command into examples/<name>/image, building it
+// when it is missing.
+func ExampleImage(t testing.TB, name string) string {
 	t.Helper()
-	counter.once.Do(func() {
+	v, _ := exampleImages.LoadOrStore(name, &exampleImage{})
+	img := v.(*exampleImage)
+	img.once.Do(func() {
 		root, err := ModuleRoot()
 		if err != nil {
-			counter.err = err
+			img.err = err
 			return
 		}
-		layout := filepath.Join(root, "examples", "counter", "image")
+		layout := filepath.Join(root, "examples", name, "image")
 		if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
-			cmd := exec.Command("go", "run", "./examples/counter/mkimage", "-out", layout, "-tag", "latest")
+			cmd := exec.Command("go", "run", "./examples/"+name+"/mkimage", "-out", layout, "-tag", "latest")
 			cmd.Dir = root
 			if out, err := cmd.CombinedOutput(); err != nil {
-				counter.err = fmt.Errorf("build the counter image (make images): %w: %s", err, out)
+				img.err = fmt.Errorf("build the %s image (make images): %w: %s", name, err, out)
 				return
 			}
 		}
-		counter.pinned, counter.err = image.Resolve(context.Background(), image.LayoutScheme+layout+":latest", "")
+		img.pinned, img.err = image.Resolve(context.Background(), image.LayoutScheme+layout+":latest", "")
 	})
-	if counter.err != nil {
-		t.Fatal(counter.err)
+	if img.err != nil {
+		t.Fatal(img.err)
 	}
-	return counter.pinned
+	return img.pinned
 }
 
 // ModuleRoot is the directory of go.mod above the working directory.

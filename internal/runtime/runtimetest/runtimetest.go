@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -24,6 +25,12 @@ type Env struct {
 	// Workload returns a startable workload with one durable volume
 	// mounted at /data, its host directory fresh and empty.
 	Workload func(t *testing.T) runtime.Workload
+	// Pod returns a startable workload of two containers, "main" and
+	// "side", both mounting one durable volume, its host directory fresh
+	// and empty.
+	Pod func(t *testing.T) runtime.Workload
+	// True is a command that exits 0 in every container of both.
+	True []string
 }
 
 // Conformance runs the shared behaviour tests against env.
@@ -141,7 +148,7 @@ func Conformance(t *testing.T, env Env) {
 	t.Run("RejectsBadWorkloads", func(t *testing.T) {
 		defer terminate(t)
 		good := env.Workload(t)
-		twoContainers := withTemplate(good, func(tmpl *torporv1.TemplateSpec) {
+		sameName := withTemplate(good, func(tmpl *torporv1.TemplateSpec) {
 			tmpl.Containers = append(tmpl.Containers, proto.Clone(tmpl.Containers[0]).(*torporv1.Container))
 		})
 		noVolumeDir := good
@@ -153,7 +160,7 @@ func Conformance(t *testing.T, env Env) {
 		noRootfs.Rootfs = map[string]string{}
 		undeclared := withTemplate(good, func(tmpl *torporv1.TemplateSpec) { tmpl.Volumes = nil })
 		for name, w := range map[string]runtime.Workload{
-			"two containers": twoContainers, "missing volume dir": noVolumeDir,
+			"two containers of one name": sameName, "missing volume dir": noVolumeDir,
 			"no rootfs": noRootfs, "undeclared volume": undeclared,
 		} {
 			if err := rt.Run(ctx, a, w); err == nil {
@@ -162,6 +169,75 @@ func Conformance(t *testing.T, env Env) {
 			}
 		}
 		assertSandboxes(t)
+	})
+
+	t.Run("Exec", func(t *testing.T) {
+		defer terminate(t)
+		w := env.Workload(t)
+		name := w.Template.GetContainers()[0].GetName()
+		if err := rt.Exec(ctx, a, name, env.True); !errors.Is(err, runtime.ErrNotRunning) {
+			t.Fatalf("Exec in an empty slot = %v, want ErrNotRunning", err)
+		}
+		if err := rt.Run(ctx, a, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Exec(ctx, a, name, env.True); err != nil {
+			t.Fatalf("Exec %q in container %s: %v", env.True, name, err)
+		}
+		if err := rt.Exec(ctx, a, "absent", env.True); err == nil || !strings.Contains(err.Error(), `"absent"`) {
+			t.Fatalf("Exec in a container the workload does not have = %v, want an error naming it", err)
+		}
+	})
+
+	t.Run("SeveralContainers", func(t *testing.T) {
+		defer terminate(t)
+		w := env.Pod(t)
+		if err := rt.Run(ctx, a, w); err != nil {
+			t.Fatal(err)
+		}
+		assertRunning(t, a, true)
+		assertSandboxes(t, a.Name)
+		for _, name := range []string{"main", "side"} {
+			if err := rt.Exec(ctx, a, name, env.True); err != nil {
+				t.Fatalf("Exec in container %s: %v", name, err)
+			}
+		}
+		img := t.TempDir()
+		if err := rt.Checkpoint(ctx, a, img, false); err != nil {
+			t.Fatal(err)
+		}
+		assertSandboxes(t)
+		// An image holds every container: a workload without one of them
+		// does not restore from it, and leaves the slot free.
+		mainOnly := withTemplate(w, func(tmpl *torporv1.TemplateSpec) { tmpl.Containers = tmpl.Containers[:1] })
+		if err := rt.Restore(ctx, b, mainOnly, img); err == nil {
+			t.Fatal("restoring a two-container image as one container succeeded")
+		}
+		assertSandboxes(t)
+		if err := rt.Restore(ctx, b, w, img); err != nil {
+			t.Fatal(err)
+		}
+		assertRunning(t, b, true)
+		if err := rt.Exec(ctx, b, "side", env.True); err != nil {
+			t.Fatalf("Exec in the restored container side: %v", err)
+		}
+		// A warm sandbox takes the containers too.
+		img = t.TempDir()
+		if err := rt.Checkpoint(ctx, b, img, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Warm(ctx, a, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Restore(ctx, a, w, img); err != nil {
+			t.Fatalf("Restore of two containers in a warm slot: %v", err)
+		}
+		assertRunning(t, a, true)
+		assertWarm(t, rt, a, false)
+		assertSandboxes(t, a.Name)
+		if err := rt.Exec(ctx, a, "side", env.True); err != nil {
+			t.Fatalf("Exec in container side restored in a warm slot: %v", err)
+		}
 	})
 
 	t.Run("FailedRestoreLeavesTheSlotFree", func(t *testing.T) {

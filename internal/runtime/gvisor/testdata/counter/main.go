@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 )
@@ -16,7 +17,18 @@ const (
 	rootfsLog = "/state.log"      // the root filesystem (sandbox overlay)
 )
 
+// Run as "counter exit N" it exits with status N at once: a command for
+// exec tests. Otherwise it serves on $PORT (default 8080).
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "exit" {
+		code, _ := strconv.Atoi(os.Args[2])
+		fmt.Printf("exiting with %d\n", code)
+		os.Exit(code)
+	}
+	port := os.Getenv("PORT")
+	if port == "" {
+		port = "8080"
+	}
 	var count atomic.Int64
 	// Memory the checkpoint has to carry.
 	ballast := make([]byte, 4<<20)
@@ -36,7 +48,7 @@ func main() {
 		}
 		fmt.Fprintf(w, "count=%d volume=%d rootfs=%d greeting=%s\n", n, lines(volumeLog), lines(rootfsLog), os.Getenv("GREETING"))
 	})
-	if err := http.ListenAndServe(":8080", nil); err != nil {
+	if err := http.ListenAndServe(":"+port, nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
