@@ -44,7 +44,9 @@ type workload func(actor string) http.Handler
 // env is a real control plane (API over SQLite, workflow engine) whose one
 // node is a fake agent running workloads as loopback HTTP servers.
 type env struct {
-	t      testing.TB
+	t testing.TB
+	// store is the control plane's, for states no call can hold still.
+	store  store.Store
 	apiURL string
 	// apiClient calls the API with the admin token.
 	apiClient *http.Client
@@ -83,7 +85,7 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, port: freePort(t)}
+	e := &env{t: t, store: st, port: freePort(t)}
 	srv := server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler), HeartbeatTimeout: time.Hour})
 	api := srv.Handler()
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -415,6 +417,7 @@ type fakeAgent struct {
 	gates    map[string]chan struct{} // method -> closed to let calls proceed
 	entered  map[string]chan struct{} // method -> closed when a call is waiting at its gate
 	workerIP map[string]string
+	fails    map[string]connect.Code // method -> code its calls fail with
 }
 
 type runningWorkload struct {
@@ -427,7 +430,17 @@ func newFakeAgent(t testing.TB, port int, wl workload) *fakeAgent {
 		t: t, port: port, wl: wl,
 		running: map[string]*runningWorkload{}, done: map[string]bool{}, counts: map[string]int{},
 		gates: map[string]chan struct{}{}, entered: map[string]chan struct{}{}, workerIP: map[string]string{},
+		fails: map[string]connect.Code{},
 	}
+}
+
+// failWith makes calls of method fail with code and a message as a real
+// node's failures read: uids, sandbox ids, host paths, the worker's name
+// and address, runtime stderr.
+func (f *fakeAgent) failWith(method string, code connect.Code) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails[method] = code
 }
 
 // gate makes calls of method wait until the returned release is called;
@@ -477,6 +490,10 @@ func (f *fakeAgent) start(ctx context.Context, method string, op *torporv1.Opera
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if code, ok := f.fails[method]; ok {
+		return connect.NewError(code, fmt.Errorf("%s: sandbox torpor-%s-%s on worker %s (%s): runsc exited 128: stderr: open /var/lib/torpor/bundles/%s/config.json: permission denied",
+			method, op.GetActorUid(), op.GetOperationId(), op.GetWorker(), f.workerIP[op.GetWorker()], op.GetActorUid()))
+	}
 	key := op.GetActorUid() + "/" + op.GetOperationId()
 	if f.done[key] {
 		return nil

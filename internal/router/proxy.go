@@ -19,8 +19,7 @@ import (
 // proxy forwards requests to workloads over one pool of keep-alive
 // connections.
 type proxy struct {
-	rp  *httputil.ReverseProxy
-	log *slog.Logger
+	rp *httputil.ReverseProxy
 }
 
 // proxyTarget is where one proxy attempt goes and what it reports.
@@ -39,8 +38,9 @@ type proxyTarget struct {
 type proxyOutcome int
 
 const (
-	proxied    proxyOutcome = iota // answered, by the workload or with an error
+	proxied    proxyOutcome = iota // the workload answered, or the client left
 	dialFailed                     // nothing sent: the endpoint could not be dialled
+	unanswered                     // the workload did not answer; nothing was written
 )
 
 // attempt is one proxy attempt's state, carried in the outgoing request's
@@ -48,6 +48,7 @@ const (
 type attempt struct {
 	target  proxyTarget
 	outcome proxyOutcome
+	err     error // why the workload did not answer
 }
 
 type attemptKey struct{}
@@ -64,7 +65,7 @@ func newProxy(log *slog.Logger) *proxy {
 		// Workloads speak cleartext HTTP/1.1 (upgrades need it).
 		ForceAttemptHTTP2: false,
 	}
-	p := &proxy{log: log}
+	p := &proxy{}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			a := pr.Out.Context().Value(attemptKey{}).(*attempt)
@@ -90,14 +91,17 @@ func newProxy(log *slog.Logger) *proxy {
 	return p
 }
 
-func (p *proxy) serve(w http.ResponseWriter, req *http.Request, t proxyTarget) proxyOutcome {
+// serve proxies req to t; when the workload did not answer, it returns
+// why and leaves the answer to the caller.
+func (p *proxy) serve(w http.ResponseWriter, req *http.Request, t proxyTarget) (proxyOutcome, error) {
 	a := &attempt{target: t, outcome: proxied}
 	p.rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), attemptKey{}, a)))
-	return a.outcome
+	return a.outcome, a.err
 }
 
-// fail answers a request the workload did not answer.
-func (p *proxy) fail(w http.ResponseWriter, req *http.Request, err error) {
+// fail notes why the workload did not answer; the ReverseProxy calls it
+// before writing anything.
+func (p *proxy) fail(_ http.ResponseWriter, req *http.Request, err error) {
 	a := req.Context().Value(attemptKey{}).(*attempt)
 	// A failed dial sent nothing (not even the body), so the request can
 	// safely go elsewhere.
@@ -106,11 +110,7 @@ func (p *proxy) fail(w http.ResponseWriter, req *http.Request, err error) {
 		a.outcome = dialFailed
 		return
 	}
-	if req.Context().Err() != nil {
-		return // the client went away
-	}
-	p.log.Warn("workload did not answer", "actor", a.target.actor.String(), "endpoint", a.target.endpoint, "err", err)
-	http.Error(w, fmt.Sprintf("torpor router: actor %s did not answer at %s: %v", a.target.actor, a.target.endpoint, err), http.StatusBadGateway)
+	a.outcome, a.err = unanswered, err
 }
 
 // recorder notes the status and size of a response for the access log. It
@@ -119,6 +119,20 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	bytes  atomic.Int64
+	// id is the request's id, err what went wrong when the router answered
+	// itself: both for the request's log line.
+	id  string
+	err error
+}
+
+// answer writes the router's own answer: msg and the request id for the
+// client, err (the whole story) for the log line.
+func (r *recorder) answer(status int, msg string, err error) {
+	r.err = err
+	if r.status != 0 {
+		return // something was sent already (an upgrade failing half way)
+	}
+	http.Error(r, fmt.Sprintf("torpor router: %s (request id %s)", msg, r.id), status)
 }
 
 func (r *recorder) WriteHeader(code int) {

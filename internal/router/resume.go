@@ -57,6 +57,9 @@ const abandonResumeAfter = 10 * time.Minute
 var (
 	errNoWorker      = errors.New("no worker is free")
 	errResumeTimeout = errors.New("resume timed out")
+	// errResumeFailed: the control plane answered the resume with an
+	// error, which keeps its code.
+	errResumeFailed = errors.New("resume failed")
 	// errControlPlaneDown: the control plane answered Unavailable, or was
 	// out of reach, for the whole park bound.
 	errControlPlaneDown = errors.New("the control plane is unavailable")
@@ -154,7 +157,7 @@ func (r *Router) resumeOnce(key ActorKey) (*torporv1.Actor, error) {
 		defer cancel()
 		resp, err := r.api.ResumeActor(ctx, connect.NewRequest(&torporv1.ResumeActorRequest{Space: key.Space, Name: key.Name}))
 		if err != nil {
-			done <- result{err: fmt.Errorf("resume actor %s: %w", key, err)}
+			done <- result{err: fmt.Errorf("actor %s: %w: %w", key, errResumeFailed, err)}
 			return
 		}
 		a := resp.Msg

@@ -13,10 +13,19 @@
 // result}. Admin is meant for a listener of its own; with
 // Config.AdminOnIngress the ingress serves it too, but only to requests that
 // name no actor, so an actor's own /metrics stays reachable.
+//
+// What clients are told: every answer carries a request id (header
+// Torpor-Request-Id). An answer the router makes itself (4xx, 5xx) says
+// what happened to the actor and what to do, and gives the request id;
+// what lies behind it (uids, worker addresses, node and runtime messages)
+// goes only to the router's log line of that request id, and to the
+// actor's events for its users. Router clients are anyone who can reach the
+// ingress, not only the actor's owners.
 package router
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -181,6 +190,11 @@ func (r *Router) Domain() string { return r.cfg.Domain }
 // own or, with AdminOnIngress, through ServeHTTP.
 func (r *Router) Admin() http.Handler { return r.admin }
 
+// RequestIDHeader carries the id the router gives each request it serves;
+// the router's log line for the request carries it too, with the whole
+// error of a request that failed.
+const RequestIDHeader = "Torpor-Request-Id"
+
 // ServeHTTP routes one request to its actor.
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
@@ -189,7 +203,8 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.admin.ServeHTTP(w, req)
 		return
 	}
-	rec := &recorder{ResponseWriter: w}
+	rec := &recorder{ResponseWriter: w, id: rand.Text()}
+	w.Header().Set(RequestIDHeader, rec.id)
 	var resumed time.Duration
 	// Deferred so the log line is written even when the proxy aborts a
 	// response half way (it panics with http.ErrAbortHandler).
@@ -203,18 +218,26 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		if err == nil {
 			actor = key.String()
 		}
-		attrs := []any{"actor", actor, "method", req.Method, "path", req.URL.Path, "status", status,
+		attrs := []any{"request_id", rec.id, "actor", actor, "method", req.Method, "path", req.URL.Path, "status", status,
 			"duration", time.Since(start), "bytes", rec.bytes.Load()}
 		if resumed > 0 {
 			attrs = append(attrs, "resume", resumed)
 		}
-		r.log.Info("request", attrs...)
+		level := slog.LevelInfo
+		if rec.err != nil {
+			attrs = append(attrs, "err", rec.err)
+			if status >= http.StatusInternalServerError {
+				level = slog.LevelWarn
+			}
+		}
+		r.log.Log(req.Context(), level, "request", attrs...)
 	}()
 	if err != nil {
 		if errors.Is(err, errNoActor) {
 			err = fmt.Errorf("%w: address it with Host: <actor>.<space>.%s or the header %s: <space>/<actor>", err, r.cfg.Domain, ActorHeader)
 		}
-		http.Error(rec, err.Error(), http.StatusBadRequest)
+		// The message speaks only of the Host or header the client sent.
+		rec.answer(http.StatusBadRequest, err.Error(), err)
 		return
 	}
 	if req.ContentLength != 0 {
@@ -254,11 +277,15 @@ func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start 
 		// A workload that was just resumed has passed its readiness probe, so
 		// failing to reach it is its fault; an address from the cache or an
 		// earlier read may be stale, so it is re-resolved once.
-		outcome := r.proxy.serve(w, req, proxyTarget{
+		outcome, err := r.proxy.serve(w, req, proxyTarget{
 			actor: key, endpoint: target, retryDial: !fresh && *resumed == 0,
 			activationStart: activationStart(start, *resumed), activation: r.metrics.activation,
 		})
-		if outcome != dialFailed {
+		switch outcome {
+		case proxied:
+			return
+		case unanswered:
+			r.writeError(w, req, key, fmt.Errorf("actor %s at %s: %w: %w", key, target, errNoAnswer, err))
 			return
 		}
 		r.log.Debug("cached endpoint unreachable, re-resolving", "actor", key.String(), "endpoint", target)
@@ -301,8 +328,13 @@ func (r *Router) resolve(ctx context.Context, key ActorKey, fresh bool, resumed 
 		if err != nil {
 			return "", fmt.Errorf("get actor %s: %w", key, err)
 		}
-		if resp.Msg.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING {
+		switch resp.Msg.GetStatus().GetState() {
+		case torporv1.ActorState_ACTOR_STATE_RUNNING:
 			return r.learn(key, resp.Msg)
+		case torporv1.ActorState_ACTOR_STATE_DELETING:
+			// Said here because the resume's refusal would carry the control
+			// plane's words, which clients do not get.
+			return "", fmt.Errorf("actor %s: %w", key, errDeleting)
 		}
 		r.actors.forget(key)
 	}
@@ -342,42 +374,58 @@ func endpointOf(a *torporv1.Actor) string {
 	return net.JoinHostPort(a.GetStatus().GetWorker().GetIp(), strconv.Itoa(int(port)))
 }
 
+var (
+	errDeleting = errors.New("the actor is being deleted")
+	// errNoAnswer: the workload did not answer (refused, reset, closed).
+	errNoAnswer = errors.New("the workload did not answer")
+)
+
 // writeError answers a request the router could not get to its actor.
 func (r *Router) writeError(w *recorder, req *http.Request, key ActorKey, err error) {
 	if req.Context().Err() != nil {
-		return // the client went away; nobody reads an answer
+		w.err = err // the client went away; nobody reads an answer
+		return
 	}
-	status := http.StatusBadGateway
-	msg := err.Error()
-	switch {
-	case errors.Is(err, errNoWorker):
+	status, msg := clientAnswer(key, err)
+	if status == http.StatusServiceUnavailable {
 		// Parked requests already waited the park bound; a retry parks
 		// again, so the client may come back at once.
 		w.Header().Set("Retry-After", "1")
-		status = http.StatusServiceUnavailable
+	}
+	w.answer(status, msg, err)
+}
+
+// clientAnswer is what the client of a request for the actor is told of
+// err: the status and what happened in words that name only the actor. The
+// status depends on the code the control plane answered, the words never
+// on what it said: its messages speak of workers, uids and node or runtime
+// output.
+func clientAnswer(key ActorKey, err error) (int, string) {
+	switch {
+	case errors.Is(err, errNoWorker):
+		return http.StatusServiceUnavailable, fmt.Sprintf("actor %s: %v, retry", key, errNoWorker)
 	case errors.Is(err, errControlPlaneDown):
-		// Likewise. What the control plane said stays in the log: it
-		// speaks of its own parts, not of the actor.
-		r.log.Warn("control plane unavailable", "actor", key.String(), "err", err)
-		w.Header().Set("Retry-After", "1")
-		status = http.StatusServiceUnavailable
-		msg = fmt.Sprintf("actor %s: %v, retry", key, errControlPlaneDown)
+		return http.StatusServiceUnavailable, fmt.Sprintf("actor %s: %v, retry", key, errControlPlaneDown)
 	case errors.Is(err, errResumeTimeout):
-		status = http.StatusGatewayTimeout
-	default:
-		switch connect.CodeOf(err) {
-		case connect.CodeNotFound:
-			status = http.StatusNotFound
-		case connect.CodePermissionDenied:
-			status = http.StatusForbidden // the router's credentials do not cover the actor's space
-		case connect.CodeFailedPrecondition:
-			status = http.StatusConflict // e.g. the actor is being deleted
-		}
+		return http.StatusGatewayTimeout, fmt.Sprintf("actor %s: %v, retry", key, errResumeTimeout)
+	case errors.Is(err, errDeleting):
+		return http.StatusConflict, fmt.Sprintf("actor %s is being deleted", key)
+	case errors.Is(err, errNoAnswer):
+		return http.StatusBadGateway, fmt.Sprintf("actor %s did not answer", key)
 	}
-	if status == http.StatusBadGateway {
-		r.log.Warn("cannot reach actor", "actor", key.String(), "err", err)
+	switch connect.CodeOf(err) {
+	case connect.CodeNotFound:
+		return http.StatusNotFound, fmt.Sprintf("actor %s not found", key)
+	case connect.CodePermissionDenied:
+		// The router's credentials do not cover the actor's space.
+		return http.StatusForbidden, fmt.Sprintf("actor %s is not served by this router", key)
+	case connect.CodeFailedPrecondition:
+		return http.StatusConflict, fmt.Sprintf("actor %s cannot be resumed now", key)
 	}
-	http.Error(w, "torpor router: "+msg, status)
+	if errors.Is(err, errResumeFailed) {
+		return http.StatusBadGateway, fmt.Sprintf("actor %s could not be resumed", key)
+	}
+	return http.StatusBadGateway, fmt.Sprintf("actor %s could not be reached", key)
 }
 
 // Run applies the idle policies of the actors this router serves until ctx
