@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 var actorKind = &kind[*torporv1.Actor]{
@@ -20,7 +21,9 @@ var actorKind = &kind[*torporv1.Actor]{
 	plural: "actors",
 	spaced: true,
 	columns: []column[*torporv1.Actor]{
-		{"TEMPLATE", func(a *torporv1.Actor) string { return a.GetSpec().GetTemplate() }},
+		{"TEMPLATE", func(a *torporv1.Actor) string {
+			return validate.RevisionName(a.GetSpec().GetTemplate(), a.GetSpec().GetTemplateRevision())
+		}},
 		{"STATE", func(a *torporv1.Actor) string { return enumName(a.GetStatus().GetState()) }},
 		{"WORKER", func(a *torporv1.Actor) string { return a.GetStatus().GetWorker().GetName() }},
 	},
@@ -52,13 +55,35 @@ func newActorCommand(a *app) *cobra.Command {
 	return noun
 }
 
+// templateFlag is a --template NAME[@REV] flag.
+type templateFlag struct{ ref string }
+
+// into sets spec's template and revision (0: the latest) from the flag.
+func (f templateFlag) into(spec *torporv1.ActorSpec) error {
+	name, rev, err := validate.TemplateRef("--template", f.ref)
+	if err != nil {
+		return err
+	}
+	spec.Template, spec.TemplateRevision = name, rev
+	return nil
+}
+
 func newActorCreateCommand(a *app) *cobra.Command {
 	var spec torporv1.ActorSpec
+	var tf templateFlag
+	var wait time.Duration
 	cmd := &cobra.Command{
-		Use:   "create NAME --template TEMPLATE",
+		Use:   "create NAME --template TEMPLATE[@REV]",
 		Short: "Create an actor (it starts suspended and resumes on its first request)",
-		Args:  cobra.ExactArgs(1),
+		Long: "Create an actor on a template revision (default: the latest). It stays on that\n" +
+			"revision until moved. A revision whose golden build failed is refused; one still\n" +
+			"building is accepted, and its actors cold-boot until the golden snapshot is ready\n" +
+			"(--wait waits for it instead).",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := tf.into(&spec); err != nil {
+				return err
+			}
 			c, err := a.clients()
 			if err != nil {
 				return err
@@ -70,26 +95,45 @@ func newActorCreateCommand(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return actorKind.printChanged(cmd.OutOrStdout(), a.output, actor, "created")
+			if err := actorKind.printChanged(cmd.OutOrStdout(), a.output, actor, "created"); err != nil {
+				return err
+			}
+			rev := validate.RevisionName(actor.GetSpec().GetTemplate(), actor.GetSpec().GetTemplateRevision())
+			t, err := call(cmd.Context(), c.templates.GetTemplate, &torporv1.GetRequest{Space: a.space, Name: rev})
+			if err != nil {
+				return err
+			}
+			if phase := t.GetStatus().GetPhase(); phase != torporv1.TemplatePhase_TEMPLATE_PHASE_READY {
+				if wait > 0 {
+					return waitForGolden(cmd.Context(), cmd.ErrOrStderr(), c, t, wait)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: the golden snapshot of template/%s is %s: until it is READY the actor cold-boots on its first resume (--wait waits for it)\n", rev, enumName(phase))
+			}
+			return nil
 		},
 	}
-	cmd.Flags().StringVar(&spec.Template, "template", "", "name of the template in the actor's space")
+	cmd.Flags().StringVar(&tf.ref, "template", "", "template in the actor's space: NAME (its latest revision) or NAME@REV")
 	cmd.Flags().StringToStringVar(&spec.WorkerSelector, "selector", nil, "labels a worker must carry to host the actor (k=v,...)")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the revision's golden snapshot, printing its progress")
+	cmd.Flags().Lookup("wait").NoOptDefVal = "5m"
 	_ = cmd.MarkFlagRequired("template") // the flag exists: cannot fail
 	return cmd
 }
 
 func newActorUpdateCommand(a *app) *cobra.Command {
 	var spec torporv1.ActorSpec
+	var tf templateFlag
 	var allowStateLoss bool
 	cmd := &cobra.Command{
-		Use:   "update NAME [--selector k=v,...] [--template TEMPLATE [--allow-state-loss]]",
-		Short: "Change an actor's worker selector or template",
-		Long: "Change an actor's worker selector or template. Only the fields given are sent.\n" +
-			"A template can be changed only while the actor is suspended or crashed, and only\n" +
-			"to one compatible with its latest snapshot. The next resume discards the actor's\n" +
-			"process memory and keeps its durable volumes; when the snapshot holds no durable\n" +
-			"data that loses all state, which --allow-state-loss must accept.",
+		Use:   "update NAME [--selector k=v,...] [--template TEMPLATE[@REV] [--allow-state-loss]]",
+		Short: "Change an actor's worker selector or template revision",
+		Long: "Change an actor's worker selector or template revision (TEMPLATE alone: its\n" +
+			"latest). Only the fields given are sent. The template can change only while the\n" +
+			"actor is suspended or crashed. The next resume discards the actor's process\n" +
+			"memory and keeps its durable volumes. A move that would lose more is refused,\n" +
+			"naming what: a volume of the actor's snapshot missing or mounted elsewhere, or a\n" +
+			"snapshot without durable data (all state is memory). --allow-state-loss accepts\n" +
+			"that loss; it is recorded in the actor's events. Another sandbox class is refused.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var mask fieldmaskpb.FieldMask
@@ -100,6 +144,11 @@ func newActorUpdateCommand(a *app) *cobra.Command {
 			}
 			if len(mask.Paths) == 0 {
 				return errors.New("nothing to update: give --selector or --template")
+			}
+			if cmd.Flags().Changed("template") {
+				if err := tf.into(&spec); err != nil {
+					return err
+				}
 			}
 			c, err := a.clients()
 			if err != nil {
@@ -120,8 +169,8 @@ func newActorUpdateCommand(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringToStringVar(&spec.WorkerSelector, "selector", nil, "labels a worker must carry (k=v,...); an empty value clears them")
-	cmd.Flags().StringVar(&spec.Template, "template", "", "name of a compatible template to move the actor to")
-	cmd.Flags().BoolVar(&allowStateLoss, "allow-state-loss", false, "accept a repoint that discards all state (the snapshot holds no durable data)")
+	cmd.Flags().StringVar(&tf.ref, "template", "", "template revision to move the actor to: NAME (its latest) or NAME@REV")
+	cmd.Flags().BoolVar(&allowStateLoss, "allow-state-loss", false, "accept a move that loses state (named in the refusal)")
 	return cmd
 }
 
@@ -146,6 +195,7 @@ func newActorResumeCommand(a *app) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&req.Boot, "boot", false, "cold-boot an actor that has no state instead of restoring the golden snapshot")
 	cmd.Flags().StringVar(&req.Snapshot, "snapshot", "", "restore this kept snapshot instead of the latest")
+	cmd.Flags().BoolVar(&req.AllowStateLoss, "allow-state-loss", false, "accept restoring a snapshot taken under another template revision that loses state (named in the refusal)")
 	return cmd
 }
 

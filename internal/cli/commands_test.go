@@ -154,7 +154,9 @@ func TestTemplateApply(t *testing.T) {
 	if err := os.WriteFile(changed, []byte(strings.Replace(goodTemplate, "keep: 3", "keep: 4", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	equalText(t, "changed spec", fails(t, url, "template", "apply", "-f", changed), "Error: already_exists: template default/counter exists\n")
+	equalText(t, "changed spec", ok(t, url, "template", "apply", "-f", changed),
+		"template/counter revised: revision 2 (actors on older revisions stay there until moved: torpor template rollout counter)\n")
+	equalText(t, "changed spec again", ok(t, url, "template", "apply", "-f", changed), "template/counter unchanged\n")
 
 	// Nothing is written when any document is bad, even an earlier good one.
 	bad := strings.Replace(minimal, "name: small", "name: fine", 1) + "---\n" + minimal + "    imag: x\n"
@@ -174,16 +176,16 @@ func TestTemplateApply(t *testing.T) {
 		"Error: "+twice+":11: template default/small is also defined at "+twice+":3\n")
 
 	if _, err := fake.templates.update("default", "counter", func(t *torporv1.Template) error {
-		t.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY}
+		t.Status.Phase = torporv1.TemplatePhase_TEMPLATE_PHASE_READY
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	equalText(t, "list", ok(t, url, "template", "list"),
-		"NAME      PHASE   CLASS    CONTAINERS   AGE\n"+
-			"counter   READY   gvisor   counter      3h\n")
+		"NAME      REVISION   PHASE   CLASS    CONTAINERS   AGE\n"+
+			"counter   2          READY   gvisor   counter      3h\n")
 	var got torporv1.Template
-	decodeAs(t, formatJSON, ok(t, url, "template", "apply", "-f", file, "-o", "json"), &got)
+	decodeAs(t, formatJSON, ok(t, url, "template", "apply", "-f", changed, "-o", "json"), &got)
 	if got.GetMetadata().GetName() != "counter" || got.GetStatus().GetPhase() != torporv1.TemplatePhase_TEMPLATE_PHASE_READY {
 		t.Errorf("apply -o json printed %v", &got)
 	}
@@ -192,13 +194,17 @@ func TestTemplateApply(t *testing.T) {
 func TestActorCommands(t *testing.T) {
 	isolate(t)
 	fake, url := startFakeAPI(t)
+	fake.templates.put(&torporv1.Template{
+		Metadata: &torporv1.ObjectMeta{Space: "default", Name: "counter"},
+		Status:   &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY, Revision: 1, LatestRevision: 1},
+	})
 
 	equalText(t, "create", ok(t, url, "actor", "create", "a1", "--template", "counter", "--selector", "pool=fast,zone=z1"), "actor/a1 created\n")
 	a1, err := fake.actors.get("default", "a1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantSpec := &torporv1.ActorSpec{Template: "counter", WorkerSelector: map[string]string{"pool": "fast", "zone": "z1"}}
+	wantSpec := &torporv1.ActorSpec{Template: "counter", TemplateRevision: 1, WorkerSelector: map[string]string{"pool": "fast", "zone": "z1"}}
 	if !proto.Equal(a1.GetSpec(), wantSpec) {
 		t.Errorf("stored spec %v, want %v", a1.GetSpec(), wantSpec)
 	}
@@ -224,7 +230,7 @@ func TestActorCommands(t *testing.T) {
 
 	fake.actors.put(&torporv1.Actor{
 		Metadata: &torporv1.ObjectMeta{Space: "default", Name: "a2"},
-		Spec:     &torporv1.ActorSpec{Template: "counter"},
+		Spec:     &torporv1.ActorSpec{Template: "counter", TemplateRevision: 1},
 		Status: &torporv1.ActorStatus{
 			State:  torporv1.ActorState_ACTOR_STATE_RUNNING,
 			Worker: &torporv1.WorkerRef{Namespace: "default", Name: "w-1", Node: "n1", Ip: "10.0.0.2"},
@@ -232,21 +238,21 @@ func TestActorCommands(t *testing.T) {
 	})
 	fake.actors.put(&torporv1.Actor{
 		Metadata: &torporv1.ObjectMeta{Space: "other", Name: "b1"},
-		Spec:     &torporv1.ActorSpec{Template: "echo"},
+		Spec:     &torporv1.ActorSpec{Template: "echo", TemplateRevision: 3},
 		Status:   &torporv1.ActorStatus{State: torporv1.ActorState_ACTOR_STATE_CRASHED},
 	})
 	equalText(t, "list", ok(t, url, "actor", "list"),
-		"NAME   TEMPLATE   STATE       WORKER   AGE\n"+
-			"a1     counter    SUSPENDED   <none>   3h\n"+
-			"a2     counter    RUNNING     w-1      3h\n")
+		"NAME   TEMPLATE    STATE       WORKER   AGE\n"+
+			"a1     counter@1   SUSPENDED   <none>   3h\n"+
+			"a2     counter@1   RUNNING     w-1      3h\n")
 	equalText(t, "list -A", ok(t, url, "actor", "list", "-A"),
-		"NAME   SPACE     TEMPLATE   STATE       WORKER   AGE\n"+
-			"a1     default   counter    SUSPENDED   <none>   3h\n"+
-			"a2     default   counter    RUNNING     w-1      3h\n"+
-			"b1     other     echo       CRASHED     <none>   3h\n")
+		"NAME   SPACE     TEMPLATE    STATE       WORKER   AGE\n"+
+			"a1     default   counter@1   SUSPENDED   <none>   3h\n"+
+			"a2     default   counter@1   RUNNING     w-1      3h\n"+
+			"b1     other     echo@3      CRASHED     <none>   3h\n")
 	equalText(t, "get in another space", ok(t, url, "--space", "other", "actors", "get"),
 		"NAME   TEMPLATE   STATE     WORKER   AGE\n"+
-			"b1     echo       CRASHED   <none>   3h\n")
+			"b1     echo@3     CRASHED   <none>   3h\n")
 
 	equalText(t, "resume", ok(t, url, "actor", "resume", "a1", "--boot"), "actor/a1 resumed\n")
 	if len(fake.resumes) != 1 || !fake.resumes[0].GetBoot() || fake.resumes[0].GetName() != "a1" {

@@ -17,6 +17,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // fakePageSize is small so listings cross several pages.
@@ -187,17 +188,39 @@ func (f *fakeAPI) DeleteSpace(_ context.Context, r *connect.Request[torporv1.Del
 	return respond(f.spaces.remove(r.Msg))
 }
 
-// CreateTemplate is idempotent for an identical spec, like the server.
+// CreateTemplate applies like the server: an identical spec is returned
+// unchanged, a different one becomes the next revision. The fake keeps only
+// the latest revision of each name.
 func (f *fakeAPI) CreateTemplate(_ context.Context, r *connect.Request[torporv1.CreateTemplateRequest]) (*connect.Response[torporv1.Template], error) {
 	t := r.Msg.GetTemplate()
-	if existing, err := f.templates.get(t.GetMetadata().GetSpace(), t.GetMetadata().GetName()); err == nil && proto.Equal(existing.GetSpec(), t.GetSpec()) {
+	m := t.GetMetadata()
+	existing, err := f.templates.get(m.GetSpace(), m.GetName())
+	if err != nil {
+		t.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, Revision: 1, LatestRevision: 1}
+		return respond(f.templates.create(t))
+	}
+	if proto.Equal(existing.GetSpec(), t.GetSpec()) {
 		return connect.NewResponse(existing), nil
 	}
-	return respond(f.templates.create(t))
+	return respond(f.templates.update(m.GetSpace(), m.GetName(), func(cur *torporv1.Template) error {
+		rev := cur.GetStatus().GetRevision() + 1
+		cur.Spec = t.GetSpec()
+		cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, Revision: rev, LatestRevision: rev}
+		return nil
+	}))
 }
 
+// GetTemplate serves "NAME" and "NAME@REV" of the latest revision.
 func (f *fakeAPI) GetTemplate(_ context.Context, r *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Template], error) {
-	return respond(f.templates.get(r.Msg.GetSpace(), r.Msg.GetName()))
+	name, rev, err := validate.TemplateRef("name", r.Msg.GetName())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	t, err := f.templates.get(r.Msg.GetSpace(), name)
+	if err == nil && rev != 0 && rev != t.GetStatus().GetRevision() {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %s/%s not found", r.Msg.GetSpace(), r.Msg.GetName()))
+	}
+	return respond(t, err)
 }
 
 func (f *fakeAPI) ListTemplates(_ context.Context, r *connect.Request[torporv1.ListRequest]) (*connect.Response[torporv1.ListTemplatesResponse], error) {
@@ -211,6 +234,11 @@ func (f *fakeAPI) DeleteTemplate(_ context.Context, r *connect.Request[torporv1.
 
 func (f *fakeAPI) CreateActor(_ context.Context, r *connect.Request[torporv1.CreateActorRequest]) (*connect.Response[torporv1.Actor], error) {
 	a := r.Msg.GetActor()
+	t, err := f.templates.get(a.GetMetadata().GetSpace(), a.GetSpec().GetTemplate())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("spec.template: %w", err))
+	}
+	a.Spec.TemplateRevision = t.GetStatus().GetRevision()
 	a.Status = &torporv1.ActorStatus{State: torporv1.ActorState_ACTOR_STATE_SUSPENDED}
 	return respond(f.actors.create(a))
 }

@@ -37,32 +37,53 @@ func TestAgainstRealServer(t *testing.T) {
 	if got := tmpl.GetSpec().GetContainers()[0].GetImage(); got != pinned {
 		t.Errorf("stored image %q, want %q", got, pinned)
 	}
+	equalText(t, "create actor", ok(t, url, "actor", "create", "c1", "--template", "counter", "--selector", "pool=small"), "actor/c1 created\n")
+	if r := torpor(t, url, "actor", "create", "c0", "--template", "counter@1"); r.code != 0 || !strings.Contains(r.stderr, "note: the golden snapshot of template/counter@1 is PENDING") {
+		t.Errorf("create on a revision still building: exit %d, stderr %q, want a note", r.code, r.stderr)
+	}
+	if msg := fails(t, url, "actor", "create", "c2", "--template", "missing"); !strings.HasPrefix(msg, "Error: ") || !strings.Contains(msg, "missing") {
+		t.Errorf("actor of a missing template: %q", msg)
+	}
 	changed := filepath.Join(dir, "changed.yaml")
 	if err := os.WriteFile(changed, []byte(strings.Replace(goodTemplate, "keep: 3", "keep: 4", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if msg := fails(t, url, "template", "apply", "-f", changed); !strings.HasPrefix(msg, "Error: already_exists: ") {
-		t.Errorf("changed template: %q", msg)
+	equalText(t, "changed template", ok(t, url, "template", "apply", "-f", changed),
+		"template/counter revised: revision 2 (actors on older revisions stay there until moved: torpor template rollout counter)\n")
+	equalText(t, "changed template again", ok(t, url, "template", "apply", "-f", changed), "template/counter unchanged\n")
+	history := ok(t, url, "template", "history", "counter")
+	var rows []string
+	for _, line := range strings.Split(strings.TrimSpace(history), "\n") {
+		f := strings.Fields(line)
+		rows = append(rows, strings.Join(f[:min(len(f), 4)], " "))
 	}
-
-	equalText(t, "create actor", ok(t, url, "actor", "create", "c1", "--template", "counter", "--selector", "pool=small"), "actor/c1 created\n")
-	if msg := fails(t, url, "actor", "create", "c2", "--template", "missing"); !strings.HasPrefix(msg, "Error: ") || !strings.Contains(msg, "missing") {
-		t.Errorf("actor of a missing template: %q", msg)
+	if want := []string{"REVISION PHASE ACTORS UID", "counter@1 PENDING 2", "counter@2 (latest) PENDING"}; len(rows) != 3 || rows[0] != want[0] || !strings.HasPrefix(rows[1], want[1]) || !strings.HasPrefix(rows[2], want[2]+" 0") {
+		t.Errorf("history:\n%s", history)
 	}
+	if msg := fails(t, url, "template", "delete", "counter"); !strings.Contains(msg, "failed_precondition") || !strings.Contains(msg, "counter@1 is used by 2 actor(s) (c0, c1)") {
+		t.Errorf("delete of a template in use: %q", msg)
+	}
+	if msg := fails(t, url, "template", "rebuild", "counter"); !strings.Contains(msg, "only a FAILED golden build is rebuilt") {
+		t.Errorf("rebuild of a pending revision: %q", msg)
+	}
+	equalText(t, "move one actor", ok(t, url, "actor", "update", "c0", "--template", "counter@2"), "actor/c0 updated\n")
+	equalText(t, "rollout", ok(t, url, "template", "rollout", "counter"), "actor/c1 moved from counter@1 to counter@2\n")
+	equalText(t, "rollout again", ok(t, url, "template", "rollout", "counter"), "every actor of template/counter is on counter@2\n")
 	equalText(t, "update", ok(t, url, "actor", "update", "c1", "--selector", "pool=big,zone=z1"), "actor/c1 updated\n")
 	var actor torporv1.Actor
 	decodeAs(t, formatYAML, ok(t, url, "actor", "get", "c1", "-o", "yaml"), &actor)
-	if actor.GetMetadata().GetVersion() < 2 || len(actor.GetSpec().GetWorkerSelector()) != 2 || actor.GetSpec().GetWorkerSelector()["zone"] != "z1" {
+	if actor.GetMetadata().GetVersion() < 2 || len(actor.GetSpec().GetWorkerSelector()) != 2 || actor.GetSpec().GetWorkerSelector()["zone"] != "z1" || actor.GetSpec().GetTemplateRevision() != 2 {
 		t.Errorf("after update: %v", &actor)
 	}
 	list := ok(t, url, "actor", "list")
-	if lines := strings.Split(strings.TrimSpace(list), "\n"); len(lines) != 2 ||
+	if lines := strings.Split(strings.TrimSpace(list), "\n"); len(lines) != 3 ||
 		strings.Join(strings.Fields(lines[0]), " ") != "NAME TEMPLATE STATE WORKER AGE" ||
-		!strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), "c1 counter SUSPENDED <none> ") {
+		!strings.HasPrefix(strings.Join(strings.Fields(lines[2]), " "), "c1 counter@2 SUSPENDED <none> ") {
 		t.Errorf("actor list:\n%s", list)
 	}
 
-	equalText(t, "delete actor", ok(t, url, "actor", "delete", "c1"), "actor/c1 deleted\n")
+	equalText(t, "delete the older revision", ok(t, url, "template", "delete", "counter@1"), "template/counter@1 deleted\n")
+	equalText(t, "delete actors", ok(t, url, "actor", "delete", "c0", "c1"), "actor/c0 deleted\nactor/c1 deleted\n")
 	if msg := fails(t, url, "actor", "get", "c1"); !strings.HasPrefix(msg, "Error: not_found: ") {
 		t.Errorf("deleted actor: %q", msg)
 	}

@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 var templateKind = &kind[*torporv1.Template]{
@@ -19,6 +23,7 @@ var templateKind = &kind[*torporv1.Template]{
 	plural: "templates",
 	spaced: true,
 	columns: []column[*torporv1.Template]{
+		{"REVISION", func(t *torporv1.Template) string { return strconv.FormatInt(t.GetStatus().GetRevision(), 10) }},
 		{"PHASE", func(t *torporv1.Template) string { return enumName(t.GetStatus().GetPhase()) }},
 		{"CLASS", func(t *torporv1.Template) string { return t.GetSpec().GetSandboxClass() }},
 		{"CONTAINERS", func(t *torporv1.Template) string {
@@ -43,8 +48,8 @@ var templateKind = &kind[*torporv1.Template]{
 }
 
 func newTemplateCommand(a *app) *cobra.Command {
-	noun := templateKind.nounCommand(a, "Manage templates, the immutable definitions actors are made from")
-	noun.AddCommand(newTemplateApplyCommand(a))
+	noun := templateKind.nounCommand(a, "Manage templates: named lists of immutable revisions actors are made from (NAME is the latest, NAME@REV one revision)")
+	noun.AddCommand(newTemplateApplyCommand(a), newTemplateHistoryCommand(a), newTemplateRolloutCommand(a), newTemplateRebuildCommand(a))
 	return noun
 }
 
@@ -54,10 +59,12 @@ func newTemplateApplyCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "apply -f FILE",
 		Aliases: []string{"create"},
-		Short:   "Create the templates of YAML files",
+		Short:   "Create the templates of YAML files, or new revisions of them",
 		Long: "Create the templates of YAML files. Image tags are pinned by digest and every\n" +
-			"template is checked before any is sent. Templates are immutable: applying an\n" +
-			"identical one again leaves it unchanged, a changed one needs a new name.",
+			"template is checked before any is sent. Applying an identical template again\n" +
+			"leaves it unchanged; a changed one becomes a new revision of the name, with its\n" +
+			"own golden snapshot. Actors stay on the revision they run until moved\n" +
+			"(torpor actor update NAME --template T, or torpor template rollout T).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var manifests []*manifest
@@ -166,11 +173,10 @@ func checkDistinct(manifests []*manifest) error {
 	return nil
 }
 
-// applyTemplate creates t and says whether it was new. The server returns
-// an identical existing template unchanged and refuses a different one.
+// applyTemplate applies t and says what that did: created, unchanged
+// (the spec is the latest revision's), or a new revision.
 func applyTemplate(ctx context.Context, c *clients, t *torporv1.Template) (*torporv1.Template, string, error) {
-	_, err := call(ctx, c.templates.GetTemplate, &torporv1.GetRequest{Space: t.GetMetadata().GetSpace(), Name: t.GetMetadata().GetName()})
-	existed := err == nil
+	before, err := call(ctx, c.templates.GetTemplate, &torporv1.GetRequest{Space: t.GetMetadata().GetSpace(), Name: t.GetMetadata().GetName()})
 	if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
 		return nil, "", err
 	}
@@ -178,19 +184,29 @@ func applyTemplate(ctx context.Context, c *clients, t *torporv1.Template) (*torp
 	if err != nil {
 		return nil, "", err
 	}
-	if existed {
+	switch rev := stored.GetStatus().GetRevision(); {
+	case before == nil:
+		return stored, "created", nil
+	case rev == before.GetStatus().GetRevision():
 		return stored, "unchanged", nil
+	default:
+		return stored, fmt.Sprintf("revised: revision %d (actors on older revisions stay there until moved: torpor template rollout %s)", rev, t.GetMetadata().GetName()), nil
 	}
-	return stored, "created", nil
 }
 
-// waitForGolden polls the template until its golden snapshot is READY or
-// the build FAILED, printing a line whenever its phase or message changes.
+// revisionRef names the revision t shows: "NAME@REV".
+func revisionRef(t *torporv1.Template) string {
+	return validate.RevisionName(t.GetMetadata().GetName(), t.GetStatus().GetRevision())
+}
+
+// waitForGolden polls the revision t shows until its golden snapshot is
+// READY or the build FAILED, printing a line whenever its phase or message
+// changes.
 func waitForGolden(ctx context.Context, out io.Writer, c *clients, t *torporv1.Template, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	start := time.Now()
-	key := &torporv1.GetRequest{Space: t.GetMetadata().GetSpace(), Name: t.GetMetadata().GetName()}
+	key := &torporv1.GetRequest{Space: t.GetMetadata().GetSpace(), Name: revisionRef(t)}
 	last := ""
 	for {
 		st := t.GetStatus()
@@ -218,4 +234,118 @@ func waitForGolden(ctx context.Context, out io.Writer, c *clients, t *torporv1.T
 			return err
 		}
 	}
+}
+
+func newTemplateHistoryCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "history NAME",
+		Short: "List a template's revisions and how many actors use each",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := call(cmd.Context(), c.templates.ListTemplateRevisions, &torporv1.GetRequest{Space: a.space, Name: args[0]})
+			if err != nil {
+				return err
+			}
+			if a.output != formatTable {
+				return printMessages(cmd.OutOrStdout(), a.output, []proto.Message{resp}, false)
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "REVISION\tPHASE\tACTORS\tUID\tAGE")
+			for _, r := range resp.GetRevisions() {
+				t := r.GetTemplate()
+				rev := revisionRef(t)
+				if t.GetStatus().GetRevision() == t.GetStatus().GetLatestRevision() {
+					rev += " (latest)"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", rev, enumName(t.GetStatus().GetPhase()), r.GetActors(), t.GetMetadata().GetUid(), age(t.GetMetadata().GetCreateTime(), time.Now()))
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func newTemplateRolloutCommand(a *app) *cobra.Command {
+	var req torporv1.RolloutTemplateRequest
+	cmd := &cobra.Command{
+		Use:   "rollout NAME [--allow-state-loss]",
+		Short: "Move every actor on an older revision of a template to its latest",
+		Long: "Move every actor on an older revision of a template to its latest revision, as\n" +
+			"torpor actor update NAME --template T would, one actor at a time. Actors that\n" +
+			"cannot move stay where they are and are listed with the reason: one that is not\n" +
+			"suspended or crashed, or whose move would lose state (a volume its snapshot\n" +
+			"holds is missing or mounted elsewhere, or the snapshot holds no durable data),\n" +
+			"unless --allow-state-loss accepts that. Exits non-zero when one did not move.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			req.Space, req.Name = a.space, args[0]
+			resp, err := call(cmd.Context(), c.templates.RolloutTemplate, &req)
+			if err != nil {
+				return err
+			}
+			if a.output != formatTable {
+				return printMessages(cmd.OutOrStdout(), a.output, []proto.Message{resp}, false)
+			}
+			target := revisionRef(resp.GetTemplate())
+			stayed := 0
+			for _, r := range resp.GetResults() {
+				from := validate.RevisionName(args[0], r.GetFromRevision())
+				if r.GetMoved() {
+					line := fmt.Sprintf("actor/%s moved from %s to %s", r.GetActor(), from, target)
+					if r.GetMessage() != "" {
+						line += " (" + r.GetMessage() + ")"
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), line)
+					continue
+				}
+				stayed++
+				fmt.Fprintf(cmd.OutOrStdout(), "actor/%s stays on %s: %s\n", r.GetActor(), from, r.GetMessage())
+			}
+			if len(resp.GetResults()) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "every actor of template/%s is on %s\n", args[0], target)
+			}
+			if stayed > 0 {
+				return fmt.Errorf("%d of %d actors stayed on older revisions of %s", stayed, len(resp.GetResults()), args[0])
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&req.AllowStateLoss, "allow-state-loss", false, "also move actors whose move loses state (recorded in each actor's events)")
+	return cmd
+}
+
+func newTemplateRebuildCommand(a *app) *cobra.Command {
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "rebuild NAME[@REV]",
+		Short: "Build the golden snapshot of a FAILED template revision again (default: the latest)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.clients()
+			if err != nil {
+				return err
+			}
+			t, err := call(cmd.Context(), c.templates.RebuildTemplate, &torporv1.GetRequest{Space: a.space, Name: args[0]})
+			if err != nil {
+				return err
+			}
+			if err := templateKind.printChanged(cmd.OutOrStdout(), a.output, t, "rebuilding revision "+strconv.FormatInt(t.GetStatus().GetRevision(), 10)); err != nil {
+				return err
+			}
+			if wait > 0 {
+				return waitForGolden(cmd.Context(), cmd.ErrOrStderr(), c, t, wait)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the golden snapshot, printing its progress")
+	cmd.Flags().Lookup("wait").NoOptDefVal = "5m"
+	return cmd
 }

@@ -39,8 +39,8 @@ func (e *Engine) UpdateSpec(ctx context.Context, space, name string, u SpecUpdat
 	return a, err
 }
 
-// updateSpec is UpdateSpec, also returning what a move costs (the history
-// entry it wrote), empty when nothing moved.
+// updateSpec is UpdateSpec, also returning what a move costs (process
+// memory, an accepted loss), empty when nothing is lost or nothing moved.
 func (e *Engine) updateSpec(ctx context.Context, space, name string, u SpecUpdate) (*torporv1.Actor, string, error) {
 	var out *torporv1.Actor
 	var cost string
@@ -61,7 +61,7 @@ func (e *Engine) updateSpec(ctx context.Context, space, name string, u SpecUpdat
 		}
 		var moved *transition
 		if u.Template != "" {
-			if moved, err = e.repoint(ctx, tx, a, u); err != nil {
+			if moved, cost, err = e.repoint(ctx, tx, a, u); err != nil {
 				return err
 			}
 		}
@@ -69,7 +69,6 @@ func (e *Engine) updateSpec(ctx context.Context, space, name string, u SpecUpdat
 			return err
 		}
 		if moved != nil {
-			cost = moved.reason
 			return e.record(ctx, tx, a.GetMetadata().GetUid(), *moved)
 		}
 		return nil
@@ -81,56 +80,60 @@ func (e *Engine) updateSpec(ctx context.Context, space, name string, u SpecUpdat
 }
 
 // repoint moves a to the revision u names, unless it is there already
-// (then it returns no transition). The move is checked against the
+// (then it returns no transition), and says what the move costs. The move is checked against the
 // template the actor's latest snapshot was built on, with the same rules
 // the resume's claim applies (CheckMove); a loss the request accepts is
 // recorded on the actor for that claim.
-func (e *Engine) repoint(ctx context.Context, tx store.Tx, a *torporv1.Actor, u SpecUpdate) (*transition, error) {
+func (e *Engine) repoint(ctx context.Context, tx store.Tx, a *torporv1.Actor, u SpecUpdate) (*transition, string, error) {
 	space := a.GetMetadata().GetSpace()
 	_, next, err := Revision(ctx, tx, space, u.Template, u.Revision)
 	missing := errors.Is(err, store.ErrNotFound)
 	if err != nil && !missing {
-		return nil, err
+		return nil, "", err
 	}
 	rev := next.GetStatus().GetRevision()
 	if !missing && u.Template == a.GetSpec().GetTemplate() && rev == a.GetSpec().GetTemplateRevision() {
-		return nil, nil
+		return nil, "", nil
 	}
 	state := a.GetStatus().GetState()
 	if state != torporv1.ActorState_ACTOR_STATE_SUSPENDED && state != torporv1.ActorState_ACTOR_STATE_CRASHED {
-		return nil, codeError(connect.CodeFailedPrecondition, "actor %s is %s: the template can change only while SUSPENDED or CRASHED", actorKey(a), stateName(state))
+		return nil, "", codeError(connect.CodeFailedPrecondition, "actor %s is %s: the template can change only while SUSPENDED or CRASHED", actorKey(a), stateName(state))
 	}
 	if missing {
-		return nil, codeError(connect.CodeFailedPrecondition, "spec.template: %v", err)
+		return nil, "", codeError(connect.CodeFailedPrecondition, "spec.template: %v", err)
 	}
 	if err := Usable(next); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	from := validate.RevisionName(a.GetSpec().GetTemplate(), a.GetSpec().GetTemplateRevision())
-	reason := fmt.Sprintf("template moved from %s to %s", from, next.GetMetadata().GetName())
+	var cost string
 	a.Status.AcceptedStateLoss = nil
 	if latest := a.GetStatus().GetLatestSnapshot(); latest != "" {
 		snap, err := tx.Snapshots().Get(ctx, space, latest)
 		if err != nil {
-			return nil, fmt.Errorf("actor %s: latest snapshot %s: %w", actorKey(a), latest, err)
+			return nil, "", fmt.Errorf("actor %s: latest snapshot %s: %w", actorKey(a), latest, err)
 		}
 		loss, err := CheckMove(snap, next)
 		switch {
 		case err != nil:
-			return nil, codeError(connect.CodeFailedPrecondition, "actor %s cannot move from %s (the template its snapshot %s was built on) to %s: %v",
+			return nil, "", codeError(connect.CodeFailedPrecondition, "actor %s cannot move from %s (the template its snapshot %s was built on) to %s: %v",
 				actorKey(a), snap.GetTemplateName(), latest, next.GetMetadata().GetName(), err)
 		case loss != "" && !u.AllowStateLoss:
-			return nil, codeError(connect.CodeFailedPrecondition, "actor %s: moving from %s (the template its snapshot %s was built on) to %s loses state: %s; pass --allow-state-loss to accept that",
+			return nil, "", codeError(connect.CodeFailedPrecondition, "actor %s: moving from %s (the template its snapshot %s was built on) to %s loses state: %s; pass --allow-state-loss to accept that",
 				actorKey(a), snap.GetTemplateName(), latest, next.GetMetadata().GetName(), loss)
 		case loss != "":
 			a.Status.AcceptedStateLoss = &torporv1.AcceptedStateLoss{Snapshot: latest, TemplateUid: next.GetMetadata().GetUid(), Loss: loss}
-			reason += "; state loss accepted: " + loss
+			cost = "state loss accepted: " + loss
 		case snap.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL:
-			reason += "; process memory will be discarded, durable data kept"
+			cost = "process memory will be discarded, durable data kept"
 		}
 	}
 	a.Spec.Template, a.Spec.TemplateRevision = u.Template, rev
-	return &transition{from: state, to: state, reason: reason}, nil
+	reason := fmt.Sprintf("template moved from %s to %s", from, next.GetMetadata().GetName())
+	if cost != "" {
+		reason += "; " + cost
+	}
+	return &transition{from: state, to: state, reason: reason}, cost, nil
 }
 
 // CheckMove says what restoring snapshot snap under template revision next
