@@ -350,9 +350,29 @@ func TestSeveralContainersCheckpointRestore(t *testing.T) {
 	waitBoth(a.IP)
 	requestBoth(a.IP, "count=4 volume=7 rootfs=4 greeting=hello", "count=4 volume=8 rootfs=4 greeting=side")
 
-	// Nothing of either container is left once the sandbox is gone.
-	if err := h.rt.Terminate(ctx, a); err != nil {
+	// A capture that leaves the pod running: both go on, and the image
+	// forks both, with a volume of its own.
+	img = t.TempDir()
+	if err := h.rt.Checkpoint(ctx, a, img, true); err != nil {
 		t.Fatal(err)
+	}
+	requestBoth(a.IP, "count=5 volume=9 rootfs=5 greeting=hello", "count=5 volume=10 rootfs=5 greeting=side")
+	fork := w
+	fork.Volumes = map[string]string{"data": t.TempDir()}
+	if err := h.rt.Terminate(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Restore(ctx, b, fork, img); err != nil {
+		t.Fatal(err)
+	}
+	waitBoth(b.IP)
+	requestBoth(b.IP, "count=5 volume=1 rootfs=5 greeting=hello", "count=5 volume=2 rootfs=5 greeting=side")
+
+	// Nothing of either container is left once the sandbox is gone.
+	for _, s := range h.slots {
+		if err := h.rt.Terminate(ctx, s); err != nil {
+			t.Fatal(err)
+		}
 	}
 	known, err := h.rt.containers(ctx)
 	if err != nil || len(known) != 0 {
