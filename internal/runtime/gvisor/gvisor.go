@@ -298,14 +298,19 @@ func (r *Runtime) launch(ctx context.Context, slot runtime.Slot, w runtime.Workl
 	if err := writeBundle(dir, w, containers, 0, id, slot.NetNS); err != nil {
 		return err
 	}
-	args := []string{"run", "--detach", "--bundle=" + dir, id}
-	if imageDir != "" {
-		args = []string{"restore", "--detach", "--image-path=" + imageDir, "--bundle=" + dir, id}
-	}
-	if err := r.detached(ctx, filepath.Join(dir, "console.log"), args...); err != nil {
+	if err := r.detached(ctx, filepath.Join(dir, "console.log"), startArgs(dir, id, imageDir)...); err != nil {
 		return err
 	}
 	return r.join(ctx, slot, w, containers, id, imageDir)
+}
+
+// startArgs is the runsc command that creates and starts container id of
+// the bundle at dir, or restores it from imageDir.
+func startArgs(dir, id, imageDir string) []string {
+	if imageDir == "" {
+		return []string{"run", "--detach", "--bundle=" + dir, id}
+	}
+	return []string{"restore", "--detach", "--image-path=" + imageDir, "--bundle=" + dir, id}
 }
 
 // join starts (or restores) the containers after the first in the
@@ -320,11 +325,7 @@ func (r *Runtime) join(ctx context.Context, slot runtime.Slot, w runtime.Workloa
 		if err := writeBundle(sub, w, containers, i, id, slot.NetNS); err != nil {
 			return fmt.Errorf("container %s: %w", name, err)
 		}
-		args := []string{"run", "--detach", "--bundle=" + sub, subID(id, name)}
-		if imageDir != "" {
-			args = []string{"restore", "--detach", "--image-path=" + imageDir, "--bundle=" + sub, subID(id, name)}
-		}
-		if err := r.detached(ctx, filepath.Join(dir, "console.log"), args...); err != nil {
+		if err := r.detached(ctx, filepath.Join(dir, "console.log"), startArgs(sub, subID(id, name), imageDir)...); err != nil {
 			return fmt.Errorf("container %s: %w", name, err)
 		}
 	}
@@ -557,9 +558,10 @@ func (r *Runtime) activate(ctx context.Context, slot runtime.Slot, w runtime.Wor
 			return err
 		}
 	}
+	// runsc run would create the sandbox again; start runs in it.
 	args := []string{"start", id}
 	if imageDir != "" {
-		args = []string{"restore", "--detach", "--image-path=" + imageDir, "--bundle=" + dir, id}
+		args = startArgs(dir, id, imageDir)
 	}
 	if err := r.detached(ctx, filepath.Join(dir, "console.log"), args...); err != nil {
 		return err
