@@ -1420,11 +1420,22 @@ func (x *OnResume) GetFromData() FromData {
 	return FromData_FROM_DATA_UNSPECIFIED
 }
 
+// IdlePolicy is how an actor gives its worker back. The control plane
+// applies it to every RUNNING actor, however it was resumed. A template
+// without one gets the default: SUSPEND after 600 seconds idle, evictable
+// after 3. Activity is any request through a router (a request in flight
+// keeps the actor busy for as long as it lasts) and any resume, suspend or
+// pause through the API; an actor is idle since its last activity or since
+// it became RUNNING, whichever is later.
 type IdlePolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Seconds without traffic before the action; 0 disables the policy.
-	IdleSeconds   int32      `protobuf:"varint,1,opt,name=idle_seconds,json=idleSeconds,proto3" json:"idle_seconds,omitempty"`
-	Action        IdleAction `protobuf:"varint,2,opt,name=action,proto3,enum=torpor.v1.IdleAction" json:"action,omitempty"`
+	// Seconds without activity before the action; 0 means never (the
+	// actor can still be evicted under pressure, see eviction).
+	IdleSeconds int32 `protobuf:"varint,1,opt,name=idle_seconds,json=idleSeconds,proto3" json:"idle_seconds,omitempty"`
+	// PAUSE (checkpoint kept on the node) or SUSPEND (to snapshot storage);
+	// also what an eviction does. Default SUSPEND.
+	Action        IdleAction      `protobuf:"varint,2,opt,name=action,proto3,enum=torpor.v1.IdleAction" json:"action,omitempty"`
+	Eviction      *EvictionPolicy `protobuf:"bytes,3,opt,name=eviction,proto3" json:"eviction,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1473,6 +1484,83 @@ func (x *IdlePolicy) GetAction() IdleAction {
 	return IdleAction_IDLE_ACTION_UNSPECIFIED
 }
 
+func (x *IdlePolicy) GetEviction() *EvictionPolicy {
+	if x != nil {
+		return x.Eviction
+	}
+	return nil
+}
+
+// EvictionPolicy: when a resume finds no free worker, the control plane
+// evicts (pauses or suspends, per the idle policy's action) the RUNNING
+// actor of the lowest priority, least recently active first, among those
+// idle for at least min_idle_seconds with no request in flight, and hands
+// its worker to the waiting actor.
+type EvictionPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The actor is never evicted.
+	Never bool `protobuf:"varint,1,opt,name=never,proto3" json:"never,omitempty"`
+	// Seconds an actor must have been idle to be evicted; 0 means the
+	// default, 3.
+	MinIdleSeconds int32 `protobuf:"varint,2,opt,name=min_idle_seconds,json=minIdleSeconds,proto3" json:"min_idle_seconds,omitempty"`
+	// Actors of a lower priority are evicted before those of a higher one
+	// (default 0; negative values allowed).
+	Priority      int32 `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvictionPolicy) Reset() {
+	*x = EvictionPolicy{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvictionPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvictionPolicy) ProtoMessage() {}
+
+func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvictionPolicy.ProtoReflect.Descriptor instead.
+func (*EvictionPolicy) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *EvictionPolicy) GetNever() bool {
+	if x != nil {
+		return x.Never
+	}
+	return false
+}
+
+func (x *EvictionPolicy) GetMinIdleSeconds() int32 {
+	if x != nil {
+		return x.MinIdleSeconds
+	}
+	return 0
+}
+
+func (x *EvictionPolicy) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 // A template is a name over a list of immutable revisions: applying a
 // changed spec under the name adds a revision (its own uid, golden snapshot
 // and status), and actors stay on the revision they run until moved. A
@@ -1496,7 +1584,7 @@ type TemplateStatus struct {
 
 func (x *TemplateStatus) Reset() {
 	*x = TemplateStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[16]
+	mi := &file_torpor_v1_resources_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1596,7 @@ func (x *TemplateStatus) String() string {
 func (*TemplateStatus) ProtoMessage() {}
 
 func (x *TemplateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[16]
+	mi := &file_torpor_v1_resources_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1609,7 @@ func (x *TemplateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateStatus.ProtoReflect.Descriptor instead.
 func (*TemplateStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TemplateStatus) GetPhase() TemplatePhase {
@@ -1570,7 +1658,7 @@ type Actor struct {
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[17]
+	mi := &file_torpor_v1_resources_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1670,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[17]
+	mi := &file_torpor_v1_resources_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1683,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{17}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Actor) GetMetadata() *ObjectMeta {
@@ -1634,7 +1722,7 @@ type ActorSpec struct {
 
 func (x *ActorSpec) Reset() {
 	*x = ActorSpec{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[18]
+	mi := &file_torpor_v1_resources_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1734,7 @@ func (x *ActorSpec) String() string {
 func (*ActorSpec) ProtoMessage() {}
 
 func (x *ActorSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[18]
+	mi := &file_torpor_v1_resources_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1747,7 @@ func (x *ActorSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorSpec.ProtoReflect.Descriptor instead.
 func (*ActorSpec) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{18}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ActorSpec) GetTemplate() string {
@@ -1696,7 +1784,7 @@ type WorkerRef struct {
 
 func (x *WorkerRef) Reset() {
 	*x = WorkerRef{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[19]
+	mi := &file_torpor_v1_resources_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1796,7 @@ func (x *WorkerRef) String() string {
 func (*WorkerRef) ProtoMessage() {}
 
 func (x *WorkerRef) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[19]
+	mi := &file_torpor_v1_resources_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1809,7 @@ func (x *WorkerRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRef.ProtoReflect.Descriptor instead.
 func (*WorkerRef) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{19}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WorkerRef) GetNamespace() string {
@@ -1791,7 +1879,7 @@ type ActorStatus struct {
 
 func (x *ActorStatus) Reset() {
 	*x = ActorStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[20]
+	mi := &file_torpor_v1_resources_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +1891,7 @@ func (x *ActorStatus) String() string {
 func (*ActorStatus) ProtoMessage() {}
 
 func (x *ActorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[20]
+	mi := &file_torpor_v1_resources_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +1904,7 @@ func (x *ActorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorStatus.ProtoReflect.Descriptor instead.
 func (*ActorStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ActorStatus) GetState() ActorState {
@@ -1908,7 +1996,7 @@ type AcceptedStateLoss struct {
 
 func (x *AcceptedStateLoss) Reset() {
 	*x = AcceptedStateLoss{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[21]
+	mi := &file_torpor_v1_resources_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2008,7 @@ func (x *AcceptedStateLoss) String() string {
 func (*AcceptedStateLoss) ProtoMessage() {}
 
 func (x *AcceptedStateLoss) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[21]
+	mi := &file_torpor_v1_resources_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2021,7 @@ func (x *AcceptedStateLoss) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptedStateLoss.ProtoReflect.Descriptor instead.
 func (*AcceptedStateLoss) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AcceptedStateLoss) GetSnapshot() string {
@@ -1978,13 +2066,17 @@ type ActorOperation struct {
 	TargetScope    SnapshotScope `protobuf:"varint,10,opt,name=target_scope,json=targetScope,proto3,enum=torpor.v1.SnapshotScope" json:"target_scope,omitempty"`
 	// State to return to if the step is rolled back.
 	PreviousState ActorState `protobuf:"varint,11,opt,name=previous_state,json=previousState,proto3,enum=torpor.v1.ActorState" json:"previous_state,omitempty"`
+	// Suspend and pause of an eviction: the actor ("space/name") and uid the
+	// freed worker is reserved for.
+	EvictedFor    string `protobuf:"bytes,12,opt,name=evicted_for,json=evictedFor,proto3" json:"evicted_for,omitempty"`
+	EvictedForUid string `protobuf:"bytes,13,opt,name=evicted_for_uid,json=evictedForUid,proto3" json:"evicted_for_uid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActorOperation) Reset() {
 	*x = ActorOperation{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	mi := &file_torpor_v1_resources_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2088,7 @@ func (x *ActorOperation) String() string {
 func (*ActorOperation) ProtoMessage() {}
 
 func (x *ActorOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	mi := &file_torpor_v1_resources_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2101,7 @@ func (x *ActorOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorOperation.ProtoReflect.Descriptor instead.
 func (*ActorOperation) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ActorOperation) GetId() string {
@@ -2089,6 +2181,20 @@ func (x *ActorOperation) GetPreviousState() ActorState {
 	return ActorState_ACTOR_STATE_UNSPECIFIED
 }
 
+func (x *ActorOperation) GetEvictedFor() string {
+	if x != nil {
+		return x.EvictedFor
+	}
+	return ""
+}
+
+func (x *ActorOperation) GetEvictedForUid() string {
+	if x != nil {
+		return x.EvictedForUid
+	}
+	return ""
+}
+
 type Worker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// metadata.space is the worker's namespace; (namespace, name) is its key.
@@ -2101,7 +2207,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	mi := &file_torpor_v1_resources_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2219,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	mi := &file_torpor_v1_resources_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2232,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Worker) GetMetadata() *ObjectMeta {
@@ -2162,7 +2268,7 @@ type WorkerSpec struct {
 
 func (x *WorkerSpec) Reset() {
 	*x = WorkerSpec{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[24]
+	mi := &file_torpor_v1_resources_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2280,7 @@ func (x *WorkerSpec) String() string {
 func (*WorkerSpec) ProtoMessage() {}
 
 func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[24]
+	mi := &file_torpor_v1_resources_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2293,7 @@ func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSpec.ProtoReflect.Descriptor instead.
 func (*WorkerSpec) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkerSpec) GetNode() string {
@@ -2229,7 +2335,7 @@ type ActorRef struct {
 
 func (x *ActorRef) Reset() {
 	*x = ActorRef{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[25]
+	mi := &file_torpor_v1_resources_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2347,7 @@ func (x *ActorRef) String() string {
 func (*ActorRef) ProtoMessage() {}
 
 func (x *ActorRef) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[25]
+	mi := &file_torpor_v1_resources_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2360,7 @@ func (x *ActorRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorRef.ProtoReflect.Descriptor instead.
 func (*ActorRef) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{25}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ActorRef) GetSpace() string {
@@ -2286,14 +2392,24 @@ type WorkerStatus struct {
 	// node keeps a sandbox warm here for it, so placement prefers this
 	// worker when that actor resumes. A hint; cleared when another actor
 	// takes the worker.
-	WarmActorUid  string `protobuf:"bytes,2,opt,name=warm_actor_uid,json=warmActorUid,proto3" json:"warm_actor_uid,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WarmActorUid string `protobuf:"bytes,2,opt,name=warm_actor_uid,json=warmActorUid,proto3" json:"warm_actor_uid,omitempty"`
+	// Set by the eviction that freed this worker for a waiting resume: the
+	// worker is that actor's until reserve_time plus the reservation's
+	// lifetime (30 s); other placements skip it meanwhile.
+	ReservedForActorUid string                 `protobuf:"bytes,3,opt,name=reserved_for_actor_uid,json=reservedForActorUid,proto3" json:"reserved_for_actor_uid,omitempty"`
+	ReserveTime         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=reserve_time,json=reserveTime,proto3" json:"reserve_time,omitempty"`
+	// Output only, never stored: when the actor on this worker was last
+	// active (see IdlePolicy), and the requests it is serving, as the
+	// server knew when it answered.
+	ActorLastActive *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=actor_last_active,json=actorLastActive,proto3" json:"actor_last_active,omitempty"`
+	ActorInFlight   int32                  `protobuf:"varint,6,opt,name=actor_in_flight,json=actorInFlight,proto3" json:"actor_in_flight,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[26]
+	mi := &file_torpor_v1_resources_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2421,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[26]
+	mi := &file_torpor_v1_resources_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2434,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{26}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WorkerStatus) GetActor() *ActorRef {
@@ -2333,6 +2449,34 @@ func (x *WorkerStatus) GetWarmActorUid() string {
 		return x.WarmActorUid
 	}
 	return ""
+}
+
+func (x *WorkerStatus) GetReservedForActorUid() string {
+	if x != nil {
+		return x.ReservedForActorUid
+	}
+	return ""
+}
+
+func (x *WorkerStatus) GetReserveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReserveTime
+	}
+	return nil
+}
+
+func (x *WorkerStatus) GetActorLastActive() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ActorLastActive
+	}
+	return nil
+}
+
+func (x *WorkerStatus) GetActorInFlight() int32 {
+	if x != nil {
+		return x.ActorInFlight
+	}
+	return 0
 }
 
 type Snapshot struct {
@@ -2365,7 +2509,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[27]
+	mi := &file_torpor_v1_resources_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2521,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[27]
+	mi := &file_torpor_v1_resources_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2534,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{27}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Snapshot) GetMetadata() *ObjectMeta {
@@ -2498,7 +2642,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[28]
+	mi := &file_torpor_v1_resources_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2654,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[28]
+	mi := &file_torpor_v1_resources_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2667,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{28}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -2635,11 +2779,16 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\ton_resume\x18\x03 \x01(\v2\x13.torpor.v1.OnResumeR\bonResume\x12\x12\n" +
 	"\x04keep\x18\x04 \x01(\x05R\x04keep\"<\n" +
 	"\bOnResume\x120\n" +
-	"\tfrom_data\x18\x01 \x01(\x0e2\x13.torpor.v1.FromDataR\bfromData\"^\n" +
+	"\tfrom_data\x18\x01 \x01(\x0e2\x13.torpor.v1.FromDataR\bfromData\"\x95\x01\n" +
 	"\n" +
 	"IdlePolicy\x12!\n" +
 	"\fidle_seconds\x18\x01 \x01(\x05R\vidleSeconds\x12-\n" +
-	"\x06action\x18\x02 \x01(\x0e2\x15.torpor.v1.IdleActionR\x06action\"\xc8\x01\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x15.torpor.v1.IdleActionR\x06action\x125\n" +
+	"\beviction\x18\x03 \x01(\v2\x19.torpor.v1.EvictionPolicyR\beviction\"l\n" +
+	"\x0eEvictionPolicy\x12\x14\n" +
+	"\x05never\x18\x01 \x01(\bR\x05never\x12(\n" +
+	"\x10min_idle_seconds\x18\x02 \x01(\x05R\x0eminIdleSeconds\x12\x1a\n" +
+	"\bpriority\x18\x03 \x01(\x05R\bpriority\"\xc8\x01\n" +
 	"\x0eTemplateStatus\x12.\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\x18.torpor.v1.TemplatePhaseR\x05phase\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12'\n" +
@@ -2680,7 +2829,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x11AcceptedStateLoss\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\x12!\n" +
 	"\ftemplate_uid\x18\x02 \x01(\tR\vtemplateUid\x12\x12\n" +
-	"\x04loss\x18\x03 \x01(\tR\x04loss\"\xfc\x03\n" +
+	"\x04loss\x18\x03 \x01(\tR\x04loss\"\xc5\x04\n" +
 	"\x0eActorOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12,\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x18.torpor.v1.OperationKindR\x04kind\x129\n" +
@@ -2694,7 +2843,10 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x0ftarget_snapshot\x18\t \x01(\tR\x0etargetSnapshot\x12;\n" +
 	"\ftarget_scope\x18\n" +
 	" \x01(\x0e2\x18.torpor.v1.SnapshotScopeR\vtargetScope\x12<\n" +
-	"\x0eprevious_state\x18\v \x01(\x0e2\x15.torpor.v1.ActorStateR\rpreviousState\"\x97\x01\n" +
+	"\x0eprevious_state\x18\v \x01(\x0e2\x15.torpor.v1.ActorStateR\rpreviousState\x12\x1f\n" +
+	"\vevicted_for\x18\f \x01(\tR\n" +
+	"evictedFor\x12&\n" +
+	"\x0fevicted_for_uid\x18\r \x01(\tR\revictedForUid\"\x97\x01\n" +
 	"\x06Worker\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12)\n" +
 	"\x04spec\x18\x02 \x01(\v2\x15.torpor.v1.WorkerSpecR\x04spec\x12/\n" +
@@ -2708,10 +2860,14 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\bActorRef\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x03 \x01(\tR\x03uid\"_\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xc3\x02\n" +
 	"\fWorkerStatus\x12)\n" +
 	"\x05actor\x18\x01 \x01(\v2\x13.torpor.v1.ActorRefR\x05actor\x12$\n" +
-	"\x0ewarm_actor_uid\x18\x02 \x01(\tR\fwarmActorUid\"\xe3\x03\n" +
+	"\x0ewarm_actor_uid\x18\x02 \x01(\tR\fwarmActorUid\x123\n" +
+	"\x16reserved_for_actor_uid\x18\x03 \x01(\tR\x13reservedForActorUid\x12=\n" +
+	"\freserve_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vreserveTime\x12F\n" +
+	"\x11actor_last_active\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0factorLastActive\x12&\n" +
+	"\x0factor_in_flight\x18\x06 \x01(\x05R\ractorInFlight\"\xe3\x03\n" +
 	"\bSnapshot\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1d\n" +
@@ -2795,7 +2951,7 @@ func file_torpor_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_torpor_v1_resources_proto_goTypes = []any{
 	(VolumeKind)(0),               // 0: torpor.v1.VolumeKind
 	(SnapshotScope)(0),            // 1: torpor.v1.SnapshotScope
@@ -2821,31 +2977,32 @@ var file_torpor_v1_resources_proto_goTypes = []any{
 	(*SnapshotPolicy)(nil),        // 21: torpor.v1.SnapshotPolicy
 	(*OnResume)(nil),              // 22: torpor.v1.OnResume
 	(*IdlePolicy)(nil),            // 23: torpor.v1.IdlePolicy
-	(*TemplateStatus)(nil),        // 24: torpor.v1.TemplateStatus
-	(*Actor)(nil),                 // 25: torpor.v1.Actor
-	(*ActorSpec)(nil),             // 26: torpor.v1.ActorSpec
-	(*WorkerRef)(nil),             // 27: torpor.v1.WorkerRef
-	(*ActorStatus)(nil),           // 28: torpor.v1.ActorStatus
-	(*AcceptedStateLoss)(nil),     // 29: torpor.v1.AcceptedStateLoss
-	(*ActorOperation)(nil),        // 30: torpor.v1.ActorOperation
-	(*Worker)(nil),                // 31: torpor.v1.Worker
-	(*WorkerSpec)(nil),            // 32: torpor.v1.WorkerSpec
-	(*ActorRef)(nil),              // 33: torpor.v1.ActorRef
-	(*WorkerStatus)(nil),          // 34: torpor.v1.WorkerStatus
-	(*Snapshot)(nil),              // 35: torpor.v1.Snapshot
-	(*Node)(nil),                  // 36: torpor.v1.Node
-	nil,                           // 37: torpor.v1.ObjectMeta.LabelsEntry
-	nil,                           // 38: torpor.v1.ActorSpec.WorkerSelectorEntry
-	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
+	(*EvictionPolicy)(nil),        // 24: torpor.v1.EvictionPolicy
+	(*TemplateStatus)(nil),        // 25: torpor.v1.TemplateStatus
+	(*Actor)(nil),                 // 26: torpor.v1.Actor
+	(*ActorSpec)(nil),             // 27: torpor.v1.ActorSpec
+	(*WorkerRef)(nil),             // 28: torpor.v1.WorkerRef
+	(*ActorStatus)(nil),           // 29: torpor.v1.ActorStatus
+	(*AcceptedStateLoss)(nil),     // 30: torpor.v1.AcceptedStateLoss
+	(*ActorOperation)(nil),        // 31: torpor.v1.ActorOperation
+	(*Worker)(nil),                // 32: torpor.v1.Worker
+	(*WorkerSpec)(nil),            // 33: torpor.v1.WorkerSpec
+	(*ActorRef)(nil),              // 34: torpor.v1.ActorRef
+	(*WorkerStatus)(nil),          // 35: torpor.v1.WorkerStatus
+	(*Snapshot)(nil),              // 36: torpor.v1.Snapshot
+	(*Node)(nil),                  // 37: torpor.v1.Node
+	nil,                           // 38: torpor.v1.ObjectMeta.LabelsEntry
+	nil,                           // 39: torpor.v1.ActorSpec.WorkerSelectorEntry
+	(*timestamppb.Timestamp)(nil), // 40: google.protobuf.Timestamp
 }
 var file_torpor_v1_resources_proto_depIdxs = []int32{
-	39, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
-	39, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
-	37, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
+	40, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
+	40, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
+	38, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
 	8,  // 3: torpor.v1.Space.metadata:type_name -> torpor.v1.ObjectMeta
 	8,  // 4: torpor.v1.Template.metadata:type_name -> torpor.v1.ObjectMeta
 	11, // 5: torpor.v1.Template.spec:type_name -> torpor.v1.TemplateSpec
-	24, // 6: torpor.v1.Template.status:type_name -> torpor.v1.TemplateStatus
+	25, // 6: torpor.v1.Template.status:type_name -> torpor.v1.TemplateStatus
 	12, // 7: torpor.v1.TemplateSpec.containers:type_name -> torpor.v1.Container
 	19, // 8: torpor.v1.TemplateSpec.volumes:type_name -> torpor.v1.Volume
 	20, // 9: torpor.v1.TemplateSpec.resources:type_name -> torpor.v1.Resources
@@ -2863,36 +3020,39 @@ var file_torpor_v1_resources_proto_depIdxs = []int32{
 	22, // 21: torpor.v1.SnapshotPolicy.on_resume:type_name -> torpor.v1.OnResume
 	3,  // 22: torpor.v1.OnResume.from_data:type_name -> torpor.v1.FromData
 	4,  // 23: torpor.v1.IdlePolicy.action:type_name -> torpor.v1.IdleAction
-	5,  // 24: torpor.v1.TemplateStatus.phase:type_name -> torpor.v1.TemplatePhase
-	8,  // 25: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
-	26, // 26: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
-	28, // 27: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
-	38, // 28: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
-	6,  // 29: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
-	27, // 30: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
-	30, // 31: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
-	39, // 32: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
-	11, // 33: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
-	29, // 34: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
-	7,  // 35: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
-	39, // 36: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
-	2,  // 37: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
-	1,  // 38: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
-	6,  // 39: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
-	8,  // 40: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
-	32, // 41: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
-	34, // 42: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
-	33, // 43: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
-	8,  // 44: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
-	1,  // 45: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
-	11, // 46: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
-	8,  // 47: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
-	39, // 48: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	49, // [49:49] is the sub-list for method output_type
-	49, // [49:49] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	24, // 24: torpor.v1.IdlePolicy.eviction:type_name -> torpor.v1.EvictionPolicy
+	5,  // 25: torpor.v1.TemplateStatus.phase:type_name -> torpor.v1.TemplatePhase
+	8,  // 26: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
+	27, // 27: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
+	29, // 28: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
+	39, // 29: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
+	6,  // 30: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
+	28, // 31: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
+	31, // 32: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
+	40, // 33: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
+	11, // 34: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
+	30, // 35: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
+	7,  // 36: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
+	40, // 37: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
+	2,  // 38: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
+	1,  // 39: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
+	6,  // 40: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
+	8,  // 41: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
+	33, // 42: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
+	35, // 43: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
+	34, // 44: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
+	40, // 45: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
+	40, // 46: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
+	8,  // 47: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
+	1,  // 48: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
+	11, // 49: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
+	8,  // 50: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
+	40, // 51: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_resources_proto_init() }
@@ -2906,7 +3066,7 @@ func file_torpor_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_resources_proto_rawDesc), len(file_torpor_v1_resources_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

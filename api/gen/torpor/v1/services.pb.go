@@ -715,6 +715,165 @@ func (x *ListTemplatesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ReportActivityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who reports (a router's name): in-flight counts are per reporter.
+	Reporter      string           `protobuf:"bytes,1,opt,name=reporter,proto3" json:"reporter,omitempty"`
+	Actors        []*ActorActivity `protobuf:"bytes,2,rep,name=actors,proto3" json:"actors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportActivityRequest) Reset() {
+	*x = ReportActivityRequest{}
+	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportActivityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportActivityRequest) ProtoMessage() {}
+
+func (x *ReportActivityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportActivityRequest.ProtoReflect.Descriptor instead.
+func (*ReportActivityRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReportActivityRequest) GetReporter() string {
+	if x != nil {
+		return x.Reporter
+	}
+	return ""
+}
+
+func (x *ReportActivityRequest) GetActors() []*ActorActivity {
+	if x != nil {
+		return x.Actors
+	}
+	return nil
+}
+
+type ActorActivity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The last request's arrival or end, whichever is later.
+	LastActive *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_active,json=lastActive,proto3" json:"last_active,omitempty"`
+	// Requests (streams, upgraded connections) being served now.
+	InFlight      int32 `protobuf:"varint,4,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActorActivity) Reset() {
+	*x = ActorActivity{}
+	mi := &file_torpor_v1_services_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActorActivity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActorActivity) ProtoMessage() {}
+
+func (x *ActorActivity) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActorActivity.ProtoReflect.Descriptor instead.
+func (*ActorActivity) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ActorActivity) GetSpace() string {
+	if x != nil {
+		return x.Space
+	}
+	return ""
+}
+
+func (x *ActorActivity) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ActorActivity) GetLastActive() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastActive
+	}
+	return nil
+}
+
+func (x *ActorActivity) GetInFlight() int32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+type ReportActivityResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportActivityResponse) Reset() {
+	*x = ReportActivityResponse{}
+	mi := &file_torpor_v1_services_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportActivityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportActivityResponse) ProtoMessage() {}
+
+func (x *ReportActivityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportActivityResponse.ProtoReflect.Descriptor instead.
+func (*ReportActivityResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{15}
+}
+
 type ResumeActorRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Space string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
@@ -733,7 +892,7 @@ type ResumeActorRequest struct {
 
 func (x *ResumeActorRequest) Reset() {
 	*x = ResumeActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	mi := &file_torpor_v1_services_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +904,7 @@ func (x *ResumeActorRequest) String() string {
 func (*ResumeActorRequest) ProtoMessage() {}
 
 func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	mi := &file_torpor_v1_services_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +917,7 @@ func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
 func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResumeActorRequest) GetSpace() string {
@@ -811,7 +970,7 @@ type ActorEvent struct {
 
 func (x *ActorEvent) Reset() {
 	*x = ActorEvent{}
-	mi := &file_torpor_v1_services_proto_msgTypes[14]
+	mi := &file_torpor_v1_services_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +982,7 @@ func (x *ActorEvent) String() string {
 func (*ActorEvent) ProtoMessage() {}
 
 func (x *ActorEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[14]
+	mi := &file_torpor_v1_services_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +995,7 @@ func (x *ActorEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorEvent.ProtoReflect.Descriptor instead.
 func (*ActorEvent) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{14}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ActorEvent) GetTime() *timestamppb.Timestamp {
@@ -897,7 +1056,7 @@ type ListActorEventsResponse struct {
 
 func (x *ListActorEventsResponse) Reset() {
 	*x = ListActorEventsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[15]
+	mi := &file_torpor_v1_services_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1068,7 @@ func (x *ListActorEventsResponse) String() string {
 func (*ListActorEventsResponse) ProtoMessage() {}
 
 func (x *ListActorEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[15]
+	mi := &file_torpor_v1_services_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1081,7 @@ func (x *ListActorEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorEventsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{15}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListActorEventsResponse) GetEvents() []*ActorEvent {
@@ -941,7 +1100,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[16]
+	mi := &file_torpor_v1_services_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1112,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[16]
+	mi := &file_torpor_v1_services_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1125,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -986,7 +1145,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[17]
+	mi := &file_torpor_v1_services_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1157,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[17]
+	mi := &file_torpor_v1_services_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1170,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{17}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -1051,7 +1210,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[18]
+	mi := &file_torpor_v1_services_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1222,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[18]
+	mi := &file_torpor_v1_services_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1235,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{18}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateActorRequest) GetActor() *Actor {
@@ -1109,7 +1268,7 @@ type CreateWorkerRequest struct {
 
 func (x *CreateWorkerRequest) Reset() {
 	*x = CreateWorkerRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[19]
+	mi := &file_torpor_v1_services_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1280,7 @@ func (x *CreateWorkerRequest) String() string {
 func (*CreateWorkerRequest) ProtoMessage() {}
 
 func (x *CreateWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[19]
+	mi := &file_torpor_v1_services_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1293,7 @@ func (x *CreateWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkerRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{19}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateWorkerRequest) GetWorker() *Worker {
@@ -1154,7 +1313,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[20]
+	mi := &file_torpor_v1_services_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1325,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[20]
+	mi := &file_torpor_v1_services_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1338,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -1206,7 +1365,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[21]
+	mi := &file_torpor_v1_services_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1377,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[21]
+	mi := &file_torpor_v1_services_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1390,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -1294,7 +1453,17 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\btemplate\x18\x01 \x01(\v2\x13.torpor.v1.TemplateR\btemplate\"r\n" +
 	"\x15ListTemplatesResponse\x121\n" +
 	"\ttemplates\x18\x01 \x03(\v2\x13.torpor.v1.TemplateR\ttemplates\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x98\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"e\n" +
+	"\x15ReportActivityRequest\x12\x1a\n" +
+	"\breporter\x18\x01 \x01(\tR\breporter\x120\n" +
+	"\x06actors\x18\x02 \x03(\v2\x18.torpor.v1.ActorActivityR\x06actors\"\x93\x01\n" +
+	"\rActorActivity\x12\x14\n" +
+	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12;\n" +
+	"\vlast_active\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"lastActive\x12\x1b\n" +
+	"\tin_flight\x18\x04 \x01(\x05R\binFlight\"\x18\n" +
+	"\x16ReportActivityResponse\"\x98\x01\n" +
 	"\x12ResumeActorRequest\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1345,7 +1514,7 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\x0eDeleteTemplate\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse\x12X\n" +
 	"\x15ListTemplateRevisions\x12\x15.torpor.v1.GetRequest\x1a(.torpor.v1.ListTemplateRevisionsResponse\x12=\n" +
 	"\x0fRebuildTemplate\x12\x15.torpor.v1.GetRequest\x1a\x13.torpor.v1.Template\x12X\n" +
-	"\x0fRolloutTemplate\x12!.torpor.v1.RolloutTemplateRequest\x1a\".torpor.v1.RolloutTemplateResponse2\xca\x04\n" +
+	"\x0fRolloutTemplate\x12!.torpor.v1.RolloutTemplateRequest\x1a\".torpor.v1.RolloutTemplateResponse2\xa1\x05\n" +
 	"\fActorService\x12>\n" +
 	"\vCreateActor\x12\x1d.torpor.v1.CreateActorRequest\x1a\x10.torpor.v1.Actor\x123\n" +
 	"\bGetActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x12C\n" +
@@ -1357,7 +1526,8 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\fSuspendActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x125\n" +
 	"\n" +
 	"PauseActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x12L\n" +
-	"\x0fListActorEvents\x12\x15.torpor.v1.GetRequest\x1a\".torpor.v1.ListActorEventsResponse2\x95\x02\n" +
+	"\x0fListActorEvents\x12\x15.torpor.v1.GetRequest\x1a\".torpor.v1.ListActorEventsResponse\x12U\n" +
+	"\x0eReportActivity\x12 .torpor.v1.ReportActivityRequest\x1a!.torpor.v1.ReportActivityResponse2\x95\x02\n" +
 	"\rWorkerService\x12A\n" +
 	"\fCreateWorker\x12\x1e.torpor.v1.CreateWorkerRequest\x1a\x11.torpor.v1.Worker\x125\n" +
 	"\tGetWorker\x12\x15.torpor.v1.GetRequest\x1a\x11.torpor.v1.Worker\x12E\n" +
@@ -1380,7 +1550,7 @@ func file_torpor_v1_services_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_services_proto_rawDescData
 }
 
-var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_torpor_v1_services_proto_goTypes = []any{
 	(*GetRequest)(nil),                    // 0: torpor.v1.GetRequest
 	(*ListRequest)(nil),                   // 1: torpor.v1.ListRequest
@@ -1395,103 +1565,110 @@ var file_torpor_v1_services_proto_goTypes = []any{
 	(*RolloutResult)(nil),                 // 10: torpor.v1.RolloutResult
 	(*CreateTemplateRequest)(nil),         // 11: torpor.v1.CreateTemplateRequest
 	(*ListTemplatesResponse)(nil),         // 12: torpor.v1.ListTemplatesResponse
-	(*ResumeActorRequest)(nil),            // 13: torpor.v1.ResumeActorRequest
-	(*ActorEvent)(nil),                    // 14: torpor.v1.ActorEvent
-	(*ListActorEventsResponse)(nil),       // 15: torpor.v1.ListActorEventsResponse
-	(*CreateActorRequest)(nil),            // 16: torpor.v1.CreateActorRequest
-	(*ListActorsResponse)(nil),            // 17: torpor.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),            // 18: torpor.v1.UpdateActorRequest
-	(*CreateWorkerRequest)(nil),           // 19: torpor.v1.CreateWorkerRequest
-	(*ListWorkersResponse)(nil),           // 20: torpor.v1.ListWorkersResponse
-	(*ListSnapshotsResponse)(nil),         // 21: torpor.v1.ListSnapshotsResponse
-	(*Space)(nil),                         // 22: torpor.v1.Space
-	(*Template)(nil),                      // 23: torpor.v1.Template
-	(*timestamppb.Timestamp)(nil),         // 24: google.protobuf.Timestamp
-	(ActorState)(0),                       // 25: torpor.v1.ActorState
-	(*Actor)(nil),                         // 26: torpor.v1.Actor
-	(*fieldmaskpb.FieldMask)(nil),         // 27: google.protobuf.FieldMask
-	(*Worker)(nil),                        // 28: torpor.v1.Worker
-	(*Snapshot)(nil),                      // 29: torpor.v1.Snapshot
+	(*ReportActivityRequest)(nil),         // 13: torpor.v1.ReportActivityRequest
+	(*ActorActivity)(nil),                 // 14: torpor.v1.ActorActivity
+	(*ReportActivityResponse)(nil),        // 15: torpor.v1.ReportActivityResponse
+	(*ResumeActorRequest)(nil),            // 16: torpor.v1.ResumeActorRequest
+	(*ActorEvent)(nil),                    // 17: torpor.v1.ActorEvent
+	(*ListActorEventsResponse)(nil),       // 18: torpor.v1.ListActorEventsResponse
+	(*CreateActorRequest)(nil),            // 19: torpor.v1.CreateActorRequest
+	(*ListActorsResponse)(nil),            // 20: torpor.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),            // 21: torpor.v1.UpdateActorRequest
+	(*CreateWorkerRequest)(nil),           // 22: torpor.v1.CreateWorkerRequest
+	(*ListWorkersResponse)(nil),           // 23: torpor.v1.ListWorkersResponse
+	(*ListSnapshotsResponse)(nil),         // 24: torpor.v1.ListSnapshotsResponse
+	(*Space)(nil),                         // 25: torpor.v1.Space
+	(*Template)(nil),                      // 26: torpor.v1.Template
+	(*timestamppb.Timestamp)(nil),         // 27: google.protobuf.Timestamp
+	(ActorState)(0),                       // 28: torpor.v1.ActorState
+	(*Actor)(nil),                         // 29: torpor.v1.Actor
+	(*fieldmaskpb.FieldMask)(nil),         // 30: google.protobuf.FieldMask
+	(*Worker)(nil),                        // 31: torpor.v1.Worker
+	(*Snapshot)(nil),                      // 32: torpor.v1.Snapshot
 }
 var file_torpor_v1_services_proto_depIdxs = []int32{
-	22, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
-	22, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
+	25, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
+	25, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
 	7,  // 2: torpor.v1.ListTemplateRevisionsResponse.revisions:type_name -> torpor.v1.TemplateRevision
-	23, // 3: torpor.v1.TemplateRevision.template:type_name -> torpor.v1.Template
-	23, // 4: torpor.v1.RolloutTemplateResponse.template:type_name -> torpor.v1.Template
+	26, // 3: torpor.v1.TemplateRevision.template:type_name -> torpor.v1.Template
+	26, // 4: torpor.v1.RolloutTemplateResponse.template:type_name -> torpor.v1.Template
 	10, // 5: torpor.v1.RolloutTemplateResponse.results:type_name -> torpor.v1.RolloutResult
-	23, // 6: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
-	23, // 7: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
-	24, // 8: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
-	25, // 9: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
-	25, // 10: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
-	14, // 11: torpor.v1.ListActorEventsResponse.events:type_name -> torpor.v1.ActorEvent
-	26, // 12: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
-	26, // 13: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
-	26, // 14: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
-	27, // 15: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
-	28, // 16: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
-	28, // 17: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
-	29, // 18: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
-	4,  // 19: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
-	0,  // 20: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
-	1,  // 21: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
-	2,  // 22: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
-	11, // 23: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
-	0,  // 24: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
-	1,  // 25: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
-	2,  // 26: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
-	0,  // 27: torpor.v1.TemplateService.ListTemplateRevisions:input_type -> torpor.v1.GetRequest
-	0,  // 28: torpor.v1.TemplateService.RebuildTemplate:input_type -> torpor.v1.GetRequest
-	8,  // 29: torpor.v1.TemplateService.RolloutTemplate:input_type -> torpor.v1.RolloutTemplateRequest
-	16, // 30: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
-	0,  // 31: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
-	1,  // 32: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
-	18, // 33: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
-	2,  // 34: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
-	13, // 35: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
-	0,  // 36: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
-	0,  // 37: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
-	0,  // 38: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
-	19, // 39: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
-	0,  // 40: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
-	1,  // 41: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
-	2,  // 42: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
-	0,  // 43: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
-	1,  // 44: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
-	2,  // 45: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
-	22, // 46: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
-	22, // 47: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
-	5,  // 48: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
-	3,  // 49: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
-	23, // 50: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
-	23, // 51: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
-	12, // 52: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
-	3,  // 53: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
-	6,  // 54: torpor.v1.TemplateService.ListTemplateRevisions:output_type -> torpor.v1.ListTemplateRevisionsResponse
-	23, // 55: torpor.v1.TemplateService.RebuildTemplate:output_type -> torpor.v1.Template
-	9,  // 56: torpor.v1.TemplateService.RolloutTemplate:output_type -> torpor.v1.RolloutTemplateResponse
-	26, // 57: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
-	26, // 58: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
-	17, // 59: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
-	26, // 60: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
-	3,  // 61: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
-	26, // 62: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
-	26, // 63: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
-	26, // 64: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
-	15, // 65: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
-	28, // 66: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
-	28, // 67: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
-	20, // 68: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
-	3,  // 69: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
-	29, // 70: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
-	21, // 71: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
-	3,  // 72: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
-	46, // [46:73] is the sub-list for method output_type
-	19, // [19:46] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	26, // 6: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
+	26, // 7: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
+	14, // 8: torpor.v1.ReportActivityRequest.actors:type_name -> torpor.v1.ActorActivity
+	27, // 9: torpor.v1.ActorActivity.last_active:type_name -> google.protobuf.Timestamp
+	27, // 10: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
+	28, // 11: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
+	28, // 12: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
+	17, // 13: torpor.v1.ListActorEventsResponse.events:type_name -> torpor.v1.ActorEvent
+	29, // 14: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
+	29, // 15: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
+	29, // 16: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
+	30, // 17: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
+	31, // 18: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
+	31, // 19: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
+	32, // 20: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
+	4,  // 21: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
+	0,  // 22: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
+	1,  // 23: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
+	2,  // 24: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
+	11, // 25: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
+	0,  // 26: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
+	1,  // 27: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
+	2,  // 28: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
+	0,  // 29: torpor.v1.TemplateService.ListTemplateRevisions:input_type -> torpor.v1.GetRequest
+	0,  // 30: torpor.v1.TemplateService.RebuildTemplate:input_type -> torpor.v1.GetRequest
+	8,  // 31: torpor.v1.TemplateService.RolloutTemplate:input_type -> torpor.v1.RolloutTemplateRequest
+	19, // 32: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
+	0,  // 33: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
+	1,  // 34: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
+	21, // 35: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
+	2,  // 36: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
+	16, // 37: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
+	0,  // 38: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
+	0,  // 39: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
+	0,  // 40: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
+	13, // 41: torpor.v1.ActorService.ReportActivity:input_type -> torpor.v1.ReportActivityRequest
+	22, // 42: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
+	0,  // 43: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
+	1,  // 44: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
+	2,  // 45: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
+	0,  // 46: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
+	1,  // 47: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
+	2,  // 48: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
+	25, // 49: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
+	25, // 50: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
+	5,  // 51: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
+	3,  // 52: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
+	26, // 53: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
+	26, // 54: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
+	12, // 55: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
+	3,  // 56: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
+	6,  // 57: torpor.v1.TemplateService.ListTemplateRevisions:output_type -> torpor.v1.ListTemplateRevisionsResponse
+	26, // 58: torpor.v1.TemplateService.RebuildTemplate:output_type -> torpor.v1.Template
+	9,  // 59: torpor.v1.TemplateService.RolloutTemplate:output_type -> torpor.v1.RolloutTemplateResponse
+	29, // 60: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
+	29, // 61: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
+	20, // 62: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
+	29, // 63: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
+	3,  // 64: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
+	29, // 65: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
+	29, // 66: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
+	29, // 67: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
+	18, // 68: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
+	15, // 69: torpor.v1.ActorService.ReportActivity:output_type -> torpor.v1.ReportActivityResponse
+	31, // 70: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
+	31, // 71: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
+	23, // 72: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
+	3,  // 73: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
+	32, // 74: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
+	24, // 75: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
+	3,  // 76: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
+	49, // [49:77] is the sub-list for method output_type
+	21, // [21:49] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_services_proto_init() }
@@ -1506,7 +1683,7 @@ func file_torpor_v1_services_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_services_proto_rawDesc), len(file_torpor_v1_services_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -96,6 +96,9 @@ const (
 	// ActorServiceListActorEventsProcedure is the fully-qualified name of the ActorService's
 	// ListActorEvents RPC.
 	ActorServiceListActorEventsProcedure = "/torpor.v1.ActorService/ListActorEvents"
+	// ActorServiceReportActivityProcedure is the fully-qualified name of the ActorService's
+	// ReportActivity RPC.
+	ActorServiceReportActivityProcedure = "/torpor.v1.ActorService/ReportActivity"
 	// WorkerServiceCreateWorkerProcedure is the fully-qualified name of the WorkerService's
 	// CreateWorker RPC.
 	WorkerServiceCreateWorkerProcedure = "/torpor.v1.WorkerService/CreateWorker"
@@ -541,6 +544,9 @@ type ActorServiceClient interface {
 	// PauseActor checkpoints on the node and frees the worker.
 	PauseActor(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error)
 	ListActorEvents(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListActorEventsResponse], error)
+	// ReportActivity records the traffic a router served, in batches: the
+	// activity the idle policy and eviction go by. Routers only.
+	ReportActivity(context.Context, *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error)
 }
 
 // NewActorServiceClient constructs a client for the torpor.v1.ActorService service. By default, it
@@ -608,6 +614,12 @@ func NewActorServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(actorServiceMethods.ByName("ListActorEvents")),
 			connect.WithClientOptions(opts...),
 		),
+		reportActivity: connect.NewClient[v1.ReportActivityRequest, v1.ReportActivityResponse](
+			httpClient,
+			baseURL+ActorServiceReportActivityProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("ReportActivity")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -622,6 +634,7 @@ type actorServiceClient struct {
 	suspendActor    *connect.Client[v1.GetRequest, v1.Actor]
 	pauseActor      *connect.Client[v1.GetRequest, v1.Actor]
 	listActorEvents *connect.Client[v1.GetRequest, v1.ListActorEventsResponse]
+	reportActivity  *connect.Client[v1.ReportActivityRequest, v1.ReportActivityResponse]
 }
 
 // CreateActor calls torpor.v1.ActorService.CreateActor.
@@ -669,6 +682,11 @@ func (c *actorServiceClient) ListActorEvents(ctx context.Context, req *connect.R
 	return c.listActorEvents.CallUnary(ctx, req)
 }
 
+// ReportActivity calls torpor.v1.ActorService.ReportActivity.
+func (c *actorServiceClient) ReportActivity(ctx context.Context, req *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error) {
+	return c.reportActivity.CallUnary(ctx, req)
+}
+
 // ActorServiceHandler is an implementation of the torpor.v1.ActorService service.
 type ActorServiceHandler interface {
 	CreateActor(context.Context, *connect.Request[v1.CreateActorRequest]) (*connect.Response[v1.Actor], error)
@@ -686,6 +704,9 @@ type ActorServiceHandler interface {
 	// PauseActor checkpoints on the node and frees the worker.
 	PauseActor(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error)
 	ListActorEvents(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListActorEventsResponse], error)
+	// ReportActivity records the traffic a router served, in batches: the
+	// activity the idle policy and eviction go by. Routers only.
+	ReportActivity(context.Context, *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error)
 }
 
 // NewActorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -749,6 +770,12 @@ func NewActorServiceHandler(svc ActorServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(actorServiceMethods.ByName("ListActorEvents")),
 		connect.WithHandlerOptions(opts...),
 	)
+	actorServiceReportActivityHandler := connect.NewUnaryHandler(
+		ActorServiceReportActivityProcedure,
+		svc.ReportActivity,
+		connect.WithSchema(actorServiceMethods.ByName("ReportActivity")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/torpor.v1.ActorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ActorServiceCreateActorProcedure:
@@ -769,6 +796,8 @@ func NewActorServiceHandler(svc ActorServiceHandler, opts ...connect.HandlerOpti
 			actorServicePauseActorHandler.ServeHTTP(w, r)
 		case ActorServiceListActorEventsProcedure:
 			actorServiceListActorEventsHandler.ServeHTTP(w, r)
+		case ActorServiceReportActivityProcedure:
+			actorServiceReportActivityHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -812,6 +841,10 @@ func (UnimplementedActorServiceHandler) PauseActor(context.Context, *connect.Req
 
 func (UnimplementedActorServiceHandler) ListActorEvents(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListActorEventsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.ListActorEvents is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) ReportActivity(context.Context, *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.ReportActivity is not implemented"))
 }
 
 // WorkerServiceClient is a client for the torpor.v1.WorkerService service.
