@@ -130,6 +130,7 @@ type Secret struct {
 type Store interface {
 	Tx
 	Secrets
+	ActivityLog
 	// InTx runs fn in one transaction: all of its writes commit together,
 	// or none do when fn returns an error. fn runs again from the start
 	// when the transaction fails transiently, so it must set whatever it
