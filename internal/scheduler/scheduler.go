@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 )
@@ -22,14 +23,32 @@ type Request struct {
 	// CachedOn lists nodes that hold the actor's snapshot in their cache;
 	// they are preferred.
 	CachedOn []string
-	// WarmFor is the actor's uid: a worker kept warm for it (its sandbox
-	// made ahead, WorkerStatus.warm_actor_uid) is preferred over any other.
+	// WarmFor is the actor's uid: a worker reserved for it (by the
+	// eviction that freed it, WorkerStatus.reserved_for_actor_uid) is
+	// taken first, one kept warm for it (its sandbox made ahead,
+	// WorkerStatus.warm_actor_uid) is preferred over any other, and
+	// workers reserved for other actors are not taken.
 	WarmFor string
+	// Now dates reservations: one older than ReservationTTL is void.
+	Now time.Time
 	// Claiming, when set, reports the free workers that other placements
 	// of this control plane are claiming right now. They are picked last:
 	// only one claim of a worker can win, so concurrent resumes that all
 	// picked the same worker would all but one fail and start over.
 	Claiming func(*torporv1.Worker) bool
+}
+
+// ReservationTTL is how long a worker freed by an eviction stays reserved
+// for the resume that evicted its actor; a resume that gave up meanwhile
+// does not keep it from the others for longer.
+const ReservationTTL = 30 * time.Second
+
+// Reserved reports whether w is reserved, at now, for an actor other than
+// actorUID.
+func Reserved(w *torporv1.Worker, actorUID string, now time.Time) bool {
+	st := w.GetStatus()
+	return st.GetReservedForActorUid() != "" && st.GetReservedForActorUid() != actorUID &&
+		now.Sub(st.GetReserveTime().AsTime()) < ReservationTTL
 }
 
 // NoWorkerError says which constraint left no worker.
@@ -39,13 +58,40 @@ func (e *NoWorkerError) Error() string { return "no free worker: " + e.Reason }
 
 // Pick chooses among free workers on live nodes. Candidates are filtered one
 // constraint at a time so the error names the one that emptied the set.
-// Among the candidates it prefers, in order: a worker no other placement
-// is claiming (Request.Claiming), the worker kept warm for the actor
+// Workers reserved for other actors' resumes are not taken. Among the
+// candidates it prefers, in order: the worker reserved for the actor, a
+// worker no other placement is claiming (Request.Claiming), the worker
+// kept warm for the actor
 // (Request.WarmFor), a node that caches the snapshot (Request.CachedOn),
 // the lowest name. So without concurrent claims the
 // choice is stable (by name) and placement is predictable; concurrent
 // claims spread over the free workers instead of racing for the first.
 func Pick(free []*torporv1.Worker, live func(node string) bool, req Request) (*torporv1.Worker, error) {
+	if len(free) == 0 {
+		return nil, &NoWorkerError{Reason: "every worker is busy"}
+	}
+	candidates, err := Fits(free, live, req)
+	if err != nil {
+		return nil, err
+	}
+	candidates = slices.DeleteFunc(candidates, func(w *torporv1.Worker) bool { return Reserved(w, req.WarmFor, req.Now) })
+	if len(candidates) == 0 {
+		return nil, &NoWorkerError{Reason: fmt.Sprintf("%d free, but those that fit are reserved for resumes that evicted their actors", len(free))}
+	}
+	best := candidates[0]
+	for _, w := range candidates[1:] {
+		if better(w, best, req) {
+			best = w
+		}
+	}
+	return best, nil
+}
+
+// Fits returns the workers the actor could run on, busy or not: on a live
+// node, of its sandbox class, matching its selector and required node.
+// Candidates are filtered one constraint at a time so the error names
+// the one that emptied the set.
+func Fits(workers []*torporv1.Worker, live func(node string) bool, req Request) ([]*torporv1.Worker, error) {
 	steps := []struct {
 		what string
 		keep func(*torporv1.Worker) bool
@@ -61,26 +107,22 @@ func Pick(free []*torporv1.Worker, live func(node string) bool, req Request) (*t
 			return req.RequireNode == "" || w.GetSpec().GetNode() == req.RequireNode
 		}},
 	}
-	if len(free) == 0 {
-		return nil, &NoWorkerError{Reason: "every worker is busy"}
-	}
-	candidates := free
+	candidates := workers
 	for _, step := range steps {
 		candidates = slices.DeleteFunc(slices.Clone(candidates), func(w *torporv1.Worker) bool { return !step.keep(w) })
 		if len(candidates) == 0 {
-			return nil, &NoWorkerError{Reason: fmt.Sprintf("%d free, but %s", len(free), step.what)}
+			return nil, &NoWorkerError{Reason: fmt.Sprintf("%d free, but %s", len(workers), step.what)}
 		}
 	}
-	best := candidates[0]
-	for _, w := range candidates[1:] {
-		if better(w, best, req) {
-			best = w
-		}
-	}
-	return best, nil
+	return candidates, nil
 }
 
 func better(a, b *torporv1.Worker, req Request) bool {
+	if req.WarmFor != "" {
+		if ar, br := a.GetStatus().GetReservedForActorUid() == req.WarmFor, b.GetStatus().GetReservedForActorUid() == req.WarmFor; ar != br {
+			return ar
+		}
+	}
 	if req.Claiming != nil {
 		if ac, bc := req.Claiming(a), req.Claiming(b); ac != bc {
 			return bc

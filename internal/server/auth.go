@@ -9,7 +9,8 @@ package server
 //     client: templates, actors and snapshots of the spaces it names, and
 //     nothing else (spaces, workers and nodes are administration);
 //   - the certificate of a router client: getting, resuming, suspending
-//     and pausing the actors of its spaces (of all, if it names none);
+//     and pausing the actors of its spaces (of all, if it names none),
+//     and reporting their activity;
 //   - a node certificate: the calls a node agent makes for itself
 //     (registration, heartbeats, its certificate, its workloads'
 //     identities).
@@ -40,6 +41,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/atomicfile"
 	"github.com/torpor-dev/torpor/internal/identity"
@@ -63,6 +65,10 @@ const (
 	accessNode
 	// accessMember: a node or client certificate (its own renewal).
 	accessMember
+	// accessRouter: the admin token, or a router client's certificate for
+	// the actors of its spaces (ReportActivity, whose batch may name
+	// several spaces: each is checked).
+	accessRouter
 )
 
 // accessRules gives every procedure of the API its access. A procedure
@@ -96,6 +102,7 @@ var accessRules = func() map[string]access {
 			rules["/"+service+"/"+string(m.Name())] = a
 		}
 	}
+	rules[torporv1connect.ActorServiceReportActivityProcedure] = accessRouter
 	return rules
 }()
 
@@ -225,8 +232,33 @@ func (g *gate) check(ctx context.Context, procedure string, header http.Header, 
 		case !slices.Contains(p.spaces, space):
 			return deny("the token gives no access to space %q", space)
 		}
+	case accessRouter:
+		if p.admin {
+			return nil
+		}
+		if p.only == nil {
+			return deny("only a router may call %s", procedure)
+		}
+		if p.everySpace {
+			return nil
+		}
+		for _, space := range reportedSpaces(msg) {
+			if !slices.Contains(p.spaces, space) {
+				return deny("the router serves spaces %s only, not %q", strings.Join(p.spaces, ", "), space)
+			}
+		}
 	}
 	return nil
+}
+
+// reportedSpaces are the spaces of the actors an activity report names.
+func reportedSpaces(msg any) []string {
+	r, _ := msg.(*torporv1.ReportActivityRequest)
+	var spaces []string
+	for _, a := range r.GetActors() {
+		spaces = append(spaces, a.GetSpace())
+	}
+	return spaces
 }
 
 // authenticate reads the credentials of a call: a bearer token (refused

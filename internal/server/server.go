@@ -23,6 +23,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/workflow"
@@ -67,6 +68,10 @@ type Options struct {
 	AdminTokenFile string
 	CAFile         string
 	Logger         *slog.Logger
+	// Images says where templates' images may come from (checked at
+	// apply) and how the server reads them for the command check; nil
+	// allows none.
+	Images *image.Policy
 }
 
 // Server is the control plane over one store.
@@ -130,9 +135,9 @@ func (s *Server) Handler() http.Handler {
 	}, strictJSONCodecs()...)
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store}, opts...))
-	mux.Handle(torporv1connect.NewTemplateServiceHandler(&templateService{store: s.store, engine: s.engine, created: s.wakeGoldens}, opts...))
+	mux.Handle(torporv1connect.NewTemplateServiceHandler(&templateService{store: s.store, engine: s.engine, created: s.wakeGoldens, images: s.opts.Images}, opts...))
 	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine}, opts...))
-	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store}, opts...))
+	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store}, opts...))
 	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine, heartbeatTimeout: s.opts.HeartbeatTimeout}, opts...))
 	ids := s.newIdentityService()
@@ -150,9 +155,14 @@ func (s *Server) wakeGoldens() {
 	}
 }
 
+// idleSweepInterval is how often the control plane applies idle policies:
+// an actor stops at most this long after its idle time ran out.
+const idleSweepInterval = time.Second
+
 // RunBackground finishes what a previous control plane left in flight, then
 // keeps watching until ctx is done: node heartbeats (lost nodes crash
-// their actors), stale steps, golden builds and orphaned snapshot files.
+// their actors), stale steps, idle actors, golden builds and orphaned
+// snapshot files.
 func (s *Server) RunBackground(ctx context.Context) {
 	if err := s.engine.RequeueGoldens(ctx); err != nil {
 		s.log.Error("requeue golden builds", "err", err)
@@ -165,6 +175,9 @@ func (s *Server) RunBackground(ctx context.Context) {
 		return s.engine.Recover(ctx, s.opts.RecoverAfter)
 	})
 	go s.every(ctx, time.Hour, "sweep orphaned snapshots", s.sweepOrphans)
+	// Every replica sweeps: the steps' compare-and-set lets one act.
+	go s.every(ctx, idleSweepInterval, "apply idle policies", s.engine.SweepIdle)
+	go s.every(ctx, time.Hour, "prune activity records", s.engine.PruneActivity)
 	s.wakeGoldens()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()

@@ -8,9 +8,13 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
+	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
-type workerService struct{ store store.Store }
+type workerService struct {
+	store  store.Store
+	engine *workflow.Engine
+}
 
 func (s *workerService) CreateWorker(ctx context.Context, req *connect.Request[torporv1.CreateWorkerRequest]) (*connect.Response[torporv1.Worker], error) {
 	w := req.Msg.GetWorker()
@@ -36,6 +40,9 @@ func (s *workerService) GetWorker(ctx context.Context, req *connect.Request[torp
 	if err != nil {
 		return nil, err
 	}
+	if err := withActivity(ctx, s.store, s.engine, []*torporv1.Worker{w}); err != nil {
+		return nil, apiError(err)
+	}
 	return connect.NewResponse(w), nil
 }
 
@@ -43,6 +50,9 @@ func (s *workerService) ListWorkers(ctx context.Context, req *connect.Request[to
 	items, next, err := list(ctx, s.store.Workers(), req.Msg)
 	if err != nil {
 		return nil, err
+	}
+	if err := withActivity(ctx, s.store, s.engine, items); err != nil {
+		return nil, apiError(err)
 	}
 	return connect.NewResponse(&torporv1.ListWorkersResponse{Workers: items, NextPageToken: next}), nil
 }

@@ -68,7 +68,7 @@ func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkp
 		default:
 			return nil, codeError(connect.CodeFailedPrecondition, "actor %s is %s: only a RUNNING actor can be %s", actorKey(a), stateName(state), stateName(kind.done))
 		}
-		claimed, err := e.claimCheckpoint(ctx, a, kind)
+		claimed, err := e.claimCheckpoint(ctx, a, kind, stateName(kind.done)+" requested", nil)
 		if errors.Is(err, errRetry) {
 			continue
 		}
@@ -80,7 +80,10 @@ func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkp
 	return nil, codeError(connect.CodeAborted, "actor %s/%s: too many concurrent changes, retry", space, name)
 }
 
-func (e *Engine) claimCheckpoint(ctx context.Context, a *torporv1.Actor, kind checkpointKind) (*torporv1.Actor, error) {
+// claimCheckpoint commits the SUSPENDING or PAUSING intent of a, with
+// reason in its history. evictedFor, when set, is the actor the step
+// frees the worker for: the finalize reserves the worker for it.
+func (e *Engine) claimCheckpoint(ctx context.Context, a *torporv1.Actor, kind checkpointKind, reason string, evictedFor *torporv1.Actor) (*torporv1.Actor, error) {
 	scope := kind.scope(a.GetStatus().GetCurrentTemplateSpec().GetSnapshotPolicy())
 	if scope == torporv1.SnapshotScope_SNAPSHOT_SCOPE_UNSPECIFIED {
 		scope = torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL
@@ -93,6 +96,9 @@ func (e *Engine) claimCheckpoint(ctx context.Context, a *torporv1.Actor, kind ch
 		TargetScope:    scope,
 		PreviousState:  a.GetStatus().GetState(),
 	}
+	if evictedFor != nil {
+		op.EvictedFor, op.EvictedForUid = actorKey(evictedFor), evictedFor.GetMetadata().GetUid()
+	}
 	from := a.GetStatus().GetState()
 	a.Status.Operation = op
 	e.setState(a, kind.during)
@@ -102,7 +108,7 @@ func (e *Engine) claimCheckpoint(ctx context.Context, a *torporv1.Actor, kind ch
 		if claimed, err = tx.Actors().Update(ctx, a); err != nil {
 			return err
 		}
-		return e.record(ctx, tx, a.GetMetadata().GetUid(), transition{from: from, to: kind.during, reason: stateName(kind.done) + " requested", op: op, worker: a.GetStatus().GetWorker()})
+		return e.record(ctx, tx, a.GetMetadata().GetUid(), transition{from: from, to: kind.during, reason: reason, op: op, worker: a.GetStatus().GetWorker()})
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return nil, errRetry
@@ -231,16 +237,25 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 			if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
 				return err
 			}
-			// The node keeps the worker warm for this actor (node/warm.go).
-			if err := releaseReadWorker(ctx, tx, ref, written.GetMetadata().GetUid(), worker, written.GetMetadata().GetUid()); err != nil {
+			// The node keeps the worker warm for this actor (node/warm.go),
+			// unless an eviction freed it for another, which it is
+			// reserved for.
+			next := freed{warmFor: written.GetMetadata().GetUid()}
+			if op.GetEvictedForUid() != "" {
+				next = freed{reservedFor: op.GetEvictedForUid(), at: e.now()}
+			}
+			if err := releaseReadWorker(ctx, tx, ref, written.GetMetadata().GetUid(), worker, next); err != nil {
 				return err
 			}
 			if expired, err = expireInTx(ctx, tx, expire); err != nil {
 				return err
 			}
+			reason := fmt.Sprintf("%s: %s snapshot %s (%d bytes)", stateName(kind.done), scopeName(snap.GetScope()), snap.GetMetadata().GetName(), snap.GetSizeBytes())
+			if op.GetEvictedFor() != "" {
+				reason += "; worker handed to " + op.GetEvictedFor()
+			}
 			return e.record(ctx, tx, written.GetMetadata().GetUid(), transition{
-				from: kind.during, to: kind.done, op: op, worker: ref, since: op.GetStartTime().AsTime(),
-				reason: fmt.Sprintf("%s: %s snapshot %s (%d bytes)", stateName(kind.done), scopeName(snap.GetScope()), snap.GetMetadata().GetName(), snap.GetSizeBytes()),
+				from: kind.during, to: kind.done, op: op, worker: ref, since: op.GetStartTime().AsTime(), reason: reason,
 			})
 		})
 	})

@@ -228,21 +228,36 @@ func (e *Engine) record(ctx context.Context, tx store.Tx, actorUID string, t tra
 // releaseWorker clears w's placement within tx if it still names actorUID;
 // a worker already re-used by another actor is left alone.
 func releaseWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef, actorUID string) error {
-	return releaseReadWorker(ctx, tx, ref, actorUID, nil, "")
+	return releaseReadWorker(ctx, tx, ref, actorUID, nil, freed{})
+}
+
+// freed is what a released worker is left with: the actor its node keeps
+// it warm for (WorkerStatus.warm_actor_uid), or the actor an eviction
+// freed it for, reserved since at.
+type freed struct {
+	warmFor     string
+	reservedFor string
+	at          time.Time
+}
+
+func (f freed) apply(st *torporv1.WorkerStatus) {
+	st.Actor, st.WarmActorUid, st.ReservedForActorUid, st.ReserveTime = nil, f.warmFor, f.reservedFor, nil
+	if f.reservedFor != "" {
+		st.ReserveTime = timestamppb.New(f.at)
+	}
 }
 
 // releaseReadWorker is releaseWorker given the worker's record as read
-// before the transaction (nil: none), and the actor its node keeps the
-// freed worker warm for ("": none; WorkerStatus.warm_actor_uid). The
-// release compare-and-sets the version read; when the worker changed
-// since, it reads it again within tx.
-func releaseReadWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef, actorUID string, read *torporv1.Worker, warmFor string) error {
+// before the transaction (nil: none), and what the freed worker is left
+// with. The release compare-and-sets the version read; when the worker
+// changed since, it reads it again within tx.
+func releaseReadWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef, actorUID string, read *torporv1.Worker, next freed) error {
 	if ref == nil {
 		return nil
 	}
 	if m := read.GetMetadata(); m.GetSpace() == ref.GetNamespace() && m.GetName() == ref.GetName() && read.GetStatus().GetActor().GetUid() == actorUID {
 		w := proto.CloneOf(read)
-		w.Status.Actor, w.Status.WarmActorUid = nil, warmFor
+		next.apply(w.Status)
 		_, err := tx.Workers().Update(ctx, w)
 		if !errors.Is(err, store.ErrConflict) {
 			return err
@@ -258,7 +273,7 @@ func releaseReadWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef
 	if w.GetStatus().GetActor().GetUid() != actorUID {
 		return nil
 	}
-	w.Status.Actor, w.Status.WarmActorUid = nil, warmFor
+	next.apply(w.Status)
 	_, err = tx.Workers().Update(ctx, w)
 	return err
 }

@@ -12,6 +12,11 @@ type metrics struct {
 	steps         *prometheus.CounterVec
 	stepSeconds   *prometheus.HistogramVec
 	snapshotBytes *prometheus.CounterVec
+	// Capacity (idle.go, evict.go).
+	stops          *prometheus.CounterVec
+	stopsCancelled prometheus.Counter
+	evictionWait   prometheus.Histogram
+	noEvictable    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -29,9 +34,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "torpor_snapshot_bytes_total",
 			Help: "Bytes of snapshots committed, by kind (suspend, pause, golden).",
 		}, []string{"kind"}),
+		stops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "torpor_idle_stops_total",
+			Help: "Actors paused or suspended by the control plane, by reason (idle: their idle policy; eviction: a resume needed their worker), action (pause, suspend) and template.",
+		}, []string{"reason", "action", "template"}),
+		stopsCancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "torpor_idle_stops_cancelled_total",
+			Help: "Idle stops and evictions cancelled after their claim because a request for the actor arrived.",
+		}),
+		evictionWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "torpor_resume_eviction_wait_seconds",
+			Help:    "Time a resume waited for the eviction that freed its worker.",
+			Buckets: []float64{.01, .025, .05, .1, .2, .3, .5, 1, 2, 5, 10, 30},
+		}),
+		noEvictable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "torpor_resume_no_worker_total",
+			Help: "Resumes answered ResourceExhausted: no free worker fits and no running actor can be evicted.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.steps, m.stepSeconds, m.snapshotBytes)
+		reg.MustRegister(m.steps, m.stepSeconds, m.snapshotBytes, m.stops, m.stopsCancelled, m.evictionWait, m.noEvictable)
 	}
 	return m
 }

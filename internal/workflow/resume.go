@@ -33,6 +33,7 @@ type ResumeOptions struct {
 func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOptions) (a *torporv1.Actor, err error) {
 	start := e.now()
 	defer func() { e.metrics.observe("resume", start, err) }()
+	evicted := false
 	for range maxAttempts {
 		a, err := e.store.Actors().Get(ctx, space, name)
 		if err != nil {
@@ -43,6 +44,9 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 			if opts.Snapshot != "" {
 				return nil, codeError(connect.CodeFailedPrecondition, "actor %s is RUNNING: suspend it before restoring snapshot %s", actorKey(a), opts.Snapshot)
 			}
+			// Asking for a running actor keeps it alive; one resumed
+			// now is active since it became RUNNING (ActivityOf).
+			e.touch(ctx, a)
 			return a, nil
 		case torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_SUSPENDING, torporv1.ActorState_ACTOR_STATE_PAUSING:
 			if err := e.waitForChange(ctx, space, name, a.GetMetadata().GetVersion()); err != nil {
@@ -54,6 +58,16 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 		}
 		claimed, src, err := e.claimResume(ctx, a, opts)
 		if errors.Is(err, errRetry) {
+			continue
+		}
+		// One eviction per resume: the worker it frees is reserved for
+		// this actor, so a second would take more than it needs.
+		var full *noFreeWorker
+		if errors.As(err, &full) && !evicted {
+			if err := e.evictFor(ctx, a, full); err != nil {
+				return nil, err
+			}
+			evicted = true
 			continue
 		}
 		if err != nil {
@@ -174,12 +188,15 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 			RequireNode:  src.requireNode,
 			CachedOn:     cachedOn(src, plan),
 			WarmFor:      a.GetMetadata().GetUid(),
+			Now:          e.now(),
 			Claiming:     claiming,
 		})
 	})
 	var noWorker *scheduler.NoWorkerError
 	if errors.As(err, &noWorker) {
-		return nil, nil, codeError(connect.CodeResourceExhausted, "actor %s: %v", actorKey(a), err)
+		return nil, nil, &noFreeWorker{live: live, req: scheduler.Request{
+			SandboxClass: tmpl.GetSpec().GetSandboxClass(), Selector: a.GetSpec().GetWorkerSelector(), RequireNode: src.requireNode,
+		}, err: codeError(connect.CodeResourceExhausted, "actor %s: %v", actorKey(a), err)}
 	}
 	if err != nil {
 		return nil, nil, err
@@ -212,7 +229,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	st.CurrentTemplateSpec = tmpl.GetSpec()
 	e.setState(a, torporv1.ActorState_ACTOR_STATE_RESUMING)
 	w.Status.Actor = &torporv1.ActorRef{Space: space, Name: a.GetMetadata().GetName(), Uid: a.GetMetadata().GetUid()}
-	w.Status.WarmActorUid = ""
+	w.Status.WarmActorUid, w.Status.ReservedForActorUid, w.Status.ReserveTime = "", "", nil
 
 	if h := e.hooks.BeforeResumeClaim; h != nil {
 		h(a)
