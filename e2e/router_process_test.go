@@ -94,7 +94,7 @@ func TestRouterProcessOverMutualTLS(t *testing.T) {
 	// Revoked: the router's next call to the API is refused.
 	c.torporCLI("client", "delete", "edge")
 	c.suspend("c1")
-	if code, body := get(); code == http.StatusOK || !strings.Contains(body, "join with a new token") {
+	if code, body := get(); code == http.StatusOK || !strings.Contains(body, "join it with a new token") {
 		t.Fatalf("through the revoked router: %d %q, want a refusal naming the deleted client", code, body)
 	}
 }

@@ -419,6 +419,11 @@ func clientAnswer(key ActorKey, err error) (int, string) {
 	case connect.CodePermissionDenied:
 		// The router's credentials do not cover the actor's space.
 		return http.StatusForbidden, fmt.Sprintf("actor %s is not served by this router", key)
+	case connect.CodeUnauthenticated:
+		// The control plane no longer takes the router's own credentials:
+		// an operator must act, and the client should know it is not its
+		// request.
+		return http.StatusBadGateway, "this router's credentials were refused by the control plane (its client was deleted, or its certificate expired): join it with a new token"
 	case connect.CodeFailedPrecondition:
 		return http.StatusConflict, fmt.Sprintf("actor %s cannot be resumed now", key)
 	}
