@@ -36,9 +36,10 @@ examples/counter/image/index.json: $(filter-out %_test.go,$(wildcard examples/co
 examples/pod/image/index.json: $(filter-out %_test.go,$(wildcard examples/pod/*/*.go examples/internal/*/*.go internal/image/*.go))
 	go run ./examples/pod/mkimage -out examples/pod/image -tag latest
 
-# One command to run Torpor on this machine (as root).
+# One command to run Torpor on this machine (as root). Templates may name
+# the examples' images (see docs/operations.md, "Image policy").
 up: build runsc images
-	$(BIN)/torpor up
+	$(BIN)/torpor up --allow-image-dir $(CURDIR)/examples
 
 test: build runsc s3server images
 	go test -count=1 -timeout 60m ./...

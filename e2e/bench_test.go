@@ -17,7 +17,6 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
-	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/latency"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
@@ -239,7 +238,7 @@ func newRawCounter(b *testing.B, c *cluster) *rawCounter {
 		b.Fatal(err)
 	}
 	spec := counterTemplate(b, "raw", nil).GetSpec()
-	rootfs, err := image.Unpack(ctx, spec.GetContainers()[0].GetImage(), filepath.Join(dir, "images"))
+	rootfs, err := runtimetest.ImagePolicy(b).Unpack(ctx, spec.GetContainers()[0].GetImage(), filepath.Join(dir, "images"))
 	if err != nil {
 		b.Fatal(err)
 	}

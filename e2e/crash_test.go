@@ -434,7 +434,7 @@ func startFakeNode(t testing.TB, c *cluster, name string, rt *fake.Runtime, snap
 		Name: name, ServerURL: c.api, Listener: ln, Workers: 1, Pool: "default",
 		StateDir: t.TempDir(), Runtime: rt, Snapshots: objects, Network: loopbackNetwork{},
 		CAFingerprint: fingerprint, JoinToken: func(context.Context) (string, error) { return token, nil },
-		HeartbeatInterval: 200 * time.Millisecond, Logger: testLogger(),
+		HeartbeatInterval: 200 * time.Millisecond, Logger: testLogger(), Images: runtimetest.ImagePolicy(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -483,6 +483,7 @@ func (c *cluster) startNodeProcess(workers int) *nodeProcess {
 		"--server", c.api, "--join-token", token, "--ca-fingerprint", fingerprint, "--name", n.name, "--workers", strconv.Itoa(workers),
 		"--listen", freeAddr(t), "--state-dir", n.stateDir, "--snapshots", c.snapshotStorage,
 		"--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)}
+	n.args = append(n.args, allowExamples(t)...)
 	n.process = startProcess(t, "node-"+n.name, n.args...)
 	t.Cleanup(func() { n.removeLeftovers(t) })
 	c.waitForWorkers(n.name, workers)

@@ -123,7 +123,7 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 		t.Fatal(err)
 	}
 	logger := testLogger()
-	c.server = server.New(c.store, c.objects, server.Options{Logger: logger, HeartbeatTimeout: opts.heartbeatTimeout, RecoverAfter: time.Minute})
+	c.server = server.New(c.store, c.objects, server.Options{Logger: logger, HeartbeatTimeout: opts.heartbeatTimeout, RecoverAfter: time.Minute, Images: runtimetest.ImagePolicy(t)})
 	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -254,6 +254,7 @@ func (c *cluster) addNode(workers int) *nodeAgent {
 		CAFingerprint: fingerprint, JoinToken: func(context.Context) (string, error) { return token, nil },
 		HeartbeatInterval: 200 * time.Millisecond,
 		Logger:            testLogger(),
+		Images:            runtimetest.ImagePolicy(t),
 	})
 	if err != nil {
 		t.Fatal(err)

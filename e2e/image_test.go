@@ -110,7 +110,7 @@ func imageTemplate(t *testing.T, name, pinned string, port int32) *torporv1.Temp
 func buildCounterImage(t *testing.T, dir string, cfg v1.Config) v1.Hash {
 	t.Helper()
 	ctx := context.Background()
-	rootfs, err := image.Unpack(ctx, runtimetest.CounterImage(t), t.TempDir())
+	rootfs, err := runtimetest.ImagePolicy(t).Unpack(ctx, runtimetest.CounterImage(t), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

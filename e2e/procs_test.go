@@ -156,6 +156,17 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
+// allowExamples are the flags that let a torpor server, node or up read
+// the examples' images, as `make up` passes them.
+func allowExamples(t testing.TB) []string {
+	t.Helper()
+	root, err := runtimetest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--allow-image-dir", filepath.Join(root, "examples")}
+}
+
 // serverProcess runs `torpor server` on addr with args, its admin token
 // and CA written into dir, waits until it serves, and returns it with the
 // connection an admin uses. A restart on the same store and dir has the
@@ -163,7 +174,7 @@ func freeAddr(t testing.TB) string {
 func serverProcess(t testing.TB, dir, addr string, args ...string) (*process, cli.Connection) {
 	t.Helper()
 	tokenFile, caFile := filepath.Join(dir, "admin-token"), filepath.Join(dir, "ca.pem")
-	args = append([]string{"server", "--listen", addr, "--admin-token-file", tokenFile, "--ca-file", caFile}, args...)
+	args = append(append([]string{"server", "--listen", addr, "--admin-token-file", tokenFile, "--ca-file", caFile}, allowExamples(t)...), args...)
 	p := startProcess(t, "server", args...)
 	conn := cli.Connection{Server: "https://" + addr}
 	deadline := time.Now().Add(time.Minute)

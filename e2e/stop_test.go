@@ -95,8 +95,9 @@ func TestUpStopLeavesNothing(t *testing.T) {
 	}
 	n.network.Node = n.name
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	n.process = startProcess(t, "up", "up", "--data-dir", dataDir, "--listen", freeAddr(t), "--router-listen", routerAddr, "--node-listen", freeAddr(t),
-		"--node-name", n.name, "--workers", strconv.Itoa(n.workers), "--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t))
+	args := []string{"up", "--data-dir", dataDir, "--listen", freeAddr(t), "--router-listen", routerAddr, "--node-listen", freeAddr(t),
+		"--node-name", n.name, "--workers", strconv.Itoa(n.workers), "--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)}
+	n.process = startProcess(t, "up", append(args, allowExamples(t)...)...)
 	t.Cleanup(func() { n.removeLeftovers(t) })
 	waitForOutput(t, n.process, "Torpor is up.")
 	cli := func(args ...string) {

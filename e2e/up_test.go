@@ -33,6 +33,7 @@ func TestUpQuickstart(t *testing.T) {
 	n.network.Node = n.name
 	args := []string{"up", "--data-dir", dataDir, "--listen", api, "--router-listen", routerAddr, "--node-listen", freeAddr(t),
 		"--node-name", n.name, "--workers", strconv.Itoa(n.workers), "--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)}
+	args = append(args, allowExamples(t)...)
 	t.Setenv("XDG_CONFIG_HOME", configHome)
 	cli := func(args ...string) string {
 		t.Helper()

@@ -35,6 +35,7 @@ type nodeFlags struct {
 	egress    bool
 	cleanup   bool
 	join      joinFlags
+	images    imageFlags
 }
 
 func newNodeCommand() *cobra.Command {
@@ -80,6 +81,10 @@ last snapshots.`,
 			if err := completeNodeConfig(&cfg, &f, logger); err != nil {
 				return err
 			}
+			var err error
+			if cfg.Images, err = f.images.policy(""); err != nil {
+				return err
+			}
 			a, err := node.New(cfg)
 			if err != nil {
 				return err
@@ -103,6 +108,7 @@ last snapshots.`,
 	flags.StringVar(&f.bridge, "bridge", netns.DefaultBridge, "node bridge the workers' network namespaces attach to")
 	flags.StringVar(&f.cidr, "cidr", netns.DefaultCIDR, "workers' subnet: the bridge gets the first address, worker i the (i+2)-th")
 	flags.BoolVar(&f.egress, "egress", true, "let workloads reach networks beyond this host, masqueraded as it (turns on IPv4 forwarding); --egress=false: the host only")
+	f.images.register(flags)
 	flags.BoolVar(&f.cleanup, "cleanup", false, "remove every sandbox, mount, network namespace, veth, bridge and nftables table of the stopped node, say what was removed, and exit (suspend its actors first: running workloads are lost)")
 	return cmd
 }

@@ -18,6 +18,7 @@ func init() { register(newServerCommand) }
 
 func newServerCommand() *cobra.Command {
 	var opts server.Options
+	var images imageFlags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the control plane API (any number of replicas may share a PostgreSQL store)",
@@ -56,6 +57,9 @@ or put server, ca and token in the client config file
 					*d.value = d.def
 				}
 			}
+			if opts.Images, err = images.policy(dir); err != nil {
+				return err
+			}
 			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			return server.Run(cmd.Context(), opts)
 		},
@@ -72,5 +76,6 @@ or put server, ca and token in the client config file
 	flags.DurationVar(&opts.MemberCertTTL, "member-cert-ttl", identity.DefaultMemberCertTTL, "lifetime of node and API client certificates (they renew at two thirds of it)")
 	flags.StringVar(&opts.AdminTokenFile, "admin-token-file", "", "where to write the admin token (default <data dir>/admin-token)")
 	flags.StringVar(&opts.CAFile, "ca-file", "", "where to write the CA certificate clients verify the server with (default <data dir>/ca.pem)")
+	images.register(flags)
 	return cmd
 }

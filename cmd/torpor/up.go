@@ -37,6 +37,7 @@ type upFlags struct {
 	domain       string
 	workers      int
 	node         nodeFlags
+	images       imageFlags
 }
 
 func newUpCommand() *cobra.Command {
@@ -65,6 +66,7 @@ actor, then stops. Needs root (sandboxes and network namespaces).`,
 	flags.StringVar(&f.node.bridge, "bridge", netns.DefaultBridge, "bridge of the workers' network namespaces")
 	flags.StringVar(&f.node.cidr, "cidr", netns.DefaultCIDR, "workers' subnet")
 	flags.BoolVar(&f.node.egress, "egress", true, "let workloads reach networks beyond this host, masqueraded as it (turns on IPv4 forwarding); --egress=false: the host only")
+	f.images.register(flags)
 	return cmd
 }
 
@@ -79,6 +81,11 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	}
 	if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
+	}
+	// The server checks templates against it and the node again.
+	images, err := f.images.policy(f.dataDir)
+	if err != nil {
+		return err
 	}
 	apiLn, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -104,6 +111,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	srv := server.New(st, objects, server.Options{
 		Logger: logger, Listen: apiLn.Addr().String(),
 		AdminTokenFile: filepath.Join(f.dataDir, "admin-token"), CAFile: filepath.Join(f.dataDir, "ca.pem"),
+		Images: images,
 	})
 	if err := srv.WriteClientFiles(ctx); err != nil {
 		return err
@@ -129,6 +137,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 		Workers:   f.workers,
 		Pool:      "default",
 		StateDir:  filepath.Join(f.dataDir, "node"),
+		Images:    images,
 	}
 	routerMember := &identity.Member{
 		Kind: identity.MemberClient, Name: "router", ServerURL: apiURL,

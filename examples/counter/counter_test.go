@@ -164,7 +164,11 @@ func TestMakeImages(t *testing.T) {
 	if err != nil || tagged != pinned {
 		t.Fatalf("Resolve(oci:image:latest) = %q, %v; want %q", tagged, err, pinned)
 	}
-	rootfs, err := image.Unpack(ctx, pinned, t.TempDir())
+	images, err := image.NewPolicy(image.PolicyConfig{Dirs: []string{filepath.Join(root, "examples/counter")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootfs, err := images.Unpack(ctx, pinned, t.TempDir())
 	if err != nil {
 		t.Fatalf("Unpack: %v", err)
 	}
@@ -187,7 +191,7 @@ func TestMakeImages(t *testing.T) {
 			t.Errorf("/%s = %v, %v; want a directory", d, fi, err)
 		}
 	}
-	cfg, err := image.Config(ctx, pinned)
+	cfg, err := images.Config(ctx, pinned)
 	if err != nil {
 		t.Fatalf("Config: %v", err)
 	}

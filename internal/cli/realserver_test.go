@@ -13,6 +13,7 @@ import (
 	"time"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/server"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
@@ -105,6 +106,7 @@ func realServer(t *testing.T, opts server.Options) (*server.Server, string) {
 		t.Fatal(err)
 	}
 	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.Images = runtimetest.ImagePolicy(t)
 	srv := server.New(st, objects, opts)
 	return srv, serveAPI(t, srv)
 }

@@ -54,7 +54,7 @@ func TestBuildLayoutRoundTrip(t *testing.T) {
 	if want := "oci:" + out + "@" + digest.String(); pinned != want {
 		t.Fatalf("Resolve = %q, want %q", pinned, want)
 	}
-	rootfs, err := Unpack(ctx, pinned, t.TempDir())
+	rootfs, err := anywhere.Unpack(ctx, pinned, t.TempDir())
 	if err != nil {
 		t.Fatalf("Unpack: %v", err)
 	}
@@ -87,7 +87,7 @@ func TestBuildLayoutRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	cfg, err := Config(ctx, pinned)
+	cfg, err := anywhere.Config(ctx, pinned)
 	if err != nil {
 		t.Fatalf("Config: %v", err)
 	}

@@ -116,14 +116,14 @@ func TestDockerSaveArchives(t *testing.T) {
 			if err != nil || again != pinned {
 				t.Fatalf("Resolve(%q) = %q, %v; want the pinned reference itself", pinned, again, err)
 			}
-			got, err := Config(ctx, pinned)
+			got, err := anywhere.Config(ctx, pinned)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(got.Entrypoint, cfg.Entrypoint) || !slices.Equal(got.Env, cfg.Env) {
 				t.Fatalf("Config(%q) = %+v, want %+v", pinned, got, cfg)
 			}
-			rootfs, err := Unpack(ctx, pinned, filepath.Join(base, "cache"))
+			rootfs, err := anywhere.Unpack(ctx, pinned, filepath.Join(base, "cache"))
 			if err != nil {
 				t.Fatalf("Unpack(%q): %v", pinned, err)
 			}
@@ -147,7 +147,7 @@ func TestDockerSaveArchiveChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	legacySave(t, p, cfg, tarOf(t, file("app", "two")))
-	if _, err := Unpack(ctx, pinned, t.TempDir()); err == nil || !strings.Contains(err.Error(), "has no manifest") {
+	if _, err := anywhere.Unpack(ctx, pinned, t.TempDir()); err == nil || !strings.Contains(err.Error(), "has no manifest") {
 		t.Fatalf("Unpack of a changed archive: %v, want an error saying the pinned manifest is gone", err)
 	}
 }
@@ -158,7 +158,7 @@ func TestCachedConfig(t *testing.T) {
 	pinned, dir := layoutWith(t, imageOf(t, cfg, layer(t, file("f", "x"))))
 	cache := t.TempDir()
 	// A cache entry as an older node left it: a rootfs and no config.
-	got, err := CachedConfig(ctx, pinned, cache)
+	got, err := anywhere.CachedConfig(ctx, pinned, cache)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestCachedConfig(t *testing.T) {
 		t.Fatalf("CachedConfig = %+v, want %+v", got, cfg)
 	}
 	fresh := t.TempDir()
-	if _, err := Unpack(ctx, pinned, fresh); err != nil {
+	if _, err := anywhere.Unpack(ctx, pinned, fresh); err != nil {
 		t.Fatal(err)
 	}
 	// With the source gone, only the caches can answer.
@@ -174,7 +174,7 @@ func TestCachedConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []string{cache, fresh} {
-		got, err := CachedConfig(ctx, pinned, c)
+		got, err := anywhere.CachedConfig(ctx, pinned, c)
 		if err != nil {
 			t.Fatalf("CachedConfig from %s with the image gone: %v", c, err)
 		}

@@ -189,3 +189,13 @@ func mustRead(t *testing.T, p string) string {
 	}
 	return string(b)
 }
+
+// anywhere is a policy that lets tests read local images wherever they
+// write them (and no registry).
+var anywhere = func() *Policy {
+	p, err := NewPolicy(PolicyConfig{Dirs: []string{"/"}})
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()

@@ -18,8 +18,10 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 // LayoutScheme prefixes references to local OCI image layouts.
@@ -126,7 +128,9 @@ func pinnedDigest(ref string) (v1.Hash, error) {
 // for a registry. A relative layout path is taken relative to baseDir.
 // A layout holding exactly one image needs no tag; one holding several does.
 // A multi-platform index resolves to its linux image for this machine's
-// architecture.
+// architecture. Resolve is the CLI's, run as the user: a registry is reached
+// with the user's own Docker credentials (docker login). The server and the
+// nodes never use those: they read images through a Policy.
 func Resolve(ctx context.Context, ref, baseDir string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
@@ -154,7 +158,7 @@ func Resolve(ctx context.Context, ref, baseDir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("image %q: %w", ref, err)
 	}
-	img, err := remoteImage(ctx, parsed)
+	img, err := remoteImage(ctx, parsed, remote.WithAuthFromKeychain(authn.DefaultKeychain))
 	if err != nil {
 		return "", fmt.Errorf("image %q: %w", ref, err)
 	}

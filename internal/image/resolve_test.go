@@ -169,14 +169,19 @@ func TestResolveRegistry(t *testing.T) {
 	}
 
 	pinned := host + "/team/app@" + a.String()
-	rootfs, err := Unpack(ctx, pinned, t.TempDir())
+	// A loopback registry is read only when allowed by its exact name.
+	allowed, err := NewPolicy(PolicyConfig{Registries: []string{host}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootfs, err := allowed.Unpack(ctx, pinned, t.TempDir())
 	if err != nil {
 		t.Fatalf("Unpack(%q): %v", pinned, err)
 	}
 	if got := mustRead(t, filepath.Join(rootfs, "bin/a")); got != "A" {
 		t.Fatalf("bin/a = %q, want %q", got, "A")
 	}
-	cfg, err := Config(ctx, pinned)
+	cfg, err := allowed.Config(ctx, pinned)
 	if err != nil {
 		t.Fatalf("Config(%q): %v", pinned, err)
 	}

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -25,15 +24,20 @@ import (
 // image retries the lock; polling keeps the wait cancellable.
 const lockPoll = 10 * time.Millisecond
 
-// Unpack extracts the image a pinned reference names into
+// Unpack extracts the image a pinned reference names, if p allows it, into
 // cacheDir/<digest hex>/rootfs and returns that path, made absolute; the
 // image's configuration is kept beside it (see CachedConfig). The directory
 // appears complete or not at all (it is extracted aside and renamed), so a
 // later call returns it at once without reading the image. Concurrent calls
 // for one digest, in this process or others, extract it once.
-func Unpack(ctx context.Context, pinned, cacheDir string) (string, error) {
+func (p *Policy) Unpack(ctx context.Context, pinned, cacheDir string) (string, error) {
 	digest, err := pinnedDigest(pinned)
 	if err != nil {
+		return "", err
+	}
+	// Even when cached: the policy, not the cache, says what a template
+	// may name.
+	if err := p.Check(pinned); err != nil {
 		return "", err
 	}
 	// Absolute, because runtimes hand the path to processes with other
@@ -75,7 +79,7 @@ func Unpack(ctx context.Context, pinned, cacheDir string) (string, error) {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", fmt.Errorf("image %q: %w", pinned, err)
 	}
-	img, closeImage, err := openPinned(ctx, pinned)
+	img, closeImage, err := p.openPinned(ctx, pinned)
 	if err != nil {
 		return "", err
 	}
@@ -116,12 +120,12 @@ func applyImageLayer(ctx context.Context, root string, layer v1.Layer) error {
 }
 
 // Config returns the runtime configuration (entrypoint, cmd, env, working
-// directory, user) of the image a pinned reference names.
-func Config(ctx context.Context, pinned string) (*v1.Config, error) {
+// directory, user) of the image a pinned reference names, if p allows it.
+func (p *Policy) Config(ctx context.Context, pinned string) (*v1.Config, error) {
 	if _, err := pinnedDigest(pinned); err != nil {
 		return nil, err
 	}
-	img, closeImage, err := openPinned(ctx, pinned)
+	img, closeImage, err := p.openPinned(ctx, pinned)
 	if err != nil {
 		return nil, err
 	}
@@ -139,9 +143,12 @@ const configFile = "config.json"
 // CachedConfig is Config read from the node's image cache at cacheDir,
 // where Unpack keeps it, so that starting a workload reads no registry.
 // A cache entry made before configurations were kept gets its own now.
-func CachedConfig(ctx context.Context, pinned, cacheDir string) (v1.Config, error) {
+func (p *Policy) CachedConfig(ctx context.Context, pinned, cacheDir string) (v1.Config, error) {
 	digest, err := pinnedDigest(pinned)
 	if err != nil {
+		return v1.Config{}, err
+	}
+	if err := p.Check(pinned); err != nil {
 		return v1.Config{}, err
 	}
 	entry := filepath.Join(cacheDir, digest.Hex)
@@ -156,7 +163,7 @@ func CachedConfig(ctx context.Context, pinned, cacheDir string) (v1.Config, erro
 	if !errors.Is(err, os.ErrNotExist) {
 		return v1.Config{}, fmt.Errorf("image %q: cached config: %w", pinned, err)
 	}
-	img, closeImage, err := openPinned(ctx, pinned)
+	img, closeImage, err := p.openPinned(ctx, pinned)
 	if err != nil {
 		return v1.Config{}, err
 	}
@@ -184,15 +191,19 @@ func cacheConfig(entry, pinned string, img v1.Image) (v1.Config, error) {
 	return cf.Config, nil
 }
 
-// openPinned opens the image of a pinned reference; the returned func
-// releases what reading it holds open.
-func openPinned(ctx context.Context, pinned string) (v1.Image, func() error, error) {
+// openPinned opens the image of a pinned reference p allows; the returned
+// func releases what reading it holds open.
+func (p *Policy) openPinned(ctx context.Context, pinned string) (v1.Image, func() error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
 	if strings.HasPrefix(pinned, LayoutScheme) {
 		r, err := parseLayoutRef(pinned, "")
 		if err != nil {
+			return nil, nil, err
+		}
+		// The real path: what was checked is what is opened.
+		if r.path, err = p.localPath(pinned, r.path); err != nil {
 			return nil, nil, err
 		}
 		l, err := openLayout(r.path)
@@ -215,20 +226,20 @@ func openPinned(ctx context.Context, pinned string) (v1.Image, func() error, err
 	if err != nil {
 		return nil, nil, fmt.Errorf("image %q: %w", pinned, err)
 	}
-	img, err := remoteImage(ctx, ref)
+	if err := p.checkRegistry(pinned, ref.Context().Registry); err != nil {
+		return nil, nil, err
+	}
+	img, err := remoteImage(ctx, ref, p.remoteOptions(ref)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("image %q: %w", pinned, err)
 	}
 	return img, func() error { return nil }, nil
 }
 
-// remoteImage fetches an image from its registry with the credentials of the
-// local Docker config, if any; go-containerregistry verifies every digest.
-func remoteImage(ctx context.Context, ref name.Reference) (v1.Image, error) {
-	return remote.Image(ref,
-		remote.WithContext(ctx),
-		remote.WithAuthFromKeychain(authn.DefaultKeychain),
-		remote.WithPlatform(hostPlatform()))
+// remoteImage fetches an image from its registry, reached as opts say;
+// go-containerregistry verifies every digest.
+func remoteImage(ctx context.Context, ref name.Reference, opts ...remote.Option) (v1.Image, error) {
+	return remote.Image(ref, append([]remote.Option{remote.WithContext(ctx), remote.WithPlatform(hostPlatform())}, opts...)...)
 }
 
 func isDir(p string) (bool, error) {

@@ -78,7 +78,7 @@ func TestUnpackAppliesLayers(t *testing.T) {
 		file("ro/g", "into a read-only dir"),
 	)
 	pinned, _ := layoutWith(t, imageOf(t, v1.Config{}, lower, upper))
-	rootfs, err := Unpack(context.Background(), pinned, cache)
+	rootfs, err := anywhere.Unpack(context.Background(), pinned, cache)
 	if err != nil {
 		t.Fatalf("Unpack: %v", err)
 	}
@@ -193,7 +193,7 @@ func TestUnpackRejectsEscapes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pinned, _ := layoutWith(t, imageOf(t, v1.Config{}, layer(t, tc.entries...)))
 			cache := t.TempDir()
-			rootfs, err := Unpack(context.Background(), pinned, cache)
+			rootfs, err := anywhere.Unpack(context.Background(), pinned, cache)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), pinned) {
 				t.Fatalf("Unpack = %q, %v; want an error naming the image and containing %q", rootfs, err, tc.wantErr)
 			}
@@ -221,11 +221,11 @@ func TestUnpackVerifiesDigests(t *testing.T) {
 		t.Fatal(err)
 	}
 	unpack := func(ctx context.Context, pinned string) error {
-		_, err := Unpack(ctx, pinned, t.TempDir())
+		_, err := anywhere.Unpack(ctx, pinned, t.TempDir())
 		return err
 	}
 	config := func(ctx context.Context, pinned string) error {
-		_, err := Config(ctx, pinned)
+		_, err := anywhere.Config(ctx, pinned)
 		return err
 	}
 	tests := []struct {
@@ -270,7 +270,7 @@ func TestUnpackCacheHit(t *testing.T) {
 	ctx := context.Background()
 	pinned, dir := layoutWith(t, imageOf(t, v1.Config{}, layer(t, file("f", "content"))))
 	cache := t.TempDir()
-	first, err := Unpack(ctx, pinned, cache)
+	first, err := anywhere.Unpack(ctx, pinned, cache)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func TestUnpackCacheHit(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	second, err := Unpack(ctx, pinned, cache)
+	second, err := anywhere.Unpack(ctx, pinned, cache)
 	if err != nil {
 		t.Fatalf("second Unpack: %v", err)
 	}
@@ -292,7 +292,7 @@ func TestUnpackCacheHit(t *testing.T) {
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatalf("second Unpack extracted again: %v", err)
 	}
-	if _, err := Unpack(ctx, pinned, t.TempDir()); err == nil {
+	if _, err := anywhere.Unpack(ctx, pinned, t.TempDir()); err == nil {
 		t.Fatal("Unpack into an empty cache with the source gone succeeded")
 	}
 }
@@ -310,7 +310,7 @@ func TestUnpackConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range callers {
 		wg.Go(func() {
-			results[i], errs[i] = Unpack(context.Background(), pinned, cache)
+			results[i], errs[i] = anywhere.Unpack(context.Background(), pinned, cache)
 		})
 	}
 	wg.Wait()
@@ -344,7 +344,7 @@ func TestUnpackRemovesStaleExtraction(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(stale, "half"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	rootfs, err := Unpack(context.Background(), pinned, cache)
+	rootfs, err := anywhere.Unpack(context.Background(), pinned, cache)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,10 +356,10 @@ func TestUnpackRemovesStaleExtraction(t *testing.T) {
 
 func TestUnpackNeedsPinnedRef(t *testing.T) {
 	for _, ref := range []string{"oci:layout", "oci:/abs/layout:latest", "registry.example.com/app:v1", ""} {
-		if rootfs, err := Unpack(context.Background(), ref, t.TempDir()); err == nil {
+		if rootfs, err := anywhere.Unpack(context.Background(), ref, t.TempDir()); err == nil {
 			t.Errorf("Unpack(%q) = %q, want an error", ref, rootfs)
 		}
-		if _, err := Config(context.Background(), ref); err == nil {
+		if _, err := anywhere.Config(context.Background(), ref); err == nil {
 			t.Errorf("Config(%q) succeeded, want an error", ref)
 		}
 	}
@@ -369,7 +369,7 @@ func TestUnpackCancelled(t *testing.T) {
 	pinned, _ := layoutWith(t, imageOf(t, v1.Config{}, layer(t, file("f", "x"))))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := Unpack(ctx, pinned, t.TempDir()); !errors.Is(err, context.Canceled) {
+	if _, err := anywhere.Unpack(ctx, pinned, t.TempDir()); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Unpack with a cancelled context: %v, want context.Canceled", err)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/server"
@@ -98,6 +99,10 @@ type Config struct {
 	// suspended or paused out of gets a sandbox made ready for that actor,
 	// so its next restore there skips the sandbox's boot (see warm.go).
 	NoWarm bool
+	// Images says where this node reads images from and with which
+	// registry credentials; nil allows none. The control plane checked
+	// each template against its own policy, this node checks again.
+	Images *image.Policy
 }
 
 // A runtime or network may hold node-wide parts (runsc's shared namespace

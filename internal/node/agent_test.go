@@ -23,6 +23,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/runtime/fake"
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 )
 
@@ -107,6 +108,7 @@ func newFakeNode(t *testing.T, options ...func(*Config)) *fakeNode {
 	n.cfg = Config{
 		Name: n.name, Workers: 2, Pool: "p", Labels: map[string]string{"zone": "a"},
 		StateDir: t.TempDir(), Runtime: n.rt, Snapshots: objects, Network: n.net, HeartbeatInterval: 20 * time.Millisecond,
+		Images: runtimetest.ImagePolicy(t),
 	}
 	reg.join(t, &n.cfg)
 	for _, o := range options {

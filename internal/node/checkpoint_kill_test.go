@@ -192,7 +192,7 @@ func newKilledNode(t *testing.T, prefix string) (helperConfig, *registry, *gviso
 	cfg := helperConfig{
 		Name: name, ServerURL: reg.url, StateDir: t.TempDir(), Snapshots: t.TempDir(),
 		CAFingerprint: reg.ca.CAFingerprint(), JoinToken: reg.token(t, name),
-		Runsc: runtimetest.Runsc(t), Network: nodeNetwork(t, name),
+		Runsc: runtimetest.Runsc(t), Network: nodeNetwork(t, name), ImageDirs: runtimetest.ImageDirs(t),
 	}
 	rt, err := cfg.gvisor()
 	if err != nil {

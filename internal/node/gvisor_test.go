@@ -126,7 +126,7 @@ func newGVisorNode(t testing.TB, cacheBytes int64, options ...func(*Config)) *gv
 	cfg := Config{
 		Name: name, Workers: 2, Pool: "e2e", StateDir: stateDir,
 		Runtime: rt, Snapshots: objects, Network: network, CacheBytes: cacheBytes,
-		HeartbeatInterval: 100 * time.Millisecond,
+		HeartbeatInterval: 100 * time.Millisecond, Images: runtimetest.ImagePolicy(t),
 	}
 	reg.join(t, &cfg)
 	for _, o := range options {

@@ -20,6 +20,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
@@ -35,6 +36,8 @@ type helperConfig struct {
 	// CAFingerprint and JoinToken join the node on its first start.
 	CAFingerprint, JoinToken string
 	Network                  netns.Config
+	// ImageDirs are where the agent may read local images from.
+	ImageDirs []string
 	// KillAt names the testHook point where the agent kills itself with
 	// SIGKILL.
 	KillAt string
@@ -75,11 +78,15 @@ func helperAgent() int {
 		if err != nil {
 			return err
 		}
+		images, err := image.NewPolicy(image.PolicyConfig{Dirs: cfg.ImageDirs})
+		if err != nil {
+			return err
+		}
 		a, err := New(Config{
 			Name: cfg.Name, ServerURL: cfg.ServerURL, Listen: "127.0.0.1:0", Workers: 2, StateDir: cfg.StateDir,
 			CAFingerprint: cfg.CAFingerprint, JoinToken: func(context.Context) (string, error) { return cfg.JoinToken, nil },
 			Runtime: rt, Snapshots: objects, Network: network, HeartbeatInterval: 100 * time.Millisecond,
-			Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)), Images: images,
 		})
 		if err != nil {
 			return err

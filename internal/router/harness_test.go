@@ -25,6 +25,7 @@ import (
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/cli"
 	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/server"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
@@ -85,8 +86,14 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Templates may name pinnedImage, which nothing reads: the workers
+	// are fakes.
+	images, err := image.NewPolicy(image.PolicyConfig{Dirs: []string{"/images"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := &env{t: t, store: st, port: freePort(t)}
-	srv := server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler), HeartbeatTimeout: time.Hour})
+	srv := server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler), HeartbeatTimeout: time.Hour, Images: images})
 	api := srv.Handler()
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := e.calls.LoadOrStore(r.URL.Path, new(atomic.Int64))

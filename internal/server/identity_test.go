@@ -32,6 +32,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/latency"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
@@ -80,7 +81,13 @@ func startReplica(tb testing.TB, storeURL string, logs io.Writer) *replica {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := New(st, objects, Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	// Templates may name pinnedImage (or anything else under /images),
+	// which the server finds nothing at.
+	images, err := image.NewPolicy(image.PolicyConfig{Dirs: []string{"/images"}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := New(st, objects, Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})), Images: images})
 	a, err := srv.Authority(ctx)
 	if err != nil {
 		tb.Fatalf("load identity: %v", err)

@@ -21,6 +21,7 @@ type templateService struct {
 	// created is called after a revision is stored or sent back to PENDING
 	// (its golden build starts).
 	created func()
+	images  *image.Policy
 }
 
 // CreateTemplate applies a template: a new one, a new revision of an
@@ -32,11 +33,8 @@ func (s *templateService) CreateTemplate(ctx context.Context, req *connect.Reque
 	if t == nil {
 		return nil, invalidArgument("template", "required")
 	}
-	if err := validate.Template(t, image.IsPinned); err != nil {
-		return nil, apiError(err)
-	}
-	if err := validate.Commands(ctx, t, image.Config); err != nil {
-		return nil, apiError(err)
+	if err := s.admit(ctx, t); err != nil {
+		return nil, err
 	}
 	spec := proto.Clone(t.GetSpec()).(*torporv1.TemplateSpec)
 	validate.ApplyTemplateDefaults(spec)

@@ -3,10 +3,22 @@ package validate
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strings"
+
+	"google.golang.org/protobuf/proto"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 )
+
+// DefaultSandboxClass is the class of a template that names none, and the
+// one every installation offers.
+const DefaultSandboxClass = "gvisor"
+
+// ReservedPath is where Torpor puts what it provides inside a sandbox (the
+// workload identity, node.IdentityMountPath): no volume may be mounted
+// there, below it or above it, where it would hide it.
+const ReservedPath = "/run/torpor"
 
 // ImagePinned reports whether an image reference is pinned by digest; the
 // server stores only pinned references so a template never changes when a
@@ -18,22 +30,31 @@ func Template(t *torporv1.Template, pinned ImagePinned) error {
 	if err := Meta(t.GetMetadata(), true); err != nil {
 		return err
 	}
-	spec := t.GetSpec()
+	return TemplateSpec("spec", t.GetSpec(), pinned)
+}
+
+// TemplateSpec checks a template's spec found at path ("spec" in a
+// template; nodes check the one a workload carries again).
+func TemplateSpec(at string, spec *torporv1.TemplateSpec, pinned ImagePinned) error {
 	if spec == nil {
-		return fieldErr("spec", "required")
+		return fieldErr(at, "required")
+	}
+	// First, so nothing below walks a huge record.
+	if n := proto.Size(spec); n > maxTemplateBytes {
+		return fieldErr(at, "is %d bytes encoded, more than %d", n, maxTemplateBytes)
 	}
 	if len(spec.GetContainers()) == 0 {
-		return fieldErr("spec.containers", "at least one container is required")
+		return fieldErr(at+".containers", "at least one container is required")
 	}
 	if len(spec.GetContainers()) > maxContainers {
-		return fieldErr("spec.containers", "more than %d containers", maxContainers)
+		return fieldErr(at+".containers", "more than %d containers", maxContainers)
 	}
 	if len(spec.GetVolumes()) > maxVolumes {
-		return fieldErr("spec.volumes", "more than %d volumes", maxVolumes)
+		return fieldErr(at+".volumes", "more than %d volumes", maxVolumes)
 	}
 	volumes := map[string]bool{}
 	for i, v := range spec.GetVolumes() {
-		p := fmt.Sprintf("spec.volumes[%d]", i)
+		p := fmt.Sprintf("%s.volumes[%d]", at, i)
 		if err := Name(p+".name", v.GetName()); err != nil {
 			return err
 		}
@@ -41,13 +62,13 @@ func Template(t *torporv1.Template, pinned ImagePinned) error {
 			return fieldErr(p+".name", "duplicate volume %q", v.GetName())
 		}
 		volumes[v.GetName()] = false
-		if v.GetKind() == torporv1.VolumeKind_VOLUME_KIND_UNSPECIFIED {
-			return fieldErr(p+".kind", "required (DURABLE)")
+		if v.GetKind() != torporv1.VolumeKind_VOLUME_KIND_DURABLE {
+			return fieldErr(p+".kind", "%s: want DURABLE", v.GetKind())
 		}
 	}
 	containers := map[string]bool{}
 	for i, c := range spec.GetContainers() {
-		p := fmt.Sprintf("spec.containers[%d]", i)
+		p := fmt.Sprintf("%s.containers[%d]", at, i)
 		if err := Name(p+".name", c.GetName()); err != nil {
 			return err
 		}
@@ -61,21 +82,52 @@ func Template(t *torporv1.Template, pinned ImagePinned) error {
 	}
 	for i, v := range spec.GetVolumes() {
 		if !volumes[v.GetName()] {
-			return fieldErr(fmt.Sprintf("spec.volumes[%d]", i), "volume %q is not mounted by any container", v.GetName())
+			return fieldErr(fmt.Sprintf("%s.volumes[%d]", at, i), "volume %q is not mounted by any container", v.GetName())
 		}
 	}
-	if r := spec.GetResources(); r.GetMemoryMb() < 0 || r.GetCpuMillis() < 0 {
-		return fieldErr("spec.resources", "must not be negative")
+	if len(spec.GetSandboxClass()) > maxNameLen {
+		return fieldErr(at+".sandboxClass", "longer than %d characters", maxNameLen)
 	}
-	if err := snapshotPolicy(spec.GetSnapshotPolicy()); err != nil {
+	if r := spec.GetResources(); r.GetMemoryMb() < 0 || r.GetCpuMillis() < 0 {
+		return fieldErr(at+".resources", "must not be negative")
+	}
+	if err := snapshotPolicy(at+".snapshotPolicy", spec.GetSnapshotPolicy()); err != nil {
 		return err
 	}
-	if ip := spec.GetIdlePolicy(); ip.GetIdleSeconds() < 0 {
-		return fieldErr("spec.idlePolicy.idleSeconds", "must not be negative")
+	ip := spec.GetIdlePolicy()
+	switch ip.GetAction() {
+	case torporv1.IdleAction_IDLE_ACTION_UNSPECIFIED, torporv1.IdleAction_IDLE_ACTION_PAUSE, torporv1.IdleAction_IDLE_ACTION_SUSPEND:
+	default:
+		return fieldErr(at+".idlePolicy.action", "%s: want PAUSE or SUSPEND", ip.GetAction())
+	}
+	if ip.GetIdleSeconds() < 0 {
+		return fieldErr(at+".idlePolicy.idleSeconds", "must not be negative")
 	} else if ip.GetIdleSeconds() > 0 && ip.GetAction() == torporv1.IdleAction_IDLE_ACTION_UNSPECIFIED {
-		return fieldErr("spec.idlePolicy.action", "required when idleSeconds is set (PAUSE or SUSPEND)")
+		return fieldErr(at+".idlePolicy.action", "required when idleSeconds is set (PAUSE or SUSPEND)")
 	}
 	return nil
+}
+
+// Images checks every container's image with allowed (the installation's
+// image policy), naming the container whose image it refuses.
+func Images(t *torporv1.Template, allowed func(ref string) error) error {
+	for i, c := range t.GetSpec().GetContainers() {
+		if err := allowed(c.GetImage()); err != nil {
+			return fieldErr(fmt.Sprintf("spec.containers[%d].image", i), "%v", err)
+		}
+	}
+	return nil
+}
+
+// SandboxClass checks that t's sandbox class is one of offered (the known
+// classes and those of registered nodes): a class nothing runs would leave
+// the template waiting for a worker forever.
+func SandboxClass(t *torporv1.Template, offered []string) error {
+	class := t.GetSpec().GetSandboxClass()
+	if class == "" || slices.Contains(offered, class) {
+		return nil
+	}
+	return fieldErr("spec.sandboxClass", "%q is not a sandbox class of this installation (offered: %s)", class, strings.Join(offered, ", "))
 }
 
 func container(p string, c *torporv1.Container, volumes map[string]bool, pinned ImagePinned) error {
@@ -85,44 +137,80 @@ func container(p string, c *torporv1.Container, volumes map[string]bool, pinned 
 	if pinned != nil && !pinned(c.GetImage()) {
 		return fieldErr(p+".image", "%q is not pinned by digest (name@sha256:...); `torpor template apply` pins tags", c.GetImage())
 	}
+	argBytes := 0
 	for _, list := range []struct {
 		name string
 		vals []string
 	}{{"command", c.GetCommand()}, {"args", c.GetArgs()}} {
-		if len(list.vals) > maxStringsInList {
-			return fieldErr(p+"."+list.name, "more than %d entries", maxStringsInList)
+		if err := argv(p+"."+list.name, list.vals); err != nil {
+			return err
 		}
-		for j, s := range list.vals {
-			if len(s) > maxStringLen {
-				return fieldErr(fmt.Sprintf("%s.%s[%d]", p, list.name, j), "longer than %d bytes", maxStringLen)
-			}
+		for _, s := range list.vals {
+			argBytes += len(s)
 		}
 	}
+	if argBytes > maxArgBytes {
+		return fieldErr(p+".args", "command and args hold %d bytes, more than %d", argBytes, maxArgBytes)
+	}
+	if len(c.GetEnv()) > maxEnv {
+		return fieldErr(p+".env", "%d variables, more than %d", len(c.GetEnv()), maxEnv)
+	}
 	envs := map[string]bool{}
+	envBytes := 0
 	for j, e := range c.GetEnv() {
-		ep := fmt.Sprintf("%s.env[%d].name", p, j)
-		if e.GetName() == "" {
-			return fieldErr(ep, "required")
+		ep := fmt.Sprintf("%s.env[%d]", p, j)
+		switch name := e.GetName(); {
+		case name == "":
+			return fieldErr(ep+".name", "required")
+		case len(name) > maxEnvNameLen:
+			return fieldErr(ep+".name", "longer than %d bytes", maxEnvNameLen)
+		case strings.ContainsAny(name, "=\x00"):
+			return fieldErr(ep+".name", "%q: a variable's name holds no '=' and no NUL", name)
+		case envs[name]:
+			return fieldErr(ep+".name", "duplicate variable %q", name)
 		}
-		if envs[e.GetName()] {
-			return fieldErr(ep, "duplicate variable %q", e.GetName())
+		if strings.ContainsRune(e.GetValue(), 0) {
+			return fieldErr(ep+".value", "holds a NUL byte")
 		}
 		envs[e.GetName()] = true
+		envBytes += len(e.GetName()) + len(e.GetValue())
+	}
+	if envBytes > maxEnvBytes {
+		return fieldErr(p+".env", "names and values hold %d bytes, more than %d", envBytes, maxEnvBytes)
+	}
+	if wd := c.GetWorkingDir(); wd != "" {
+		if err := absPath(p+".workingDir", wd); err != nil {
+			return err
+		}
+	}
+	if c.GetPort() != 0 {
+		if err := port(p+".port", c.GetPort()); err != nil {
+			return err
+		}
 	}
 	if probe := c.GetReadinessProbe(); probe != nil {
 		if err := readinessProbe(p+".readinessProbe", probe); err != nil {
 			return err
 		}
 	}
+	if len(c.GetMounts()) > maxMounts {
+		return fieldErr(p+".mounts", "more than %d mounts", maxMounts)
+	}
 	paths := map[string]bool{}
 	for j, m := range c.GetMounts() {
 		mp := fmt.Sprintf("%s.mounts[%d]", p, j)
 		if _, ok := volumes[m.GetVolume()]; !ok {
-			return fieldErr(mp+".volume", "volume %q is not declared in spec.volumes", m.GetVolume())
+			return fieldErr(mp+".volume", "volume %q is not declared in the template's volumes", m.GetVolume())
 		}
 		volumes[m.GetVolume()] = true
-		if !path.IsAbs(m.GetPath()) || path.Clean(m.GetPath()) != m.GetPath() || m.GetPath() == "/" {
+		if err := absPath(mp+".path", m.GetPath()); err != nil {
+			return err
+		}
+		if path.Clean(m.GetPath()) != m.GetPath() || m.GetPath() == "/" {
 			return fieldErr(mp+".path", "%q must be a clean absolute path other than /", m.GetPath())
+		}
+		if within(m.GetPath(), ReservedPath) || within(ReservedPath, m.GetPath()) {
+			return fieldErr(mp+".path", "%q would hide %s, where Torpor puts the workload's identity", m.GetPath(), ReservedPath)
 		}
 		if paths[m.GetPath()] {
 			return fieldErr(mp+".path", "%q is mounted twice", m.GetPath())
@@ -146,19 +234,22 @@ func readinessProbe(p string, probe *torporv1.Probe) error {
 			return err
 		}
 	}
+	if h := probe.GetHttpGet(); h != nil && h.GetPath() != "" {
+		if err := absPath(p+".httpGet.path", h.GetPath()); err != nil {
+			return err
+		}
+		if strings.ContainsFunc(h.GetPath(), func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			return fieldErr(p+".httpGet.path", "%q holds a space or control character", h.GetPath())
+		}
+	}
 	if e := probe.GetExec(); e != nil {
 		actions = append(actions, "exec")
 		cmd := e.GetCommand()
-		switch {
-		case len(cmd) == 0 || cmd[0] == "":
+		if len(cmd) == 0 || cmd[0] == "" {
 			return fieldErr(p+".exec.command", "required: the program to run and its arguments")
-		case len(cmd) > maxStringsInList:
-			return fieldErr(p+".exec.command", "more than %d entries", maxStringsInList)
 		}
-		for j, s := range cmd {
-			if len(s) > maxStringLen {
-				return fieldErr(fmt.Sprintf("%s.exec.command[%d]", p, j), "longer than %d bytes", maxStringLen)
-			}
+		if err := argv(p+".exec.command", cmd); err != nil {
+			return err
 		}
 	}
 	switch len(actions) {
@@ -184,16 +275,65 @@ func port(p string, n int32) error {
 	return nil
 }
 
-func snapshotPolicy(sp *torporv1.SnapshotPolicy) error {
+func snapshotPolicy(at string, sp *torporv1.SnapshotPolicy) error {
 	if sp.GetKeep() < 0 {
-		return fieldErr("spec.snapshotPolicy.keep", "must not be negative")
+		return fieldErr(at+".keep", "must not be negative")
+	}
+	for _, scope := range []struct {
+		field string
+		v     torporv1.SnapshotScope
+	}{{"onPause", sp.GetOnPause()}, {"onCommit", sp.GetOnCommit()}} {
+		switch scope.v {
+		case torporv1.SnapshotScope_SNAPSHOT_SCOPE_UNSPECIFIED, torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, torporv1.SnapshotScope_SNAPSHOT_SCOPE_DATA:
+		default:
+			return fieldErr(at+"."+scope.field, "%s: want FULL or DATA", scope.v)
+		}
+	}
+	switch fd := sp.GetOnResume().GetFromData(); fd {
+	case torporv1.FromData_FROM_DATA_UNSPECIFIED, torporv1.FromData_FROM_DATA_COLD_BOOT, torporv1.FromData_FROM_DATA_GOLDEN:
+	default:
+		return fieldErr(at+".onResume.fromData", "%s: want COLD_BOOT or GOLDEN", fd)
 	}
 	onPause := orFull(sp.GetOnPause())
 	onCommit := orFull(sp.GetOnCommit())
 	if onPause == torporv1.SnapshotScope_SNAPSHOT_SCOPE_DATA && onCommit == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL {
-		return fieldErr("spec.snapshotPolicy.onCommit", "FULL is wider than onPause DATA (onCommit must be a subset of onPause)")
+		return fieldErr(at+".onCommit", "FULL is wider than onPause DATA (onCommit must be a subset of onPause)")
 	}
 	return nil
+}
+
+// argv checks an argument vector: what execve can carry, within limits.
+func argv(at string, vals []string) error {
+	if len(vals) > maxStringsInList {
+		return fieldErr(at, "more than %d entries", maxStringsInList)
+	}
+	for j, s := range vals {
+		if len(s) > maxStringLen {
+			return fieldErr(fmt.Sprintf("%s[%d]", at, j), "longer than %d bytes", maxStringLen)
+		}
+		if strings.ContainsRune(s, 0) {
+			return fieldErr(fmt.Sprintf("%s[%d]", at, j), "holds a NUL byte")
+		}
+	}
+	return nil
+}
+
+// absPath checks a path inside the sandbox.
+func absPath(at, p string) error {
+	switch {
+	case !path.IsAbs(p):
+		return fieldErr(at, "%q is not an absolute path", p)
+	case len(p) > maxPathLen:
+		return fieldErr(at, "longer than %d bytes", maxPathLen)
+	case strings.ContainsRune(p, 0):
+		return fieldErr(at, "holds a NUL byte")
+	}
+	return nil
+}
+
+// within reports whether the clean path p is dir or below it.
+func within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
 }
 
 func orFull(s torporv1.SnapshotScope) torporv1.SnapshotScope {
@@ -207,7 +347,7 @@ func orFull(s torporv1.SnapshotScope) torporv1.SnapshotScope {
 // templates are explicit.
 func ApplyTemplateDefaults(spec *torporv1.TemplateSpec) {
 	if spec.SandboxClass == "" {
-		spec.SandboxClass = "gvisor"
+		spec.SandboxClass = DefaultSandboxClass
 	}
 	if spec.SnapshotPolicy == nil {
 		spec.SnapshotPolicy = &torporv1.SnapshotPolicy{}

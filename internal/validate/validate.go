@@ -8,7 +8,9 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 )
 
-// Limits on sizes keep one record well under what a request may carry.
+// Limits on sizes keep one record well under what a request may carry,
+// and a template small: an actor's record carries its template's spec, and
+// the router reads it on every request. docs/operations.md lists them.
 const (
 	maxNameLen       = 63
 	maxContainers    = 16
@@ -16,6 +18,16 @@ const (
 	maxStringsInList = 256
 	maxStringLen     = 4096
 	maxLabels        = 64
+	// Per container.
+	maxArgBytes   = 32 << 10 // command and args together
+	maxEnv        = 256
+	maxEnvNameLen = 256
+	maxEnvBytes   = 32 << 10 // names and values together
+	maxMounts     = 32
+	// Paths inside the sandbox: mounts, workingDir, probe paths.
+	maxPathLen = 1024
+	// A template's whole spec, encoded.
+	maxTemplateBytes = 64 << 10
 )
 
 var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
