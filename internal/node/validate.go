@@ -48,8 +48,10 @@ func validateOperation(op *torporv1.Operation) error {
 	return nil
 }
 
-// validateWorkload checks what the node itself relies on; the template
-// was validated in full when it was applied.
+// validateWorkload checks a workload as the control plane checked its
+// template at apply (the same rules, again: the node runs what it is sent
+// as root and must not rely on the caller for that); the node's image
+// policy is applied where images are read (unpack).
 func validateWorkload(op *torporv1.Operation, w *torporv1.Workload) error {
 	if err := validateOperation(op); err != nil {
 		return err
@@ -59,29 +61,9 @@ func validateWorkload(op *torporv1.Operation, w *torporv1.Workload) error {
 		return invalid("workload", "required")
 	case w.GetActorUid() != op.GetActorUid():
 		return invalid("workload.actorUid", "%q differs from op.actorUid %q", w.GetActorUid(), op.GetActorUid())
-	case len(w.GetTemplate().GetContainers()) == 0:
-		return invalid("workload.template.containers", "at least one container is required")
 	}
-	for i, c := range w.GetTemplate().GetContainers() {
-		if !image.IsPinned(c.GetImage()) {
-			return invalid(fmt.Sprintf("workload.template.containers[%d].image", i), "%q is not pinned by digest", c.GetImage())
-		}
-		p := c.GetReadinessProbe()
-		field := fmt.Sprintf("workload.template.containers[%d].readinessProbe", i)
-		if port := p.GetHttpGet().GetPort(); p.GetHttpGet() != nil && (port < 1 || port > 65535) {
-			return invalid(field+".httpGet.port", "%d is not a TCP port", port)
-		}
-		if port := p.GetTcpSocket().GetPort(); p.GetTcpSocket() != nil && (port < 1 || port > 65535) {
-			return invalid(field+".tcpSocket.port", "%d is not a TCP port", port)
-		}
-		if p.GetExec() != nil && len(p.GetExec().GetCommand()) == 0 {
-			return invalid(field+".exec.command", "required")
-		}
-	}
-	for i, v := range w.GetTemplate().GetVolumes() {
-		if err := validate.Name(fmt.Sprintf("workload.template.volumes[%d].name", i), v.GetName()); err != nil {
-			return connect.NewError(connect.CodeInvalidArgument, err)
-		}
+	if err := validate.TemplateSpec("workload.template", w.GetTemplate(), image.IsPinned); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	return nil
 }

@@ -39,10 +39,6 @@ func TemplateSpec(at string, spec *torporv1.TemplateSpec, pinned ImagePinned) er
 	if spec == nil {
 		return fieldErr(at, "required")
 	}
-	// First, so nothing below walks a huge record.
-	if n := proto.Size(spec); n > maxTemplateBytes {
-		return fieldErr(at, "is %d bytes encoded, more than %d", n, maxTemplateBytes)
-	}
 	if len(spec.GetContainers()) == 0 {
 		return fieldErr(at+".containers", "at least one container is required")
 	}
@@ -104,6 +100,10 @@ func TemplateSpec(at string, spec *torporv1.TemplateSpec, pinned ImagePinned) er
 		return fieldErr(at+".idlePolicy.idleSeconds", "must not be negative")
 	} else if ip.GetIdleSeconds() > 0 && ip.GetAction() == torporv1.IdleAction_IDLE_ACTION_UNSPECIFIED {
 		return fieldErr(at+".idlePolicy.action", "required when idleSeconds is set (PAUSE or SUSPEND)")
+	}
+	// Last: each field within its own limit may still add up.
+	if n := proto.Size(spec); n > maxTemplateBytes {
+		return fieldErr(at, "is %d bytes encoded, more than %d", n, maxTemplateBytes)
 	}
 	return nil
 }
