@@ -37,8 +37,10 @@ Torpor-Actor: <space>/<actor>, which wins. An actor that is not running is
 resumed first (one resume however many requests wait); while no worker is
 free, or the control plane cannot answer (restarting), requests wait up to
 --park-timeout, then get 503 with Retry-After.
-Actors whose template has an idle policy are paused or suspended after that
-many seconds without traffic through this router.
+The router reports the traffic it serves to the control plane once a
+second, and a request for an actor idle for more than a second before it
+is looked up; the control plane applies the templates' idle policies and
+evicts idle actors when a resume finds no free worker.
 
 Prometheus metrics are served at /metrics (with /healthz) on
 --metrics-listen when it is set; otherwise on --listen, to requests that name
@@ -74,6 +76,7 @@ revokes it.`,
 			member.File = filepath.Join(stateDir, routerCredentialsFile)
 			member.Logger = logger.With("router", member.Name)
 			cfg.Server = member.ServerURL
+			cfg.Name = member.Name
 			cfg.Logger = logger
 			cfg.AdminOnIngress = metricsListen == ""
 			return runRouter(cmd.Context(), cfg, &member, listen, metricsListen)
@@ -112,7 +115,7 @@ func routerAPI(ctx context.Context, member *identity.Member) (client *http.Clien
 }
 
 // runRouter serves the router (and its metrics listener, if any) and applies
-// idle policies until ctx is done; the first part to fail stops the rest.
+// reports activity until ctx is done; the first part to fail stops the rest.
 func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, listen, metricsListen string) error {
 	api, keepCertificate, err := routerAPI(ctx, member)
 	if err != nil {
@@ -129,7 +132,7 @@ func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, 
 	}
 	parts := map[string]func(context.Context) error{
 		"router":      func(ctx context.Context) error { return server.Serve(ctx, ln, rt, nil) },
-		"idle policy": func(ctx context.Context) error { return rt.Run(ctx) },
+		"activity reports": func(ctx context.Context) error { return rt.Run(ctx) },
 		"certificate": keepCertificate,
 	}
 	logAttrs := []any{"listen", ln.Addr().String(), "server", cfg.Server, "domain", rt.Domain()}

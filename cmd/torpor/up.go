@@ -197,7 +197,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 		var rt *router.Router
 		if rt, err = router.New(router.Config{Server: apiURL, HTTPClient: api, Domain: f.domain, Logger: logger, AdminOnIngress: true}); err == nil {
 			run("router", func() error { return server.Serve(routerCtx, routerLn, rt, nil) })
-			run("router idle policy", func() error { return rt.Run(routerCtx) })
+			run("router activity reports", func() error { return rt.Run(routerCtx) })
 			run("router certificate", func() error { return keepRouterCertificate(routerCtx) })
 		}
 	}

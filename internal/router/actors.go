@@ -3,14 +3,12 @@ package router
 import (
 	"sync"
 	"time"
-
-	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 )
 
 // actorTable is what this router knows about the actors it routes to: where
 // a running one listens (a routing hint only: a dial failure or the TTL
-// sends the router back to the control plane) and its traffic, which drives
-// the idle policy.
+// sends the router back to the control plane) and its traffic, which the
+// router reports to the control plane (activity.go).
 type actorTable struct {
 	mu sync.Mutex
 	m  map[ActorKey]*actorEntry
@@ -21,22 +19,23 @@ type actorEntry struct {
 	// not known to be RUNNING.
 	endpoint   string
 	resolvedAt time.Time
-	idle       *torporv1.IdlePolicy
 	// inflight counts requests being served, streams and upgraded
 	// connections included: the actor is busy while it is above zero.
 	inflight   int
 	lastActive time.Time
-	// stopping is closed when the idle action this router started for the
-	// actor has finished; requests arriving meanwhile wait for it and then
-	// resume the actor.
-	stopping chan struct{}
+	// reported is the lastActive the control plane has from this router,
+	// and reportedInflight the count it has.
+	reported         time.Time
+	reportedInflight int
 }
 
 func newActorTable() *actorTable { return &actorTable{m: map[ActorKey]*actorEntry{}} }
 
-// enter records a request arriving for key and returns the idle action in
-// progress for it, if any.
-func (t *actorTable) enter(key ActorKey, now time.Time) (stopping <-chan struct{}) {
+// enter records a request arriving for key. It reports whether the
+// control plane must hear of it before the request goes on (syncReport):
+// as far as the control plane knows, the actor has been idle for more
+// than syncAfter.
+func (t *actorTable) enter(key ActorKey, now time.Time) (report bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.m[key]
@@ -46,10 +45,7 @@ func (t *actorTable) enter(key ActorKey, now time.Time) (stopping <-chan struct{
 	}
 	e.inflight++
 	e.lastActive = now
-	if e.stopping == nil {
-		return nil
-	}
-	return e.stopping
+	return e.reportedInflight == 0 && now.Sub(e.reported) > syncAfter
 }
 
 // leave records the end of a request (or stream) for key.
@@ -74,18 +70,18 @@ func (t *actorTable) endpoint(key ActorKey, now time.Time, ttl time.Duration) (s
 	return e.endpoint, true
 }
 
-// learn records what the control plane said about a RUNNING actor.
-func (t *actorTable) learn(key ActorKey, endpoint string, idle *torporv1.IdlePolicy, now time.Time) {
+// learn records where a RUNNING actor listens.
+func (t *actorTable) learn(key ActorKey, endpoint string, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.m[key]
 	if e == nil {
-		// A resume can finish after its requests gave up; keep what it
-		// learned so the idle policy still applies to the actor.
+		// A resume can finish after its requests gave up; the actor is
+		// active since.
 		e = &actorEntry{lastActive: now}
 		t.m[key] = e
 	}
-	e.endpoint, e.resolvedAt, e.idle = endpoint, now, idle
+	e.endpoint, e.resolvedAt = endpoint, now
 }
 
 // forget drops the endpoint of an actor that is not (or no longer) running
@@ -98,54 +94,44 @@ func (t *actorTable) forget(key ActorKey) {
 	}
 }
 
-// idleAction is an idle-policy action the sweep decided to take.
-type idleAction struct {
-	key    ActorKey
-	action torporv1.IdleAction
+// activity is one actor's line of a report.
+type activity struct {
+	key        ActorKey
+	lastActive time.Time
+	inflight   int
 }
 
-// sweep returns the running actors whose idle period has run out with
-// nothing in flight, marking each as stopping (so new requests wait) and
-// forgetting its endpoint. It also drops entries that carry no idle
-// obligation and whose routing hint has expired, so the table only holds
-// actors with recent traffic.
-func (t *actorTable) sweep(now time.Time, ttl time.Duration) []idleAction {
+// unreported returns what the control plane has not heard yet: actors
+// active since their last report, and those with requests in flight
+// (reported every time, so their count stays fresh).
+func (t *actorTable) unreported() []activity {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var due []idleAction
+	var out []activity
 	for key, e := range t.m {
-		if e.inflight > 0 || e.stopping != nil {
-			continue
+		if e.lastActive.After(e.reported) || e.inflight > 0 || e.inflight != e.reportedInflight {
+			out = append(out, activity{key: key, lastActive: e.lastActive, inflight: e.inflight})
 		}
-		idleFor := now.Sub(e.lastActive)
-		policy := e.idle.GetIdleSeconds()
-		if e.endpoint != "" && policy > 0 {
-			if idleFor >= time.Duration(policy)*time.Second {
-				due = append(due, idleAction{key: key, action: e.idle.GetAction()})
-				e.stopping = make(chan struct{})
-				e.endpoint = ""
+	}
+	return out
+}
+
+// reported records what the control plane now has, and drops entries that
+// carry nothing left to report and whose routing hint has expired.
+func (t *actorTable) markReported(sent []activity, now time.Time, ttl time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, a := range sent {
+		if e := t.m[a.key]; e != nil {
+			if a.lastActive.After(e.reported) {
+				e.reported = a.lastActive
 			}
-			continue
+			e.reportedInflight = a.inflight
 		}
-		if idleFor >= ttl {
+	}
+	for key, e := range t.m {
+		if e.inflight == 0 && e.reportedInflight == 0 && !e.lastActive.After(e.reported) && now.Sub(e.resolvedAt) >= ttl && now.Sub(e.reported) > syncAfter {
 			delete(t.m, key)
 		}
-	}
-	return due
-}
-
-// stopped ends the idle action of key: waiting requests go on (and resume
-// the actor), and an entry nobody uses any more is dropped.
-func (t *actorTable) stopped(key ActorKey) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e := t.m[key]
-	if e == nil || e.stopping == nil {
-		return
-	}
-	close(e.stopping)
-	e.stopping = nil
-	if e.inflight == 0 {
-		delete(t.m, key)
 	}
 }

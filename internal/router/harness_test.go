@@ -57,6 +57,9 @@ type env struct {
 	templates torporv1connect.TemplateServiceClient
 	agent     *fakeAgent
 	port      int
+	// engine is the control plane's, which applies idle policies from the
+	// activity the routers report (its sweep runs every 50ms).
+	engine *workflow.Engine
 	// calls counts API calls by procedure, as the server received them.
 	calls sync.Map // procedure -> *atomic.Int64
 	// outages counts, by procedure, the calls still to be answered
@@ -95,6 +98,7 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 	e := &env{t: t, store: st, port: freePort(t)}
 	srv := server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler), HeartbeatTimeout: time.Hour, Images: images})
 	api := srv.Handler()
+	e.engine = srv.Engine()
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := e.calls.LoadOrStore(r.URL.Path, new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
@@ -153,7 +157,24 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 	}
 	agentSrv := &http.Server{Handler: agentMux, TLSConfig: identity.ServerTLSConfig(nodeCert, ca.Roots())}
 	go agentSrv.ServeTLS(agentLn, "", "")
+	sweepCtx, stopSweeping := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sweepCtx.Done():
+				return
+			case <-tick.C:
+			}
+			_ = e.engine.SweepIdle(sweepCtx)
+		}
+	}()
 	t.Cleanup(func() {
+		stopSweeping()
+		<-swept
 		stopServing()
 		<-served
 		agentSrv.Close()
@@ -260,7 +281,7 @@ func (e *env) waitState(key ActorKey, want torporv1.ActorState) {
 }
 
 // testRouter is a router over e with its own registry, served on a real
-// listener, its idle loop running.
+// listener, its activity reports running.
 type testRouter struct {
 	*Router
 	url string

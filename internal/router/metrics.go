@@ -21,7 +21,7 @@ type metrics struct {
 	resumes    *prometheus.CounterVec
 	requests   *prometheus.CounterVec
 	parked     prometheus.Gauge
-	idle       *prometheus.CounterVec
+	reports    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -44,12 +44,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "torpor_router_parked_requests",
 			Help: "Requests waiting for their actor to be resumed, including those waiting for a free worker.",
 		}),
-		idle: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "torpor_router_idle_actions_total",
-			Help: "Idle-policy actions this router took, by action (pause, suspend) and result (ok, error).",
-		}, []string{"action", "result"}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "torpor_router_activity_reports_total",
+			Help: "Activity reports this router sent to the control plane, by result (ok, error).",
+		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.activation, m.resumes, m.requests, m.parked, m.idle} {
+	for _, c := range []prometheus.Collector{m.activation, m.resumes, m.requests, m.parked, m.reports} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register router metrics: %w", err)
 		}

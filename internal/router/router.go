@@ -3,14 +3,15 @@
 // actor on demand when it is not running (one resume per actor however many
 // requests wait; parked, bounded, while no worker is free), proxies to the
 // actor's workload on its worker (streams and protocol upgrades included),
-// and applies the templates' idle policies to the actors it serves.
+// and reports the actors' activity to the control plane, which applies the
+// templates' idle policies and evicts idle actors when workers run out.
 //
 // Metrics (Prometheus, served by Admin at /metrics):
 // torpor_router_activation_seconds (arrival of a request for a non-running
 // actor to the first response byte from its workload),
 // torpor_router_resumes_total{result}, torpor_router_requests_total{code},
-// torpor_router_parked_requests and torpor_router_idle_actions_total{action,
-// result}. Admin is meant for a listener of its own; with
+// torpor_router_parked_requests and
+// torpor_router_activity_reports_total{result}. Admin is meant for a listener of its own; with
 // Config.AdminOnIngress the ingress serves it too, but only to requests that
 // name no actor, so an actor's own /metrics stays reachable.
 //
@@ -32,7 +33,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -48,7 +49,7 @@ import (
 const (
 	DefaultParkTimeout       = 10 * time.Second
 	DefaultResumeTimeout     = 30 * time.Second
-	DefaultIdleCheckInterval = time.Second
+	DefaultReportInterval    = time.Second
 	// DefaultEndpointTTL asks the control plane on every request: a cached
 	// address can outlive the actor's placement (suspended through the API,
 	// its worker given to another actor) and send one actor's traffic to
@@ -79,8 +80,12 @@ type Config struct {
 	// ResumeTimeout bounds how long requests wait for one resume call
 	// before they are answered 504. Default 30s.
 	ResumeTimeout time.Duration
-	// IdleCheckInterval is how often Run looks for idle actors. Default 1s.
-	IdleCheckInterval time.Duration
+	// ReportInterval is how often Run reports the actors' activity to the
+	// control plane. Default 1s.
+	ReportInterval time.Duration
+	// Name is the router's name in activity reports (each reporter's
+	// in-flight counts are its own). Default a random router-<id>.
+	Name string
 	// EndpointTTL bounds how long a running actor's address is reused
 	// without asking the control plane again; it bounds how long traffic can
 	// follow an actor that another party moved to a new worker, possibly to
@@ -102,12 +107,11 @@ type Config struct {
 type actorAPI interface {
 	GetActor(context.Context, *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error)
 	ResumeActor(context.Context, *connect.Request[torporv1.ResumeActorRequest]) (*connect.Response[torporv1.Actor], error)
-	SuspendActor(context.Context, *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error)
-	PauseActor(context.Context, *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error)
+	ReportActivity(context.Context, *connect.Request[torporv1.ReportActivityRequest]) (*connect.Response[torporv1.ReportActivityResponse], error)
 }
 
-// Router is an http.Handler serving actors' traffic; Run applies the idle
-// policies.
+// Router is an http.Handler serving actors' traffic; Run reports their
+// activity.
 type Router struct {
 	cfg     Config
 	api     actorAPI
@@ -136,7 +140,7 @@ func New(cfg Config) (*Router, error) {
 	}{
 		{"ParkTimeout", &cfg.ParkTimeout, DefaultParkTimeout},
 		{"ResumeTimeout", &cfg.ResumeTimeout, DefaultResumeTimeout},
-		{"IdleCheckInterval", &cfg.IdleCheckInterval, DefaultIdleCheckInterval},
+		{"ReportInterval", &cfg.ReportInterval, DefaultReportInterval},
 		{"EndpointTTL", &cfg.EndpointTTL, DefaultEndpointTTL},
 	} {
 		switch {
@@ -148,6 +152,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = http.DefaultClient
+	}
+	if cfg.Name == "" {
+		cfg.Name = "router-" + strings.ToLower(rand.Text()[:10])
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -258,15 +265,12 @@ const statusClientGone = 499
 // *resumed is how long the request waited for a resume (0 when it did not).
 func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start time.Time, resumed *time.Duration) {
 	ctx := req.Context()
-	stopping := r.actors.enter(key, start)
-	defer func() { r.actors.leave(key, time.Now()) }()
-	if stopping != nil {
-		select {
-		case <-stopping:
-		case <-ctx.Done():
-			return
-		}
+	// Reported before the actor is looked up, so an idle stop claimed
+	// after that lookup found it RUNNING sees this request (activity.go).
+	if r.actors.enter(key, start) {
+		r.syncReport(ctx, key)
 	}
+	defer func() { r.actors.leave(key, time.Now()) }()
 
 	for fresh := false; ; fresh = true {
 		target, err := r.resolve(ctx, key, fresh, resumed)
@@ -347,15 +351,14 @@ func (r *Router) resolve(ctx context.Context, key ActorKey, fresh bool, resumed 
 	return endpointOf(a), nil
 }
 
-// learn records a RUNNING actor's address and idle policy and returns the
-// address.
+// learn records a RUNNING actor's address and returns it.
 func (r *Router) learn(key ActorKey, a *torporv1.Actor) (string, error) {
 	st := a.GetStatus()
 	if st.GetState() != torporv1.ActorState_ACTOR_STATE_RUNNING || st.GetWorker().GetIp() == "" {
 		return "", fmt.Errorf("actor %s is %s on no worker after resume", key, st.GetState())
 	}
 	ep := endpointOf(a)
-	r.actors.learn(key, ep, st.GetCurrentTemplateSpec().GetIdlePolicy(), time.Now())
+	r.actors.learn(key, ep, time.Now())
 	return ep, nil
 }
 
@@ -431,58 +434,6 @@ func clientAnswer(key ActorKey, err error) (int, string) {
 		return http.StatusBadGateway, fmt.Sprintf("actor %s could not be resumed", key)
 	}
 	return http.StatusBadGateway, fmt.Sprintf("actor %s could not be reached", key)
-}
-
-// Run applies the idle policies of the actors this router serves until ctx
-// is done: an actor idle (nothing in flight) for its template's
-// idle_policy.idle_seconds is paused or suspended. Actions in progress are
-// finished before Run returns.
-func (r *Router) Run(ctx context.Context) error {
-	tick := time.NewTicker(r.cfg.IdleCheckInterval)
-	defer tick.Stop()
-	var actions sync.WaitGroup
-	defer actions.Wait()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		for _, a := range r.actors.sweep(time.Now(), r.cfg.EndpointTTL) {
-			actions.Go(func() {
-				// Not cancelled with ctx: a checkpoint stopped half way would
-				// leave the actor stuck until the control plane recovers it.
-				r.applyIdle(context.WithoutCancel(ctx), a)
-			})
-		}
-	}
-}
-
-// idleActionTimeout bounds one pause or suspend call.
-const idleActionTimeout = 5 * time.Minute
-
-func (r *Router) applyIdle(ctx context.Context, a idleAction) {
-	defer r.actors.stopped(a.key)
-	ctx, cancel := context.WithTimeout(ctx, idleActionTimeout)
-	defer cancel()
-	req := connect.NewRequest(&torporv1.GetRequest{Space: a.key.Space, Name: a.key.Name})
-	var err error
-	name := "suspend"
-	start := time.Now()
-	switch a.action {
-	case torporv1.IdleAction_IDLE_ACTION_PAUSE:
-		name = "pause"
-		_, err = r.api.PauseActor(ctx, req)
-	default: // SUSPEND; validation requires an action when idle_seconds is set
-		_, err = r.api.SuspendActor(ctx, req)
-	}
-	if err != nil {
-		r.metrics.idle.WithLabelValues(name, "error").Inc()
-		r.log.Warn("idle action failed", "actor", a.key.String(), "action", name, "err", err)
-		return
-	}
-	r.metrics.idle.WithLabelValues(name, "ok").Inc()
-	r.log.Info("idle actor stopped", "actor", a.key.String(), "action", name, "duration", time.Since(start))
 }
 
 // slogPrinter adapts slog to promhttp's error log.

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -150,7 +151,8 @@ func TestConcurrentRequestsResumeOnce(t *testing.T) {
 // worker is busy.
 func occupyOnlyWorker(t *testing.T, e *env) ActorKey {
 	t.Helper()
-	busy := e.createActor("busy", nil)
+	// Never idle, never evicted: it holds the worker until suspended.
+	busy := e.createActor("busy", &torporv1.IdlePolicy{Eviction: &torporv1.EvictionPolicy{Never: true}})
 	if _, err := e.actors.ResumeActor(context.Background(), connect.NewRequest(&torporv1.ResumeActorRequest{Space: busy.Space, Name: busy.Name})); err != nil {
 		t.Fatalf("resume busy actor: %v", err)
 	}
@@ -445,16 +447,18 @@ func TestIdlePolicy(t *testing.T) {
 		t.Run(tt.action.String(), func(t *testing.T) {
 			e := newEnv(t, 1, helloWorkload)
 			key := e.createActor("app", &torporv1.IdlePolicy{IdleSeconds: 1, Action: tt.action})
-			tr := e.newRouter(Config{IdleCheckInterval: 50 * time.Millisecond})
+			tr := e.newRouter(Config{ReportInterval: 50 * time.Millisecond})
 			if status, body := tr.get(t, key, "/"); status != http.StatusOK {
 				t.Fatalf("first request: %d %q", status, body)
 			}
 			e.waitState(key, tt.wantState)
-			name := strings.ToLower(strings.TrimPrefix(tt.action.String(), "IDLE_ACTION_"))
-			// The state is committed just before the call returns to the router.
-			waitFor(t, "the idle action to be counted", func() bool {
-				return tr.metric(t, "torpor_router_idle_actions_total", map[string]string{"action": name, "result": "ok"}) == 1
-			})
+			events, err := e.actors.ListActorEvents(context.Background(), connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(events.Msg.GetEvents(), func(ev *torporv1.ActorEvent) bool { return strings.HasPrefix(ev.GetReason(), "idle for ") }) {
+				t.Errorf("no event says the actor was stopped for being idle: %v", events.Msg.GetEvents())
+			}
 			if status, body := tr.get(t, key, "/again"); status != http.StatusOK || body != "hello from app at /again" {
 				t.Fatalf("request after idling: %d %q", status, body)
 			}
@@ -481,7 +485,7 @@ func TestIdlePolicyWaitsForOpenStreams(t *testing.T) {
 		})
 	})
 	key := e.createActor("app", &torporv1.IdlePolicy{IdleSeconds: 1, Action: torporv1.IdleAction_IDLE_ACTION_SUSPEND})
-	tr := e.newRouter(Config{IdleCheckInterval: 50 * time.Millisecond})
+	tr := e.newRouter(Config{ReportInterval: 50 * time.Millisecond})
 	resp, err := http.DefaultClient.Do(tr.request(t, http.MethodGet, key, "/stream", nil))
 	if err != nil {
 		t.Fatal(err)
@@ -490,8 +494,8 @@ func TestIdlePolicyWaitsForOpenStreams(t *testing.T) {
 	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "open\n" {
 		t.Fatalf("stream start %q, %v", line, err)
 	}
-	// Well past the idle period, with many idle checks, the open stream
-	// keeps the actor running.
+	// Well past the idle period, with many idle sweeps of the control
+	// plane, the open stream the router reports keeps the actor running.
 	time.Sleep(1500 * time.Millisecond)
 	if got := e.state(key); got != torporv1.ActorState_ACTOR_STATE_RUNNING {
 		t.Fatalf("actor is %s with a stream open, want RUNNING", got)
@@ -507,7 +511,7 @@ func TestIdlePolicyWaitsForOpenStreams(t *testing.T) {
 func TestRequestDuringIdleSuspendWaitsAndResumes(t *testing.T) {
 	e := newEnv(t, 1, helloWorkload)
 	key := e.createActor("app", &torporv1.IdlePolicy{IdleSeconds: 1, Action: torporv1.IdleAction_IDLE_ACTION_SUSPEND})
-	tr := e.newRouter(Config{IdleCheckInterval: 50 * time.Millisecond})
+	tr := e.newRouter(Config{ReportInterval: 50 * time.Millisecond})
 	entered, release := e.agent.gate("Checkpoint")
 	defer release()
 	if status, body := tr.get(t, key, "/"); status != http.StatusOK {
