@@ -131,9 +131,9 @@ func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, 
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
 	parts := map[string]func(context.Context) error{
-		"router":      func(ctx context.Context) error { return server.Serve(ctx, ln, rt, nil) },
+		"router":           func(ctx context.Context) error { return server.Serve(ctx, ln, rt, nil) },
 		"activity reports": func(ctx context.Context) error { return rt.Run(ctx) },
-		"certificate": keepCertificate,
+		"certificate":      keepCertificate,
 	}
 	logAttrs := []any{"listen", ln.Addr().String(), "server", cfg.Server, "domain", rt.Domain()}
 	if metricsListen != "" {

@@ -47,9 +47,9 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultParkTimeout       = 10 * time.Second
-	DefaultResumeTimeout     = 30 * time.Second
-	DefaultReportInterval    = time.Second
+	DefaultParkTimeout    = 10 * time.Second
+	DefaultResumeTimeout  = 30 * time.Second
+	DefaultReportInterval = time.Second
 	// DefaultEndpointTTL asks the control plane on every request: a cached
 	// address can outlive the actor's placement (suspended through the API,
 	// its worker given to another actor) and send one actor's traffic to
