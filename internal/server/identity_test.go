@@ -71,6 +71,18 @@ type replica struct {
 
 func startReplica(tb testing.TB, storeURL string, logs io.Writer) *replica {
 	tb.Helper()
+	// Templates may name pinnedImage (or anything else under /images),
+	// which the server finds nothing at.
+	images, err := image.NewPolicy(image.PolicyConfig{Dirs: []string{"/images"}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return startReplicaWith(tb, storeURL, Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})), Images: images})
+}
+
+// startReplicaWith is startReplica with opts.
+func startReplicaWith(tb testing.TB, storeURL string, opts Options) *replica {
+	tb.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, storeURL)
 	if err != nil {
@@ -81,13 +93,7 @@ func startReplica(tb testing.TB, storeURL string, logs io.Writer) *replica {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// Templates may name pinnedImage (or anything else under /images),
-	// which the server finds nothing at.
-	images, err := image.NewPolicy(image.PolicyConfig{Dirs: []string{"/images"}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := New(st, objects, Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})), Images: images})
+	srv := New(st, objects, opts)
 	a, err := srv.Authority(ctx)
 	if err != nil {
 		tb.Fatalf("load identity: %v", err)
