@@ -128,6 +128,9 @@ type Hooks struct {
 	// BeforeCheckpointFinalize runs after the node checkpointed the actor
 	// and before the snapshot is committed.
 	BeforeCheckpointFinalize func(actor *torporv1.Actor)
+	// AfterIdleClaim runs once an idle stop or eviction committed its
+	// claim and before it reads the actor's activity again.
+	AfterIdleClaim func(actor *torporv1.Actor)
 }
 
 // New returns an engine.

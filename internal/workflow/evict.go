@@ -20,7 +20,9 @@ import (
 type noFreeWorker struct {
 	live func(string) bool
 	req  scheduler.Request
-	err  error
+	// cause is the scheduler's reason.
+	cause error
+	err   error
 }
 
 func (n *noFreeWorker) Error() string { return n.err.Error() }
@@ -80,7 +82,7 @@ func (e *Engine) evictFor(ctx context.Context, a *torporv1.Actor, full *noFreeWo
 	if len(cands) > 0 {
 		why = "every candidate became busy or was taken by another resume"
 	}
-	return noEvictable(a, full.err, why)
+	return noEvictable(a, full.cause, why)
 }
 
 // evictionCandidates returns the evictable actors on busy workers that

@@ -200,6 +200,9 @@ func (e *Engine) stopIdle(ctx context.Context, a *torporv1.Actor, kind checkpoin
 	if err != nil {
 		return nil, err
 	}
+	if h := e.hooks.AfterIdleClaim; h != nil {
+		h(claimed)
+	}
 	acts, err := e.ActivityOf(ctx, []*torporv1.Actor{claimed})
 	if err != nil || acts[claimed.GetMetadata().GetUid()].busy(c.cutoff) {
 		why := "a request arrived"

@@ -196,7 +196,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	if errors.As(err, &noWorker) {
 		return nil, nil, &noFreeWorker{live: live, req: scheduler.Request{
 			SandboxClass: tmpl.GetSpec().GetSandboxClass(), Selector: a.GetSpec().GetWorkerSelector(), RequireNode: src.requireNode,
-		}, err: codeError(connect.CodeResourceExhausted, "actor %s: %v", actorKey(a), err)}
+		}, cause: err, err: codeError(connect.CodeResourceExhausted, "actor %s: %v", actorKey(a), err)}
 	}
 	if err != nil {
 		return nil, nil, err
