@@ -49,6 +49,9 @@ func TestTemplateSpecRules(t *testing.T) {
 		}, "spec.snapshotPolicy.onResume.fromData", "want COLD_BOOT or GOLDEN"},
 		{"idle action out of range", func(s *torporv1.TemplateSpec) { s.IdlePolicy = &torporv1.IdlePolicy{IdleSeconds: 60, Action: 99} }, "spec.idlePolicy.action", "want PAUSE or SUSPEND"},
 		{"idle action out of range without idleSeconds", func(s *torporv1.TemplateSpec) { s.IdlePolicy = &torporv1.IdlePolicy{Action: 99} }, "spec.idlePolicy.action", "want PAUSE or SUSPEND"},
+		{"negative eviction minimum", func(s *torporv1.TemplateSpec) {
+			s.IdlePolicy = &torporv1.IdlePolicy{Eviction: &torporv1.EvictionPolicy{MinIdleSeconds: -1}}
+		}, "spec.idlePolicy.eviction.minIdleSeconds", "must not be negative"},
 		{"volume kind out of range", func(s *torporv1.TemplateSpec) { s.Volumes[0].Kind = 99 }, "spec.volumes[0].kind", "want DURABLE"},
 		{"env bomb", func(s *torporv1.TemplateSpec) { s.Containers[0].Env = manyEnv(25_000, 150) }, "spec.containers[0].env", "25000 variables, more than 256"},
 		{"env bytes", func(s *torporv1.TemplateSpec) { s.Containers[0].Env = manyEnv(100, 400) }, "spec.containers[0].env", "more than 32768"},

@@ -101,6 +101,9 @@ func TemplateSpec(at string, spec *torporv1.TemplateSpec, pinned ImagePinned) er
 	} else if ip.GetIdleSeconds() > 0 && ip.GetAction() == torporv1.IdleAction_IDLE_ACTION_UNSPECIFIED {
 		return fieldErr(at+".idlePolicy.action", "required when idleSeconds is set (PAUSE or SUSPEND)")
 	}
+	if ip.GetEviction().GetMinIdleSeconds() < 0 {
+		return fieldErr(at+".idlePolicy.eviction.minIdleSeconds", "must not be negative")
+	}
 	// Last: each field within its own limit may still add up.
 	if n := proto.Size(spec); n > maxTemplateBytes {
 		return fieldErr(at, "is %d bytes encoded, more than %d", n, maxTemplateBytes)
