@@ -363,12 +363,20 @@ func TestWorkerCommands(t *testing.T) {
 	fake.workers.put(&torporv1.Worker{
 		Metadata: &torporv1.ObjectMeta{Space: workflow.DefaultWorkerNamespace, Name: "w-2"},
 		Spec:     &torporv1.WorkerSpec{Node: "node-two", Ip: "10.0.0.3", Pool: "big"},
-		Status:   &torporv1.WorkerStatus{Actor: &torporv1.ActorRef{Space: "default", Name: "a1"}},
+		Status: &torporv1.WorkerStatus{Actor: &torporv1.ActorRef{Space: "default", Name: "a1"},
+			ActorLastActive: timestamppb.New(time.Now().Add(-90 * time.Second))},
+	})
+	fake.workers.put(&torporv1.Worker{
+		Metadata: &torporv1.ObjectMeta{Space: workflow.DefaultWorkerNamespace, Name: "w-3"},
+		Spec:     &torporv1.WorkerSpec{Node: "node-two", Ip: "10.0.0.4", Pool: "big"},
+		Status: &torporv1.WorkerStatus{Actor: &torporv1.ActorRef{Space: "default", Name: "a2"},
+			ActorLastActive: timestamppb.New(time.Now().Add(-time.Hour)), ActorInFlight: 2},
 	})
 	equalText(t, "list", ok(t, url, "worker", "list"),
-		"NAME   NODE       IP         POOL    ACTOR        AGE\n"+
-			"w-1    n1         10.0.0.2   small   <none>       3h\n"+
-			"w-2    node-two   10.0.0.3   big     default/a1   3h\n")
+		"NAME   NODE       IP         POOL    ACTOR        IDLE        AGE\n"+
+			"w-1    n1         10.0.0.2   small   <none>       <none>      3h\n"+
+			"w-2    node-two   10.0.0.3   big     default/a1   90s         3h\n"+
+			"w-3    node-two   10.0.0.4   big     default/a2   serving 2   3h\n")
 	equalText(t, "delete", ok(t, url, "worker", "delete", "w-1"), "worker/w-1 deleted\n")
 }
 

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +24,18 @@ var workerKind = &kind[*torporv1.Worker]{
 		{"ACTOR", func(w *torporv1.Worker) string {
 			if actor := w.GetStatus().GetActor(); actor.GetName() != "" {
 				return actor.GetSpace() + "/" + actor.GetName()
+			}
+			return ""
+		}},
+		// How long the actor has been idle, as the idle policy and
+		// eviction see it; "serving N" while requests are in flight.
+		{"IDLE", func(w *torporv1.Worker) string {
+			st := w.GetStatus()
+			switch {
+			case st.GetActorInFlight() > 0:
+				return fmt.Sprintf("serving %d", st.GetActorInFlight())
+			case st.GetActorLastActive() != nil:
+				return formatAge(time.Since(st.GetActorLastActive().AsTime()))
 			}
 			return ""
 		}},
