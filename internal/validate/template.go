@@ -206,11 +206,11 @@ func container(p string, c *torporv1.Container, volumes map[string]bool, pinned 
 			return fieldErr(mp+".volume", "volume %q is not declared in the template's volumes", m.GetVolume())
 		}
 		volumes[m.GetVolume()] = true
+		if !path.IsAbs(m.GetPath()) || path.Clean(m.GetPath()) != m.GetPath() || m.GetPath() == "/" {
+			return fieldErr(mp+".path", "%q must be a clean absolute path other than /", m.GetPath())
+		}
 		if err := absPath(mp+".path", m.GetPath()); err != nil {
 			return err
-		}
-		if path.Clean(m.GetPath()) != m.GetPath() || m.GetPath() == "/" {
-			return fieldErr(mp+".path", "%q must be a clean absolute path other than /", m.GetPath())
 		}
 		if within(m.GetPath(), ReservedPath) || within(ReservedPath, m.GetPath()) {
 			return fieldErr(mp+".path", "%q would hide %s, where Torpor puts the workload's identity", m.GetPath(), ReservedPath)
