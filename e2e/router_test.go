@@ -146,7 +146,11 @@ func TestIdlePolicySuspendsAndNextRequestResumes(t *testing.T) {
 func TestNoCapacityAnswers503(t *testing.T) {
 	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 1, parkTimeout: time.Second})
 	c.applyTemplate(counterTemplate(t, "counter", nil))
-	c.createActor("busy", "counter")
+	// The worker's actor is never evicted: nothing can make room.
+	c.applyTemplate(counterTemplate(t, "pinned", func(s *torporv1.TemplateSpec) {
+		s.IdlePolicy = &torporv1.IdlePolicy{Eviction: &torporv1.EvictionPolicy{Never: true}}
+	}))
+	c.createActor("busy", "pinned")
 	c.createActor("waiting", "counter")
 	if code, _, body := c.routerGet("busy"); code != http.StatusOK {
 		t.Fatalf("first actor: %d %s", code, body)
