@@ -37,9 +37,9 @@ Torpor-Actor: <space>/<actor>, which wins. An actor that is not running is
 resumed first (one resume however many requests wait); while no worker is
 free, or the control plane cannot answer (restarting), requests wait up to
 --park-timeout, then get 503 with Retry-After.
-The router reports the traffic it serves to the control plane once a
-second, and a request for an actor idle for more than a second before it
-is looked up; the control plane applies the templates' idle policies and
+The router reports the traffic it serves to the control plane four times a
+second, and a request for an actor it has not reported active for half a
+second before it looks the actor up; the control plane applies the templates' idle policies and
 evicts idle actors when a resume finds no free worker.
 
 Prometheus metrics are served at /metrics (with /healthz) on

@@ -12,13 +12,15 @@ import (
 )
 
 // syncAfter: a request for an actor the control plane has known idle
-// for longer is reported before the router asks where the actor runs;
-// others ride the next batch. An eviction reads the activity again after
-// its claim and needs an actor idle for its template's minimum (3 s by
-// default), so an actor the control plane saw active within syncAfter,
-// whose in-flight request reaches it within ReportInterval, is not
-// stopped under that request (workflow/idle.go, stopIdle).
-const syncAfter = time.Second
+// for longer (and not serving a request from this router) is reported
+// before the router asks where the actor runs; others ride the next
+// batch. An idle stop or eviction reads the activity again after its
+// claim and needs the actor idle for its template's minimum (2 s by
+// default): an actor the control plane saw active within syncAfter, whose
+// in-flight request reaches it with the next batch (ReportInterval), is
+// not stopped under that request as long as a report takes less than the
+// rest of that minimum (workflow/idle.go, stopIdle).
+const syncAfter = 500 * time.Millisecond
 
 // reportTimeout bounds one report call; a report that fails is sent again
 // with the next batch.

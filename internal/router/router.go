@@ -49,7 +49,7 @@ import (
 const (
 	DefaultParkTimeout    = 10 * time.Second
 	DefaultResumeTimeout  = 30 * time.Second
-	DefaultReportInterval = time.Second
+	DefaultReportInterval = 250 * time.Millisecond
 	// DefaultEndpointTTL asks the control plane on every request: a cached
 	// address can outlive the actor's placement (suspended through the API,
 	// its worker given to another actor) and send one actor's traffic to
@@ -81,7 +81,8 @@ type Config struct {
 	// before they are answered 504. Default 30s.
 	ResumeTimeout time.Duration
 	// ReportInterval is how often Run reports the actors' activity to the
-	// control plane. Default 1s.
+	// control plane: one call per interval, however many requests.
+	// Default 250ms.
 	ReportInterval time.Duration
 	// Name is the router's name in activity reports (each reporter's
 	// in-flight counts are its own). Default a random router-<id>.

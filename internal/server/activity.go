@@ -14,8 +14,9 @@ import (
 	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
-// maxActivityBatch bounds one report: a router reports once a second the
-// actors it served since, which a busy router keeps far below this.
+// maxActivityBatch bounds one report: a router reports four times a
+// second the actors it served since, which keeps a busy router far below
+// this.
 const maxActivityBatch = 10000
 
 // ReportActivity stores a router's batch of activity in one write, apart

@@ -17,7 +17,7 @@ import (
 // of one that sets none (IdlePolicy in resources.proto).
 const (
 	DefaultIdleSeconds    = 600
-	DefaultMinIdleSeconds = 3
+	DefaultMinIdleSeconds = 2
 )
 
 // APIReporter is the reporter of activity the API itself records (a

@@ -1423,10 +1423,11 @@ func (x *OnResume) GetFromData() FromData {
 // IdlePolicy is how an actor gives its worker back. The control plane
 // applies it to every RUNNING actor, however it was resumed. A template
 // without one gets the default: SUSPEND after 600 seconds idle, evictable
-// after 3. Activity is any request through a router (a request in flight
-// keeps the actor busy for as long as it lasts) and any resume, suspend or
-// pause through the API; an actor is idle since its last activity or since
-// it became RUNNING, whichever is later.
+// after 2. Activity is any request through a router (a request in flight
+// keeps the actor busy for as long as it lasts) and a resume asked for
+// through the API (of an actor already RUNNING, it keeps it alive); an
+// actor is idle since its last activity or since it became RUNNING,
+// whichever is later. Plain reads (get, list, events) are not activity.
 type IdlePolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Seconds without activity before the action; 0 means never (the
@@ -1501,7 +1502,7 @@ type EvictionPolicy struct {
 	// The actor is never evicted.
 	Never bool `protobuf:"varint,1,opt,name=never,proto3" json:"never,omitempty"`
 	// Seconds an actor must have been idle to be evicted; 0 means the
-	// default, 3.
+	// default, 2.
 	MinIdleSeconds int32 `protobuf:"varint,2,opt,name=min_idle_seconds,json=minIdleSeconds,proto3" json:"min_idle_seconds,omitempty"`
 	// Actors of a lower priority are evicted before those of a higher one
 	// (default 0; negative values allowed).
