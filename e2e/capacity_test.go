@@ -85,6 +85,5 @@ func TestCapacityIsManaged(t *testing.T) {
 	if evictions == 0 {
 		t.Error("no actor was evicted: the test did not fill the workers")
 	}
-	t.Logf("%d evictions; ", evictions)
-	t.Logf("%d requests over %d actors on 4 workers by %d clients in %s", requests, actors, clients, time.Since(start).Round(time.Second))
+	t.Logf("%d requests over %d actors on 4 workers by %d clients in %s, %d evictions", requests, actors, clients, time.Since(start).Round(time.Second), evictions)
 }
