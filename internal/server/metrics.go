@@ -6,18 +6,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/torpor-dev/torpor/internal/scheduler"
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
-// workersCollector reports busy and free workers, read from the store at
-// scrape time so every replica reports the same numbers.
+// workersCollector reports workers by pool and state, read from the
+// store at scrape time so every replica reports the same numbers.
 type workersCollector struct {
 	store store.Store
 	desc  *prometheus.Desc
 }
 
 func newWorkersCollector(st store.Store) *workersCollector {
-	return &workersCollector{store: st, desc: prometheus.NewDesc("torpor_workers", "Registered workers by state (busy or free).", []string{"state"}, nil)}
+	return &workersCollector{store: st, desc: prometheus.NewDesc("torpor_workers",
+		"Registered workers by pool and state: busy (hosting an actor), reserved (freed by an eviction for a waiting resume), warm (free, a sandbox kept ready for the actor that left it) or free.",
+		[]string{"pool", "state"}, nil)}
 }
 
 func (c *workersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
@@ -25,7 +28,10 @@ func (c *workersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c *workersCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	busy, free := 0, 0
+	type key struct{ pool, state string }
+	counts := map[key]int{}
+	pools := map[string]bool{}
+	now := time.Now()
 	opts := store.ListOptions{PageSize: 1000}
 	for {
 		page, next, err := c.store.Workers().List(ctx, opts)
@@ -34,10 +40,17 @@ func (c *workersCollector) Collect(ch chan<- prometheus.Metric) {
 			return
 		}
 		for _, w := range page {
-			if w.GetStatus().GetActor().GetUid() != "" {
-				busy++
-			} else {
-				free++
+			pool, st := w.GetSpec().GetPool(), w.GetStatus()
+			pools[pool] = true
+			switch {
+			case st.GetActor().GetUid() != "":
+				counts[key{pool, "busy"}]++
+			case scheduler.Reserved(w, "", now):
+				counts[key{pool, "reserved"}]++
+			case st.GetWarmActorUid() != "":
+				counts[key{pool, "warm"}]++
+			default:
+				counts[key{pool, "free"}]++
 			}
 		}
 		if next == "" {
@@ -45,6 +58,11 @@ func (c *workersCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		opts.PageToken = next
 	}
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(busy), "busy")
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(free), "free")
+	// Every state of every pool, zeros included, so sums and rates over
+	// them are defined.
+	for pool := range pools {
+		for _, state := range []string{"busy", "reserved", "warm", "free"} {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[key{pool, state}]), pool, state)
+		}
+	}
 }
