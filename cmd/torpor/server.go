@@ -76,6 +76,7 @@ or put server, ca and token in the client config file
 	flags.DurationVar(&opts.MemberCertTTL, "member-cert-ttl", identity.DefaultMemberCertTTL, "lifetime of node and API client certificates (they renew at two thirds of it)")
 	flags.StringVar(&opts.AdminTokenFile, "admin-token-file", "", "where to write the admin token (default <data dir>/admin-token)")
 	flags.StringVar(&opts.CAFile, "ca-file", "", "where to write the CA certificate clients verify the server with (default <data dir>/ca.pem)")
+	flags.StringToIntVar(&opts.Headroom, "headroom", nil, "per worker pool, workers to keep free by evicting idle actors early, so a resume rarely waits for an eviction (POOL=N,...)")
 	images.register(flags)
 	return cmd
 }

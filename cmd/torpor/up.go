@@ -36,6 +36,7 @@ type upFlags struct {
 	nodeName     string
 	domain       string
 	workers      int
+	headroom     int
 	node         nodeFlags
 	images       imageFlags
 }
@@ -61,6 +62,7 @@ actor, then stops. Needs root (sandboxes and network namespaces).`,
 	flags.StringVar(&f.nodeListen, "node-listen", "127.0.0.1:7071", "node agent address")
 	flags.StringVar(&f.domain, "domain", router.DefaultDomain, "actors are reached at <actor>.<space>.<domain>")
 	flags.IntVar(&f.workers, "workers", 4, "worker slots")
+	flags.IntVar(&f.headroom, "headroom", 0, "workers to keep free by evicting idle actors early, so a resume rarely waits for an eviction")
 	flags.StringVar(&f.nodeName, "node-name", defaultNodeName(), "name of the node agent (a DNS-1123 label); workers are <name>-w<i>")
 	flags.StringVar(&f.node.runsc, "runsc", "", "runsc binary (default: runsc next to this binary, else in PATH)")
 	flags.StringVar(&f.node.bridge, "bridge", netns.DefaultBridge, "bridge of the workers' network namespaces")
@@ -111,7 +113,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	srv := server.New(st, objects, server.Options{
 		Logger: logger, Listen: apiLn.Addr().String(),
 		AdminTokenFile: filepath.Join(f.dataDir, "admin-token"), CAFile: filepath.Join(f.dataDir, "ca.pem"),
-		Images: images,
+		Images: images, Headroom: map[string]int{"default": f.headroom},
 	})
 	if err := srv.WriteClientFiles(ctx); err != nil {
 		return err

@@ -67,7 +67,10 @@ type Options struct {
 	// verify the server with.
 	AdminTokenFile string
 	CAFile         string
-	Logger         *slog.Logger
+	// Headroom is, per worker pool, how many workers to keep free by
+	// evicting idle actors early (workflow.Options.Headroom).
+	Headroom map[string]int
+	Logger   *slog.Logger
 	// Images says where templates' images may come from (checked at
 	// apply) and how the server reads them for the command check; nil
 	// allows none.
@@ -112,6 +115,7 @@ func New(st store.Store, objects snapshot.ObjectStore, opts Options) *Server {
 		HeartbeatTimeout: opts.HeartbeatTimeout,
 		RecoverAfter:     opts.RecoverAfter,
 		Registerer:       reg,
+		Headroom:         opts.Headroom,
 	}, opts.Logger)
 	return s
 }

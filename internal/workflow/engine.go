@@ -55,6 +55,9 @@ type Options struct {
 	WorkerNamespace string
 	// Registerer receives the engine's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Headroom is, per worker pool, how many workers the idle sweep keeps
+	// free by evicting early (keepHeadroom); none by default.
+	Headroom map[string]int
 }
 
 // Engine runs the actor workflows over a store and the node agents.

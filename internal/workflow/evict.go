@@ -49,9 +49,17 @@ type evictionCandidate struct {
 // ResourceExhausted, naming why, when nothing can be evicted.
 func (e *Engine) evictFor(ctx context.Context, a *torporv1.Actor, full *noFreeWorker) error {
 	start := e.now()
-	cands, why, err := e.evictionCandidates(ctx, full)
+	workers, err := listAll(ctx, e.store.Workers(), store.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("find an actor to evict for actor %s: %w", actorKey(a), err)
+	}
+	busy := slices.DeleteFunc(workers, func(w *torporv1.Worker) bool { return w.GetStatus().GetActor().GetUid() == "" })
+	var cands []evictionCandidate
+	why := "no busy worker fits it either"
+	if fit, err := scheduler.Fits(busy, full.live, full.req); err == nil {
+		if cands, why, err = e.evictionCandidates(ctx, fit); err != nil {
+			return fmt.Errorf("find an actor to evict for actor %s: %w", actorKey(a), err)
+		}
 	}
 	for _, c := range cands {
 		idleFor := start.Sub(c.act.LastActive).Round(time.Millisecond)
@@ -85,18 +93,9 @@ func (e *Engine) evictFor(ctx context.Context, a *torporv1.Actor, full *noFreeWo
 	return noEvictable(a, full.cause, why)
 }
 
-// evictionCandidates returns the evictable actors on busy workers that
-// fit full's request, in eviction order, or why there is none.
-func (e *Engine) evictionCandidates(ctx context.Context, full *noFreeWorker) ([]evictionCandidate, string, error) {
-	workers, err := listAll(ctx, e.store.Workers(), store.ListOptions{})
-	if err != nil {
-		return nil, "", err
-	}
-	busy := slices.DeleteFunc(workers, func(w *torporv1.Worker) bool { return w.GetStatus().GetActor().GetUid() == "" })
-	fit, err := scheduler.Fits(busy, full.live, full.req)
-	if err != nil || len(fit) == 0 {
-		return nil, "no busy worker fits it either", nil
-	}
+// evictionCandidates returns the evictable actors of the busy workers
+// fit, in eviction order, or why there is none.
+func (e *Engine) evictionCandidates(ctx context.Context, fit []*torporv1.Worker) ([]evictionCandidate, string, error) {
 	var running []*torporv1.Actor
 	for _, w := range fit {
 		ref := w.GetStatus().GetActor()
@@ -150,4 +149,87 @@ func (e *Engine) evictionCandidates(ctx context.Context, full *noFreeWorker) ([]
 		}
 	}
 	return cands, fmt.Sprintf("of the %d running actors on workers that fit: %s", len(running), strings.Join(why, ", ")), nil
+}
+
+// keepHeadroom evicts early, so a resume rarely waits for an eviction:
+// in each pool with a headroom (Options.Headroom) and fewer free workers
+// on live nodes than that, it stops as many evictable actors as are
+// missing, in eviction order. A worker being freed by a step in flight
+// counts as free. Replicas sweeping at the same moment may each stop one,
+// freeing more than asked; the next sweeps stop none until it is used.
+func (e *Engine) keepHeadroom(ctx context.Context) error {
+	if len(e.opts.Headroom) == 0 {
+		return nil
+	}
+	workers, err := listAll(ctx, e.store.Workers(), store.ListOptions{})
+	if err != nil {
+		return err
+	}
+	live, err := e.liveNodes(ctx)
+	if err != nil {
+		return err
+	}
+	freeing, err := e.freeing(ctx)
+	if err != nil {
+		return err
+	}
+	now := e.now()
+	free, busy := map[string]int{}, map[string][]*torporv1.Worker{}
+	for _, w := range workers {
+		pool := w.GetSpec().GetPool()
+		switch {
+		case e.opts.Headroom[pool] == 0 || !live(w.GetSpec().GetNode()):
+		case w.GetStatus().GetActor().GetUid() == "" && !scheduler.Reserved(w, "", now), freeing[w.GetStatus().GetActor().GetUid()]:
+			free[pool]++
+		case w.GetStatus().GetActor().GetUid() != "":
+			busy[pool] = append(busy[pool], w)
+		}
+	}
+	var errs []error
+	for pool, want := range e.opts.Headroom {
+		missing := want - free[pool]
+		if missing <= 0 || len(busy[pool]) == 0 {
+			continue
+		}
+		cands, _, err := e.evictionCandidates(ctx, busy[pool])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, c := range cands {
+			if missing == 0 {
+				break
+			}
+			_, err := e.stopIdle(ctx, c.actor, c.p.kind, stopCause{
+				reason: fmt.Sprintf("headroom: pool %s keeps %d workers free and had %d; the least recently active evictable actor (idle %s)",
+					pool, want, free[pool], now.Sub(c.act.LastActive).Round(time.Millisecond)),
+				metric: "headroom",
+				cutoff: now.Add(-c.p.minIdle),
+			})
+			switch {
+			case err == nil:
+				missing--
+			case errors.Is(err, errRetry), errors.Is(err, errStopCancelled):
+			default:
+				errs = append(errs, fmt.Errorf("headroom of pool %s: stop actor %s: %w", pool, actorKey(c.actor), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// freeing returns the uids of actors whose suspend or pause is in flight:
+// their workers are about to be free.
+func (e *Engine) freeing(ctx context.Context) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, state := range []torporv1.ActorState{torporv1.ActorState_ACTOR_STATE_SUSPENDING, torporv1.ActorState_ACTOR_STATE_PAUSING} {
+		actors, err := listAll(ctx, e.store.Actors(), store.ListOptions{Filter: store.Filter{"state": state.String()}})
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range actors {
+			out[a.GetMetadata().GetUid()] = true
+		}
+	}
+	return out, nil
 }

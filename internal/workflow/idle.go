@@ -125,7 +125,8 @@ func (e *Engine) touch(ctx context.Context, a *torporv1.Actor) {
 const idleSweepers = 4
 
 // SweepIdle applies the idle policy to every RUNNING actor: one idle for
-// its policy's time, with nothing in flight, is paused or suspended.
+// its policy's time, with nothing in flight, is paused or suspended; then
+// it keeps the pools' headroom (keepHeadroom).
 // Every replica may sweep: the step's compare-and-set lets one act, and a
 // request reported after the claim cancels it (stopIdle).
 func (e *Engine) SweepIdle(ctx context.Context) error {
@@ -168,7 +169,8 @@ func (e *Engine) SweepIdle(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	// Headroom comes after the idle stops, which may have freed enough.
+	return errors.Join(append(errs, e.keepHeadroom(ctx))...)
 }
 
 // stopCause is why stopIdle pauses or suspends an actor.

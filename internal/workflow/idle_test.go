@@ -322,3 +322,35 @@ func TestEvictedActorComesBackExactly(t *testing.T) {
 	wantState(t, e.actor("new"), torporv1.ActorState_ACTOR_STATE_SUSPENDED)
 	e.checkPlacement()
 }
+
+func TestHeadroomEvictsEarly(t *testing.T) {
+	e := newEnv(t, 3, "n1")
+	c := e.fakeClock()
+	e.engine.opts.Headroom = map[string]int{"default": 1}
+	e.templateWithIdle("never-idle", &torporv1.IdlePolicy{})
+	busy := fillPool(e, c, 3, "never-idle")
+	e.report(busy[0], c.now(), 0) // the most recently active
+	e.report(busy[2], c.now().Add(-30*time.Second), 0)
+	e.sweep()
+	running := 0
+	for _, name := range busy {
+		if e.actor(name).GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING {
+			running++
+		}
+	}
+	if running != 2 {
+		t.Fatalf("%d of 3 actors still RUNNING after a sweep with headroom 1, want 2", running)
+	}
+	wantState(t, e.actor(busy[0]), torporv1.ActorState_ACTOR_STATE_RUNNING)
+	if !e.hasEvent(busy[1], "headroom: pool default keeps 1 workers free") {
+		t.Errorf("the least recently active actor's events do not say why it stopped")
+	}
+	// One free worker is enough: the next sweeps stop nobody.
+	c.advance(time.Minute)
+	e.sweep()
+	e.sweep()
+	if n := e.agents["n1"].callCount("Checkpoint"); n != 1 {
+		t.Errorf("%d checkpoints, want 1", n)
+	}
+	e.checkPlacement()
+}
