@@ -14,22 +14,31 @@ import (
 	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
-// BenchmarkActivationWithEviction measures what an eviction on the path
-// costs an activation on real gVisor: a request through the router for
-// the suspended counter actor "bench" until its answer is read, on a node
-// of 2 workers, one held by an actor never evicted. Each iteration runs,
+// BenchmarkActivationWithEviction measures what an eviction costs an
+// activation on real gVisor: a request through the router for the
+// suspended counter actor "bench" until its answer is read, on a node of 2
+// workers, one held by an actor never evicted. Each iteration runs,
 // interleaved:
 //
 //   - free: the other worker is free (and kept warm for bench, as after
 //     any suspend): the resume restores into it.
-//   - eviction: another counter actor took that worker and has been idle
-//     for the eviction minimum (waited for, untimed): the resume finds no
-//     free worker, suspends it, and restores bench into the worker it
-//     freed.
+//   - eviction (sub-benchmark no-headroom): another counter actor took
+//     that worker and has been idle for the eviction minimum (waited for,
+//     untimed): the resume finds no free worker, suspends it, and restores
+//     bench into the worker it freed.
+//   - eviction (sub-benchmark headroom-1): the same with the pool's
+//     headroom at 1: the control plane's sweep suspends the other actor
+//     once it is evictable (waited for, untimed), and the resume finds a
+//     free worker, kept warm for that actor, not for bench.
 //
 //	go test -run '^$' -bench ActivationWithEviction -benchtime=20x ./e2e
 func BenchmarkActivationWithEviction(b *testing.B) {
-	c := newCluster(b, clusterOptions{backend: "sqlite", workersPerNode: 2})
+	b.Run("no-headroom", func(b *testing.B) { benchEviction(b, 0) })
+	b.Run("headroom-1", func(b *testing.B) { benchEviction(b, 1) })
+}
+
+func benchEviction(b *testing.B, headroom int) {
+	c := newCluster(b, clusterOptions{backend: "sqlite", workersPerNode: 2, headroom: map[string]int{"default": headroom}})
 	c.applyTemplate(counterTemplate(b, "counter", nil))
 	c.applyTemplate(counterTemplate(b, "pinned", func(s *torporv1.TemplateSpec) {
 		s.IdlePolicy = &torporv1.IdlePolicy{Eviction: &torporv1.EvictionPolicy{Never: true}}
@@ -58,7 +67,13 @@ func BenchmarkActivationWithEviction(b *testing.B) {
 		n.waitWarm(b)
 		if evict {
 			c.mustResume("victim")
-			time.Sleep(workflow.DefaultMinIdleSeconds*time.Second + 100*time.Millisecond)
+			if headroom > 0 {
+				c.waitFor("the headroom to suspend the victim", func() bool {
+					return c.actor("victim").GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_SUSPENDED
+				})
+			} else {
+				time.Sleep(workflow.DefaultMinIdleSeconds*time.Second + 100*time.Millisecond)
+			}
 		}
 		b.StartTimer()
 		took, body := fetch(b, client, home)

@@ -55,6 +55,9 @@ type clusterOptions struct {
 	egress bool
 	// storeURL, when set, is the store instead of a fresh one of backend.
 	storeURL string
+	// headroom is, per worker pool, the workers the control plane keeps
+	// free by evicting early.
+	headroom map[string]int
 }
 
 // cluster is a control plane, its node agents and a router.
@@ -123,7 +126,7 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 		t.Fatal(err)
 	}
 	logger := testLogger()
-	c.server = server.New(c.store, c.objects, server.Options{Logger: logger, HeartbeatTimeout: opts.heartbeatTimeout, RecoverAfter: time.Minute, Images: runtimetest.ImagePolicy(t)})
+	c.server = server.New(c.store, c.objects, server.Options{Logger: logger, HeartbeatTimeout: opts.heartbeatTimeout, RecoverAfter: time.Minute, Images: runtimetest.ImagePolicy(t), Headroom: opts.headroom})
 	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
