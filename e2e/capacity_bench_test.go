@@ -22,16 +22,18 @@ import (
 //
 //   - free: the other worker is free (and kept warm for bench, as after
 //     any suspend): the resume restores into it.
+//
 //   - eviction (sub-benchmark no-headroom): another counter actor took
 //     that worker and has been idle for the eviction minimum (waited for,
 //     untimed): the resume finds no free worker, suspends it, and restores
 //     bench into the worker it freed.
+//
 //   - eviction (sub-benchmark headroom-1): the same with the pool's
 //     headroom at 1: the control plane's sweep suspends the other actor
 //     once it is evictable (waited for, untimed), and the resume finds a
 //     free worker, kept warm for that actor, not for bench.
 //
-//	go test -run '^$' -bench ActivationWithEviction -benchtime=20x ./e2e
+//     go test -run '^$' -bench ActivationWithEviction -benchtime=20x ./e2e
 func BenchmarkActivationWithEviction(b *testing.B) {
 	b.Run("no-headroom", func(b *testing.B) { benchEviction(b, 0) })
 	b.Run("headroom-1", func(b *testing.B) { benchEviction(b, 1) })

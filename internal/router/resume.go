@@ -128,9 +128,11 @@ func (r *Router) resumeParked(key ActorKey) (*torporv1.Actor, error) {
 	ctx, cancel := r.parked(context.Background())
 	defer cancel()
 	b := parkBackoff.Start()
+	repeat := false
 	for {
-		a, err := r.resumeOnce(key)
+		a, err := r.resumeOnce(key, repeat)
 		noWorker := connect.CodeOf(err) == connect.CodeResourceExhausted
+		repeat = repeat || noWorker
 		if err == nil || !noWorker && !unavailable(err) {
 			return a, err
 		}
@@ -144,9 +146,10 @@ func (r *Router) resumeParked(key ActorKey) (*torporv1.Actor, error) {
 }
 
 // resumeOnce makes one ResumeActor call, waiting at most ResumeTimeout for
-// it. A call that outlives the wait still finishes, and what it learns is
-// kept.
-func (r *Router) resumeOnce(key ActorKey) (*torporv1.Actor, error) {
+// it; repeat says it asks again for the same parked requests (the control
+// plane counts their refusal once). A call that outlives the wait still
+// finishes, and what it learns is kept.
+func (r *Router) resumeOnce(key ActorKey, repeat bool) (*torporv1.Actor, error) {
 	type result struct {
 		actor *torporv1.Actor
 		err   error
@@ -155,7 +158,7 @@ func (r *Router) resumeOnce(key ActorKey) (*torporv1.Actor, error) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), abandonResumeAfter)
 		defer cancel()
-		resp, err := r.api.ResumeActor(ctx, connect.NewRequest(&torporv1.ResumeActorRequest{Space: key.Space, Name: key.Name}))
+		resp, err := r.api.ResumeActor(ctx, connect.NewRequest(&torporv1.ResumeActorRequest{Space: key.Space, Name: key.Name, Repeat: repeat}))
 		if err != nil {
 			done <- result{err: fmt.Errorf("actor %s: %w: %w", key, errResumeFailed, err)}
 			return

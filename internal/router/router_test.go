@@ -189,6 +189,18 @@ func TestNoFreeWorkerAnswers503AfterParking(t *testing.T) {
 	if n := tr.metric(t, "torpor_router_resumes_total", map[string]string{"result": resumeNoWorker}); n != 1 {
 		t.Errorf("resumes_total{result=no_worker} = %v, want 1", n)
 	}
+	// The control plane counts the refused request once, not each ask.
+	resp, err = e.apiClient.Get(e.apiURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`torpor_workflow_steps_total{kind="resume",result="resource_exhausted"} 1`, "torpor_resume_no_worker_total 1"} {
+		if !strings.Contains(string(page), want+"\n") {
+			t.Errorf("control plane metrics lack %s", want)
+		}
+	}
 }
 
 func TestParkedRequestGetsWorkerFreedMeanwhile(t *testing.T) {

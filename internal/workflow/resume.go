@@ -26,13 +26,20 @@ type ResumeOptions struct {
 	// AllowStateLoss accepts restoring a snapshot under a template revision
 	// that loses some of its state (CheckMove).
 	AllowStateLoss bool
+	// Repeat: the caller asks again after a refusal for lack of workers;
+	// another such refusal is not counted again.
+	Repeat bool
 }
 
 // Resume brings the actor to RUNNING on a free worker. A RUNNING actor is
 // returned at once without a write; a step in flight is waited for.
 func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOptions) (a *torporv1.Actor, err error) {
 	start := e.now()
-	defer func() { e.metrics.observe("resume", start, err) }()
+	defer func() {
+		if !opts.Repeat || connect.CodeOf(err) != connect.CodeResourceExhausted {
+			e.metrics.observe("resume", start, err)
+		}
+	}()
 	evicted := false
 	for range maxAttempts {
 		a, err := e.store.Actors().Get(ctx, space, name)
@@ -64,7 +71,7 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 		// this actor, so a second would take more than it needs.
 		var full *noFreeWorker
 		if errors.As(err, &full) && !evicted {
-			if err := e.evictFor(ctx, a, full); err != nil {
+			if err := e.evictFor(ctx, a, full, opts.Repeat); err != nil {
 				return nil, err
 			}
 			evicted = true

@@ -886,8 +886,12 @@ type ResumeActorRequest struct {
 	// under a template revision the actor's is not compatible with (see
 	// UpdateActorRequest.allow_state_loss); recorded in the actor's events.
 	AllowStateLoss bool `protobuf:"varint,5,opt,name=allow_state_loss,json=allowStateLoss,proto3" json:"allow_state_loss,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The caller asks again for a request it parked after a refusal for
+	// lack of workers (a router does): a refusal of it is not counted
+	// again in the metrics, so they count refused requests, not attempts.
+	Repeat        bool `protobuf:"varint,6,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResumeActorRequest) Reset() {
@@ -951,6 +955,13 @@ func (x *ResumeActorRequest) GetSnapshot() string {
 func (x *ResumeActorRequest) GetAllowStateLoss() bool {
 	if x != nil {
 		return x.AllowStateLoss
+	}
+	return false
+}
+
+func (x *ResumeActorRequest) GetRepeat() bool {
+	if x != nil {
+		return x.Repeat
 	}
 	return false
 }
@@ -1463,13 +1474,14 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\vlast_active\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"lastActive\x12\x1b\n" +
 	"\tin_flight\x18\x04 \x01(\x05R\binFlight\"\x18\n" +
-	"\x16ReportActivityResponse\"\x98\x01\n" +
+	"\x16ReportActivityResponse\"\xb0\x01\n" +
 	"\x12ResumeActorRequest\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04boot\x18\x03 \x01(\bR\x04boot\x12\x1a\n" +
 	"\bsnapshot\x18\x04 \x01(\tR\bsnapshot\x12(\n" +
-	"\x10allow_state_loss\x18\x05 \x01(\bR\x0eallowStateLoss\"\x98\x02\n" +
+	"\x10allow_state_loss\x18\x05 \x01(\bR\x0eallowStateLoss\x12\x16\n" +
+	"\x06repeat\x18\x06 \x01(\bR\x06repeat\"\x98\x02\n" +
 	"\n" +
 	"ActorEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x124\n" +
