@@ -25,7 +25,7 @@ func (c *cluster) whoami(actor string) string {
 
 // TestActorIdentityThroughSuspendAndResume: an actor reads its SPIFFE ID
 // from the certificate its node minted before it started; after the
-// router suspended it for idleness, the next request resumes it on another
+// control plane suspended it for idleness, the next request resumes it on another
 // node with a new certificate (never the one in its snapshot) and its
 // memory back.
 func TestActorIdentityThroughSuspendAndResume(t *testing.T) {
@@ -44,11 +44,11 @@ func TestActorIdentityThroughSuspendAndResume(t *testing.T) {
 	}
 	node := c.actor("c1").GetStatus().GetWorker().GetNode()
 
-	c.waitFor("the router to suspend idle c1", func() bool {
+	c.waitFor("the control plane to suspend idle c1", func() bool {
 		return c.actor("c1").GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_SUSPENDED
 	})
-	// Resumed through the API, the holder is unknown to the router and
-	// stays.
+	// The holder, resumed through the API just now, is not idle for its
+	// 3s before c1's resume, and keeps its worker.
 	c.holdWorkerOf(node, "counter")
 	resumed := c.whoami("c1")
 	if moved := c.actor("c1").GetStatus().GetWorker().GetNode(); moved == node {
