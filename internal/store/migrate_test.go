@@ -50,6 +50,7 @@ func TestMigrateToRevisions(t *testing.T) {
 	}
 	for _, stmt := range []string{
 		"DROP TABLE template_revisions",
+		"DROP TABLE actor_activity",
 		"DROP INDEX snapshots_template_uid",
 		"ALTER TABLE snapshots DROP COLUMN template_uid",
 		"UPDATE actors SET template = 'counter'",
