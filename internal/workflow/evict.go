@@ -68,7 +68,6 @@ func (e *Engine) evictFor(ctx context.Context, a *torporv1.Actor, full *noFreeWo
 			reason:     fmt.Sprintf("evicted for %s, which found no free worker: the least recently active evictable actor (idle %s)", actorKey(a), idleFor),
 			metric:     "eviction",
 			cutoff:     start.Add(-c.p.minIdle),
-			idleFor:    idleFor,
 			evictedFor: a,
 		})
 		switch {

@@ -156,10 +156,9 @@ func (e *Engine) SweepIdle(ctx context.Context) error {
 			defer func() { <-sem }()
 			idleFor := now.Sub(act.LastActive).Round(time.Second)
 			_, err := e.stopIdle(ctx, a, p.kind, stopCause{
-				reason:  fmt.Sprintf("idle for %s (idle policy: %s after %s)", idleFor, stateName(p.kind.done), p.idle),
-				metric:  "idle",
-				cutoff:  now.Add(-p.idle),
-				idleFor: idleFor,
+				reason: fmt.Sprintf("idle for %s (idle policy: %s after %s)", idleFor, stateName(p.kind.done), p.idle),
+				metric: "idle",
+				cutoff: now.Add(-p.idle),
 			})
 			if err != nil && !errors.Is(err, errStopCancelled) && !errors.Is(err, errRetry) {
 				mu.Lock()
@@ -180,8 +179,7 @@ type stopCause struct {
 	// metric is the reason label of the idle/eviction metrics.
 	metric string
 	// cutoff: activity after it (or a request in flight) cancels the stop.
-	cutoff  time.Time
-	idleFor time.Duration
+	cutoff time.Time
 	// evictedFor, when set, is the actor the freed worker is reserved for.
 	evictedFor *torporv1.Actor
 }
@@ -193,10 +191,13 @@ var errStopCancelled = errors.New("the actor became active; its idle stop is can
 // read. The claim (RUNNING → SUSPENDING or PAUSING, compare-and-set on
 // the version read) comes first; the activity is read again once the
 // claim is committed, and any activity after the cutoff cancels the stop
-// before the node is called. A router reports a request before it asks
-// whether the actor is RUNNING (router/activity.go), so a request that
-// found the actor RUNNING was reported before the claim, and is seen by
-// this second read: no actor is stopped under a request.
+// before the node is called. A router reports a request for an actor it
+// has not reported active lately before it asks whether the actor is
+// RUNNING (router/activity.go), so such a request that found the actor
+// RUNNING was reported before the claim and is seen by this second read;
+// one for an actor reported active lately rides a batch that reaches the
+// store well within the eviction minimum. No actor is stopped under a
+// request.
 func (e *Engine) stopIdle(ctx context.Context, a *torporv1.Actor, kind checkpointKind, c stopCause) (*torporv1.Actor, error) {
 	claimed, err := e.claimCheckpoint(ctx, a, kind, c.reason, c.evictedFor)
 	if err != nil {
