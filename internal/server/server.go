@@ -143,7 +143,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store}, opts...))
-	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine, heartbeatTimeout: s.opts.HeartbeatTimeout}, opts...))
+	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine}, opts...))
 	ids := s.newIdentityService()
 	mux.Handle(ids.handler(opts...))
 	mux.Handle("GET /.well-known/", ids.authority.WellKnown(s.log))
