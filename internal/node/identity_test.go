@@ -28,6 +28,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/runtime/fake"
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
@@ -269,7 +270,7 @@ func newIdentityNode(t *testing.T, plane *authorizingPlane) (*fakeNode, *identit
 	n := &fakeNode{name: "n1", rt: witness.Runtime, net: loopback{int(loopbackNets.Add(1))%200 + 20}, registry: plane.registry, tmpl: appTemplate(t)}
 	n.cfg = Config{
 		Name: n.name, Workers: 2, Pool: "p", StateDir: t.TempDir(), Runtime: witness, Snapshots: objects, Network: n.net,
-		HeartbeatInterval: 20 * time.Millisecond,
+		HeartbeatInterval: 20 * time.Millisecond, Images: runtimetest.ImagePolicy(t),
 	}
 	plane.join(t, &n.cfg)
 	n.start(t)
