@@ -26,6 +26,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
@@ -139,7 +140,7 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- server.Serve(serveCtx, apiLn, c.server.Handler(), apiTLS) }()
+	go func() { served <- httpserve.Serve(serveCtx, apiLn, c.server.Handler(), apiTLS) }()
 	t.Cleanup(func() {
 		stopServing()
 		if err := <-served; err != nil {

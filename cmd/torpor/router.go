@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/router"
-	"github.com/torpor-dev/torpor/internal/server"
 )
 
 func init() { register(newRouterCommand) }
@@ -131,7 +131,7 @@ func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, 
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
 	parts := map[string]func(context.Context) error{
-		"router":           func(ctx context.Context) error { return server.Serve(ctx, ln, rt, nil) },
+		"router":           func(ctx context.Context) error { return httpserve.Serve(ctx, ln, rt, nil) },
 		"activity reports": func(ctx context.Context) error { return rt.Run(ctx) },
 		"certificate":      keepCertificate,
 	}
@@ -142,7 +142,7 @@ func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, 
 			ln.Close()
 			return fmt.Errorf("listen on %s: %w", metricsListen, err)
 		}
-		parts["metrics"] = func(ctx context.Context) error { return server.Serve(ctx, mln, rt.Admin(), nil) }
+		parts["metrics"] = func(ctx context.Context) error { return httpserve.Serve(ctx, mln, rt.Admin(), nil) }
 		logAttrs = append(logAttrs, "metrics", mln.Addr().String())
 	}
 	cfg.Logger.Info("serving actors", logAttrs...)

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
@@ -190,7 +191,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 		stopRouter()
 		return err
 	}
-	run("API", func() error { return server.Serve(apiCtx, apiLn, srv.Handler(), apiTLS) })
+	run("API", func() error { return httpserve.Serve(apiCtx, apiLn, srv.Handler(), apiTLS) })
 	go srv.RunBackground(apiCtx)
 	run("node agent", func() error { return agent.Run(nodeCtx) })
 	// The router joins over the API, so it starts once the API serves.
@@ -198,7 +199,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	if err == nil {
 		var rt *router.Router
 		if rt, err = router.New(router.Config{Server: apiURL, HTTPClient: api, Domain: f.domain, Logger: logger, AdminOnIngress: true}); err == nil {
-			run("router", func() error { return server.Serve(routerCtx, routerLn, rt, nil) })
+			run("router", func() error { return httpserve.Serve(routerCtx, routerLn, rt, nil) })
 			run("router activity reports", func() error { return rt.Run(routerCtx) })
 			run("router certificate", func() error { return keepRouterCertificate(routerCtx) })
 		}

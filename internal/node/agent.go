@@ -29,11 +29,11 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
-	"github.com/torpor-dev/torpor/internal/server"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
@@ -284,7 +284,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
 	served := make(chan error, 1)
-	go func() { served <- server.Serve(serveCtx, ln, a.handler(creds), creds.ServerTLSConfig()) }()
+	go func() { served <- httpserve.Serve(serveCtx, ln, a.handler(creds), creds.ServerTLSConfig()) }()
 	go member.KeepRenewed(serveCtx, creds)
 	go a.stayRegistered(serveCtx, torporv1connect.NewNodeServiceClient(controlPlane, a.serverURL()), address)
 	err = <-served

@@ -24,6 +24,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/server"
@@ -118,7 +119,7 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- server.Serve(serveCtx, apiLn, counted, tlsConfig) }()
+	go func() { served <- httpserve.Serve(serveCtx, apiLn, counted, tlsConfig) }()
 	ca, err := srv.Authority(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -4,14 +4,11 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"log"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +19,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/snapshot"
@@ -275,60 +273,7 @@ func Run(ctx context.Context, opts Options) error {
 	bg, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()
 	go srv.RunBackground(bg)
-	return Serve(ctx, ln, srv.Handler(), tlsConfig)
-}
-
-// Serve serves h on ln until ctx is done, then drains in-flight requests:
-// over TLS (HTTP/2 and HTTP/1.1) with tlsConfig, or in cleartext
-// (HTTP/1.1 and HTTP/2 for gRPC) when it is nil.
-func Serve(ctx context.Context, ln net.Listener, h http.Handler, tlsConfig *tls.Config) error {
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	if tlsConfig != nil {
-		protocols.SetHTTP2(true)
-	} else {
-		protocols.SetUnencryptedHTTP2(true)
-	}
-	srv := &http.Server{Handler: h, Protocols: protocols, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: log.New(serverErrorLog{}, "", 0)}
-	errc := make(chan error, 1)
-	go func() {
-		if tlsConfig != nil {
-			// The certificate comes from tlsConfig (GetCertificate).
-			errc <- srv.ServeTLS(ln, "", "")
-			return
-		}
-		errc <- srv.Serve(ln)
-	}()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shut down API server: %w", err)
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-// serverErrorLog takes what http.Server reports. A failed TLS handshake
-// (a peer whose certificate was refused, a port scanner) is the peer's
-// problem: debug level. Anything else is an error.
-type serverErrorLog struct{}
-
-func (serverErrorLog) Write(p []byte) (int, error) {
-	msg := strings.TrimSpace(string(p))
-	level := slog.LevelError
-	if strings.Contains(msg, "TLS handshake error") {
-		level = slog.LevelDebug
-	}
-	slog.Default().Log(context.Background(), level, msg)
-	return len(p), nil
+	return httpserve.Serve(ctx, ln, srv.Handler(), tlsConfig)
 }
 
 // logErrors logs failed calls with their procedure; server-side faults at

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 )
 
@@ -24,7 +25,7 @@ func (s *Server) ServeAPI(ctx context.Context, ln net.Listener) error {
 	if err != nil {
 		return fmt.Errorf("serve API: %w", err)
 	}
-	return Serve(ctx, ln, s.Handler(), cfg)
+	return httpserve.Serve(ctx, ln, s.Handler(), cfg)
 }
 
 // TLSConfig is what the API is served with on addr: a server certificate
