@@ -22,6 +22,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/torpor-dev/torpor/internal/fstree"
 )
 
 // layoutFiles reads the files of an OCI image layout by their slash path
@@ -455,7 +457,7 @@ func notATar(p string, err error) error {
 func (t *tarFiles) open(name string) (io.ReadCloser, error) {
 	e, ok := t.entries[name]
 	for hops := 0; ok && e.link != ""; hops++ {
-		if hops == maxLinkHops {
+		if hops == fstree.MaxLinkHops {
 			return nil, fmt.Errorf("%s: %s: too many levels of links", t.f.Name(), name)
 		}
 		e, ok = t.entries[e.link]

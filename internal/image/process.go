@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"strconv"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/torpor-dev/torpor/internal/fstree"
 )
 
 // DefaultPath is the PATH a process gets when neither its image nor its
@@ -178,11 +179,16 @@ func passwdID(fields []string, i int) (uint32, error) {
 // file rel (inside rootfs, symlinks read as the guest would) that match
 // wants. A missing file has no entries.
 func findEntry(rootfs, rel string, match func(fields []string) bool) ([]string, bool, error) {
-	p, err := resolveInRoot(rootfs, rel)
+	root, err := fstree.Open(rootfs)
 	if err != nil {
 		return nil, false, err
 	}
-	f, err := os.Open(p)
+	defer root.Close()
+	p, err := root.Resolve(rel)
+	if err != nil {
+		return nil, false, err
+	}
+	f, err := root.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}

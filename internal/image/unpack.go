@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor/internal/atomicfile"
+	"github.com/torpor-dev/torpor/internal/fstree"
 )
 
 // lockPoll is how often a caller waiting for another's unpack of the same
@@ -110,7 +111,12 @@ func applyImageLayer(ctx context.Context, root string, layer v1.Layer) error {
 		return err
 	}
 	defer rc.Close()
-	if err := applyLayer(ctx, root, rc); err != nil {
+	r, err := fstree.Open(root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if err := fstree.ApplyLayer(ctx, r, rc); err != nil {
 		return err
 	}
 	// The digest is checked when the stream ends; tar stops reading at its

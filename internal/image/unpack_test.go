@@ -183,7 +183,7 @@ func TestUnpackRejectsEscapes(t *testing.T) {
 		entries []entry
 		wantErr string
 	}{
-		{name: "dot-dot entry", entries: []entry{file("../evil", "x")}, wantErr: `entry "../evil" points outside`},
+		{name: "dot-dot entry", entries: []entry{file("../evil", "x")}, wantErr: `entry "../evil": points outside`},
 		{name: "dot-dot inside entry", entries: []entry{dir("a/"), file("a/../../evil", "x")}, wantErr: "points outside"},
 		{name: "hard link out", entries: []entry{hardlink("h", "../../../etc/passwd")}, wantErr: "points outside"},
 		{name: "hard link to root", entries: []entry{hardlink("h", "/")}, wantErr: "hard link to the root"},
