@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
-	"github.com/torpor-dev/torpor/internal/workflow"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 type result struct {
@@ -352,7 +352,7 @@ func TestWorkerCommands(t *testing.T) {
 	isolate(t)
 	fake, url := startFakeAPI(t)
 	equalText(t, "create", ok(t, url, "worker", "create", "w-1", "--node", "n1", "--ip", "10.0.0.2", "--pool", "small", "--labels", "pool=small"), "worker/w-1 created\n")
-	w1, err := fake.workers.get(workflow.DefaultWorkerNamespace, "w-1")
+	w1, err := fake.workers.get(validate.WorkerNamespace, "w-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,13 +361,13 @@ func TestWorkerCommands(t *testing.T) {
 		t.Errorf("stored %v", w1)
 	}
 	fake.workers.put(&torporv1.Worker{
-		Metadata: &torporv1.ObjectMeta{Space: workflow.DefaultWorkerNamespace, Name: "w-2"},
+		Metadata: &torporv1.ObjectMeta{Space: validate.WorkerNamespace, Name: "w-2"},
 		Spec:     &torporv1.WorkerSpec{Node: "node-two", Ip: "10.0.0.3", Pool: "big"},
 		Status: &torporv1.WorkerStatus{Actor: &torporv1.ActorRef{Space: "default", Name: "a1"},
 			ActorLastActive: timestamppb.New(time.Now().Add(-90 * time.Second))},
 	})
 	fake.workers.put(&torporv1.Worker{
-		Metadata: &torporv1.ObjectMeta{Space: workflow.DefaultWorkerNamespace, Name: "w-3"},
+		Metadata: &torporv1.ObjectMeta{Space: validate.WorkerNamespace, Name: "w-3"},
 		Spec:     &torporv1.WorkerSpec{Node: "node-two", Ip: "10.0.0.4", Pool: "big"},
 		Status: &torporv1.WorkerStatus{Actor: &torporv1.ActorRef{Space: "default", Name: "a2"},
 			ActorLastActive: timestamppb.New(time.Now().Add(-time.Hour)), ActorInFlight: 2},

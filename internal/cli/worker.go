@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
-	"github.com/torpor-dev/torpor/internal/workflow"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 var workerKind = &kind[*torporv1.Worker]{
@@ -16,7 +16,7 @@ var workerKind = &kind[*torporv1.Worker]{
 	plural: "workers",
 	spaced: true,
 	// Node agents register their workers in one namespace.
-	defaultSpace: workflow.DefaultWorkerNamespace,
+	defaultSpace: validate.WorkerNamespace,
 	columns: []column[*torporv1.Worker]{
 		{"NODE", func(w *torporv1.Worker) string { return w.GetSpec().GetNode() }},
 		{"IP", func(w *torporv1.Worker) string { return w.GetSpec().GetIp() }},

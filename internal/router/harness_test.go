@@ -30,6 +30,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/server"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/validate"
 	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
@@ -196,7 +197,7 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 		name, ip := fmt.Sprintf("w%d", i), workerIP()
 		e.agent.workerIP[name] = ip
 		reg.Workers = append(reg.Workers, &torporv1.Worker{
-			Metadata: &torporv1.ObjectMeta{Space: workflow.DefaultWorkerNamespace, Name: name},
+			Metadata: &torporv1.ObjectMeta{Space: validate.WorkerNamespace, Name: name},
 			Spec:     &torporv1.WorkerSpec{Node: "node-1", Ip: ip, SandboxClass: "gvisor"},
 		})
 	}

@@ -14,7 +14,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
-	"github.com/torpor-dev/torpor/internal/workflow"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // TestActivityReportsAndWorkerIdle: activity reports are for routers
@@ -31,15 +31,15 @@ func TestActivityReportsAndWorkerIdle(t *testing.T) {
 		Metadata: &torporv1.ObjectMeta{Space: "default", Name: "a1"},
 		Spec:     &torporv1.ActorSpec{Template: "t", TemplateRevision: 1},
 		Status: &torporv1.ActorStatus{State: torporv1.ActorState_ACTOR_STATE_RUNNING, StateTime: timestamppb.New(started),
-			Worker: &torporv1.WorkerRef{Namespace: workflow.DefaultWorkerNamespace, Name: "w-1", Uid: "wuid-1"}},
+			Worker: &torporv1.WorkerRef{Namespace: validate.WorkerNamespace, Name: "w-1", Uid: "wuid-1"}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []*torporv1.Worker{
-		{Metadata: &torporv1.ObjectMeta{Space: workflow.DefaultWorkerNamespace, Name: "w-1", Uid: "wuid-1"}, Spec: &torporv1.WorkerSpec{Pool: "p"},
+		{Metadata: &torporv1.ObjectMeta{Space: validate.WorkerNamespace, Name: "w-1", Uid: "wuid-1"}, Spec: &torporv1.WorkerSpec{Pool: "p"},
 			Status: &torporv1.WorkerStatus{Actor: &torporv1.ActorRef{Space: "default", Name: "a1", Uid: a.GetMetadata().GetUid()}}},
-		{Metadata: &torporv1.ObjectMeta{Space: workflow.DefaultWorkerNamespace, Name: "w-2"}, Spec: &torporv1.WorkerSpec{Pool: "p"},
+		{Metadata: &torporv1.ObjectMeta{Space: validate.WorkerNamespace, Name: "w-2"}, Spec: &torporv1.WorkerSpec{Pool: "p"},
 			Status: &torporv1.WorkerStatus{WarmActorUid: "someone"}},
 	} {
 		if _, err := r.store.Workers().Create(ctx, w); err != nil {
@@ -59,7 +59,7 @@ func TestActivityReportsAndWorkerIdle(t *testing.T) {
 	if _, err := torporv1connect.NewActorServiceClient(r.admin(t), r.url).ReportActivity(ctx, connect.NewRequest(report)); err != nil {
 		t.Fatalf("report: %v", err)
 	}
-	list, err := admin.workers.ListWorkers(ctx, connect.NewRequest(&torporv1.ListRequest{Space: workflow.DefaultWorkerNamespace}))
+	list, err := admin.workers.ListWorkers(ctx, connect.NewRequest(&torporv1.ListRequest{Space: validate.WorkerNamespace}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestActivityReportsAndWorkerIdle(t *testing.T) {
 		t.Errorf("the free worker has an actor activity: %v", byName["w-2"].GetStatus())
 	}
 	// Never stored: the worker record itself has none.
-	stored, err := r.store.Workers().Get(ctx, workflow.DefaultWorkerNamespace, "w-1")
+	stored, err := r.store.Workers().Get(ctx, validate.WorkerNamespace, "w-1")
 	if err != nil || stored.GetStatus().GetActorLastActive() != nil {
 		t.Errorf("stored worker: %v, %v; want no activity in it", stored.GetStatus(), err)
 	}

@@ -28,7 +28,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
-	"github.com/torpor-dev/torpor/internal/workflow"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // bearer adds a token to every request.
@@ -238,7 +238,7 @@ func TestAPIAccess(t *testing.T) {
 		return err
 	}
 	listWorkers := func(c clients) error {
-		_, err := c.workers.ListWorkers(ctx, connect.NewRequest(&torporv1.ListRequest{Space: workflow.DefaultWorkerNamespace}))
+		_, err := c.workers.ListWorkers(ctx, connect.NewRequest(&torporv1.ListRequest{Space: validate.WorkerNamespace}))
 		return err
 	}
 	const (
@@ -462,7 +462,7 @@ func TestControlPlaneVerifiesTheNodeAgent(t *testing.T) {
 	reg := &torporv1.RegisterNodeRequest{
 		Node: &torporv1.Node{Metadata: &torporv1.ObjectMeta{Name: "node-1"}, Address: impostor, SandboxClasses: []string{"gvisor"}},
 		Workers: []*torporv1.Worker{{
-			Metadata: &torporv1.ObjectMeta{Space: workflow.DefaultWorkerNamespace, Name: "w0"},
+			Metadata: &torporv1.ObjectMeta{Space: validate.WorkerNamespace, Name: "w0"},
 			Spec:     &torporv1.WorkerSpec{Node: "node-1", Ip: "10.0.0.2", SandboxClass: "gvisor"},
 		}},
 	}

@@ -37,7 +37,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
-	"github.com/torpor-dev/torpor/internal/workflow"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // syncBuffer collects the log lines of replicas serving concurrently.
@@ -212,7 +212,7 @@ func (p placement) claim() *torporv1.WorkloadClaim {
 func createWorker(tb testing.TB, st store.Store, name, node string) *torporv1.Worker {
 	tb.Helper()
 	w, err := st.Workers().Create(context.Background(), &torporv1.Worker{
-		Metadata: &torporv1.ObjectMeta{Space: workflow.DefaultWorkerNamespace, Name: name},
+		Metadata: &torporv1.ObjectMeta{Space: validate.WorkerNamespace, Name: name},
 		Spec:     &torporv1.WorkerSpec{Node: node, Ip: "10.0.0.2", SandboxClass: "gvisor"},
 		Status:   &torporv1.WorkerStatus{},
 	})
@@ -411,7 +411,7 @@ func TestResumeMintsOnAnotherReplica(t *testing.T) {
 			}}
 			for i := range actors {
 				reg.Workers = append(reg.Workers, &torporv1.Worker{
-					Metadata: &torporv1.ObjectMeta{Space: workflow.DefaultWorkerNamespace, Name: fmt.Sprintf("w%d", i)},
+					Metadata: &torporv1.ObjectMeta{Space: validate.WorkerNamespace, Name: fmt.Sprintf("w%d", i)},
 					Spec:     &torporv1.WorkerSpec{Node: "node-1", Ip: fmt.Sprintf("10.0.0.%d", 2+i), SandboxClass: "gvisor"},
 				})
 			}
@@ -572,7 +572,7 @@ func TestMintAuthorization(t *testing.T) {
 				{name: "actor names another worker", caller: nodeA, code: connect.CodePermissionDenied, reason: "is placed on worker torpor-system/elsewhere",
 					arrange: func(t *testing.T, p placement, _ *torporv1.WorkloadClaim) {
 						a := proto.CloneOf(p.actor)
-						a.Status.Worker = &torporv1.WorkerRef{Namespace: workflow.DefaultWorkerNamespace, Name: "elsewhere", Uid: uuid.NewString(), Node: "node-a"}
+						a.Status.Worker = &torporv1.WorkerRef{Namespace: validate.WorkerNamespace, Name: "elsewhere", Uid: uuid.NewString(), Node: "node-a"}
 						mustUpdate(t, st.Actors(), a)
 					}},
 				{name: "actor re-created under its name", caller: nodeA, code: connect.CodePermissionDenied, reason: "now has uid",
@@ -632,7 +632,7 @@ func TestMintAuthorization(t *testing.T) {
 							deniedMessages = append(deniedMessages, err.Error())
 						}
 					}
-					worker := "worker=" + workflow.DefaultWorkerNamespace + "/" + claim.GetWorkerName() + " "
+					worker := "worker=" + validate.WorkerNamespace + "/" + claim.GetWorkerName() + " "
 					logged := slices.ContainsFunc(strings.Split(logs.String(), "\n"), func(line string) bool {
 						return strings.Contains(line, "mint denied") && strings.Contains(line, worker) && strings.Contains(line, tc.reason)
 					})

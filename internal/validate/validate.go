@@ -30,6 +30,10 @@ const (
 	maxTemplateBytes = 64 << 10
 )
 
+// WorkerNamespace is the space node agents register their workers in, the
+// one the control plane schedules from and the CLI lists by default.
+const WorkerNamespace = "torpor-system"
+
 var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // Name checks a DNS-1123 label.

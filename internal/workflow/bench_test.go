@@ -20,6 +20,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/latency"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // The fleet the control-plane benchmark drives: many actors sharing fewer
@@ -126,7 +127,7 @@ func newBenchFleet(tb testing.TB, storeURL string, idle int) *benchFleet {
 			}
 			for w := range benchWorkersPerNode {
 				if _, err := tx.Workers().Create(ctx, &torporv1.Worker{
-					Metadata: &torporv1.ObjectMeta{Space: DefaultWorkerNamespace, Name: fmt.Sprintf("%s-w%d", node, w)},
+					Metadata: &torporv1.ObjectMeta{Space: validate.WorkerNamespace, Name: fmt.Sprintf("%s-w%d", node, w)},
 					Spec:     &torporv1.WorkerSpec{Node: node, Ip: fmt.Sprintf("10.0.%d.%d", n, w+2), Pool: "default", SandboxClass: "gvisor"},
 					Status:   &torporv1.WorkerStatus{},
 				}); err != nil {

@@ -23,6 +23,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // NodeAgent is the part of a node agent's API the workflows call.
@@ -145,16 +146,13 @@ func New(st store.Store, agents Agents, objects Objects, opts Options, logger *s
 		opts.RecoverAfter = 2 * time.Minute
 	}
 	if opts.WorkerNamespace == "" {
-		opts.WorkerNamespace = DefaultWorkerNamespace
+		opts.WorkerNamespace = validate.WorkerNamespace
 	}
 	if logger == nil {
 		logger = slog.Default()
 	}
 	return &Engine{store: st, agents: agents, objects: objects, opts: opts, log: logger, now: time.Now, metrics: newMetrics(opts.Registerer)}
 }
-
-// DefaultWorkerNamespace holds the workers of local nodes.
-const DefaultWorkerNamespace = "torpor-system"
 
 // SetHooks installs test hooks.
 func (e *Engine) SetHooks(h Hooks) { e.hooks = h }

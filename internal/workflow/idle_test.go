@@ -12,6 +12,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // clock is a settable engine clock. It starts an hour behind the real
@@ -286,7 +287,7 @@ func TestEvictedWorkerIsReservedForTheEvictingResume(t *testing.T) {
 	}
 	wantState(t, e.actor("waiting"), torporv1.ActorState_ACTOR_STATE_RUNNING)
 	wantState(t, e.actor("thief"), torporv1.ActorState_ACTOR_STATE_SUSPENDED)
-	w, err := e.store.Workers().Get(e.ctx, DefaultWorkerNamespace, "n1-w0")
+	w, err := e.store.Workers().Get(e.ctx, validate.WorkerNamespace, "n1-w0")
 	if err != nil {
 		t.Fatal(err)
 	}

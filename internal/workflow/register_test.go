@@ -12,17 +12,18 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // reported is worker name of node as its agent reports it: no uid, no
 // status.
 func (e *env) reported(name string) *torporv1.Worker {
 	e.t.Helper()
-	w, err := e.store.Workers().Get(e.ctx, DefaultWorkerNamespace, name)
+	w, err := e.store.Workers().Get(e.ctx, validate.WorkerNamespace, name)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return &torporv1.Worker{Metadata: &torporv1.ObjectMeta{Space: DefaultWorkerNamespace, Name: name}, Spec: proto.CloneOf(w.GetSpec())}
+	return &torporv1.Worker{Metadata: &torporv1.ObjectMeta{Space: validate.WorkerNamespace, Name: name}, Spec: proto.CloneOf(w.GetSpec())}
 }
 
 // A node registering again keeps its workers' uids and placements; a
@@ -39,7 +40,7 @@ func TestRegisterNodeKeepsPlacementsAndRemovesUnreported(t *testing.T) {
 	if busy == other {
 		other = "n1-w1"
 	}
-	before, err := e.store.Workers().Get(e.ctx, DefaultWorkerNamespace, busy)
+	before, err := e.store.Workers().Get(e.ctx, validate.WorkerNamespace, busy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestRegisterNodeKeepsPlacementsAndRemovesUnreported(t *testing.T) {
 	if want := "worker " + busy + " disappeared from node n1"; !strings.Contains(a.GetStatus().GetCrashReason(), want) {
 		t.Fatalf("crash reason %q, want it to say %q", a.GetStatus().GetCrashReason(), want)
 	}
-	if _, err := e.store.Workers().Get(e.ctx, DefaultWorkerNamespace, busy); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.store.Workers().Get(e.ctx, validate.WorkerNamespace, busy); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("unreported worker %s: %v, want it removed", busy, err)
 	}
 	e.checkPlacement()

@@ -15,6 +15,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 type env struct {
@@ -52,7 +53,7 @@ func (e *env) addNode(name string, workers int) {
 	}
 	for i := range workers {
 		if _, err := e.store.Workers().Create(e.ctx, &torporv1.Worker{
-			Metadata: &torporv1.ObjectMeta{Space: DefaultWorkerNamespace, Name: fmt.Sprintf("%s-w%d", name, i)},
+			Metadata: &torporv1.ObjectMeta{Space: validate.WorkerNamespace, Name: fmt.Sprintf("%s-w%d", name, i)},
 			Spec:     &torporv1.WorkerSpec{Node: name, Ip: fmt.Sprintf("10.0.0.%d", i+2), Pool: "default", SandboxClass: "gvisor"},
 			Status:   &torporv1.WorkerStatus{},
 		}); err != nil {
@@ -482,7 +483,7 @@ func TestResumePrefersTheWorkerKeptWarm(t *testing.T) {
 	e.suspend("blocker") // n1-w0, first by name, is free again
 	warm := func(name string) string {
 		t.Helper()
-		w, err := e.store.Workers().Get(e.ctx, DefaultWorkerNamespace, name)
+		w, err := e.store.Workers().Get(e.ctx, validate.WorkerNamespace, name)
 		if err != nil {
 			t.Fatal(err)
 		}
