@@ -42,8 +42,6 @@ import (
 	"regexp"
 	"sync"
 	"time"
-
-	"github.com/torpor-dev/torpor/internal/store"
 )
 
 // DefaultTrustDomain is the trust domain of an installation that names none.
@@ -102,7 +100,7 @@ func (c Config) withDefaults() (Config, error) {
 // Authority issues certificates, JWTs and tokens.
 type Authority struct {
 	cfg     Config
-	secrets store.Secrets
+	secrets Secrets
 	ca      *x509.Certificate
 	caKey   *ecdsa.PrivateKey
 	jwt     *jwtSigner
@@ -111,7 +109,7 @@ type Authority struct {
 // Load reads the CA and signing key from secrets, creating them if this is
 // the installation's first server. Replicas starting together end up with
 // the same ones.
-func Load(ctx context.Context, secrets store.Secrets, cfg Config) (*Authority, error) {
+func Load(ctx context.Context, secrets Secrets, cfg Config) (*Authority, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -255,7 +253,7 @@ func randomSerial() *big.Int {
 // up (and serves everything else) while its store is briefly unreachable;
 // a failed load is retried by the next caller.
 type Loader struct {
-	secrets store.Secrets
+	secrets Secrets
 	cfg     Config
 
 	mu        sync.Mutex
@@ -263,7 +261,7 @@ type Loader struct {
 }
 
 // NewLoader reads nothing yet; a bad cfg fails the first Authority call.
-func NewLoader(secrets store.Secrets, cfg Config) *Loader {
+func NewLoader(secrets Secrets, cfg Config) *Loader {
 	return &Loader{secrets: secrets, cfg: cfg}
 }
 

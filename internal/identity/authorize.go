@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
-	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 )
 
 // ErrDenied wraps every refusal of AuthorizeWorkload with its reason. The
@@ -14,12 +14,14 @@ import (
 // it was, so a refusal reveals nothing about other nodes' workers.
 var ErrDenied = errors.New("not permitted to mint credentials for this workload")
 
-// Records are the records a mint is decided on. Pass the store itself
-// (store.Store or a store.Tx), never a cache: an assignment committed
-// before the call must be honoured on every replica (DESIGN invariant 4).
-type Records interface {
-	Workers() store.Collection[*torporv1.Worker]
-	Actors() store.Collection[*torporv1.Actor]
+// Records read the records a mint is decided on: a worker by (namespace,
+// name) and an actor by (space, name), errdefs.ErrNotFound for none. Read
+// the store itself (the Get of its collections, outside or inside a
+// transaction), never a cache: an assignment committed before the call
+// must be honoured on every replica (DESIGN invariant 4).
+type Records struct {
+	Worker func(ctx context.Context, namespace, name string) (*torporv1.Worker, error)
+	Actor  func(ctx context.Context, space, name string) (*torporv1.Actor, error)
 }
 
 // WorkloadClaim is what a node says runs on one of its workers. The worker
@@ -47,8 +49,8 @@ func AuthorizeWorkload(ctx context.Context, records Records, callerNode string, 
 	if callerNode == "" {
 		return deny("no calling node")
 	}
-	w, err := records.Workers().Get(ctx, claim.WorkerNamespace, claim.WorkerName)
-	if errors.Is(err, store.ErrNotFound) {
+	w, err := records.Worker(ctx, claim.WorkerNamespace, claim.WorkerName)
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return deny("worker does not exist")
 	}
 	if err != nil {
@@ -67,8 +69,8 @@ func AuthorizeWorkload(ctx context.Context, records Records, callerNode string, 
 	case hosted.GetUid() != claim.ActorUID:
 		return deny("worker hosts actor %s/%s (uid %s)", hosted.GetSpace(), hosted.GetName(), hosted.GetUid())
 	}
-	a, err := records.Actors().Get(ctx, hosted.GetSpace(), hosted.GetName())
-	if errors.Is(err, store.ErrNotFound) {
+	a, err := records.Actor(ctx, hosted.GetSpace(), hosted.GetName())
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return deny("actor %s/%s the worker hosts does not exist", hosted.GetSpace(), hosted.GetName())
 	}
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
 
@@ -108,7 +108,7 @@ func (a *Authority) replaceClient(ctx context.Context, name string, role Role, s
 	if err != nil {
 		return Client{}, err
 	}
-	if err := a.secrets.DeleteSecret(ctx, clientSecretPrefix+name); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := a.secrets.DeleteSecret(ctx, clientSecretPrefix+name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return Client{}, fmt.Errorf("replace client %s: %w", name, err)
 	}
 	stored, err := a.secrets.GetOrCreateSecret(ctx, clientSecretPrefix+name, func() ([]byte, error) { return data, nil })
@@ -122,10 +122,10 @@ func (a *Authority) replaceClient(ctx context.Context, name string, role Role, s
 }
 
 // AuthenticateClient returns the client a verified client certificate
-// (name, uid) belongs to, read from the store.
+// (name, uid) belongs to, read from the secrets.
 func (a *Authority) AuthenticateClient(ctx context.Context, name, uid string) (Client, error) {
 	c, err := a.client(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return Client{}, fmt.Errorf("%w: client %s was deleted", ErrUnknownClient, name)
 	}
 	if err != nil {
@@ -181,7 +181,7 @@ func (a *Authority) ListClients(ctx context.Context) ([]Client, error) {
 }
 
 // DeleteClient removes client name: its certificates stop working with
-// the next call. store.ErrNotFound if there is none.
+// the next call. errdefs.ErrNotFound if there is none.
 func (a *Authority) DeleteClient(ctx context.Context, name string) error {
 	if err := validate.Name("name", name); err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
 
@@ -180,7 +180,7 @@ func (a *Authority) ListTokens(ctx context.Context) ([]TokenInfo, error) {
 			return nil, err
 		}
 		if !a.cfg.Now().Before(info.Expires) {
-			if err := a.secrets.DeleteSecret(ctx, s.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			if err := a.secrets.DeleteSecret(ctx, s.Name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 				return nil, fmt.Errorf("remove expired token %s: %w", info.ID, err)
 			}
 			continue
@@ -201,7 +201,7 @@ func (a *Authority) RevokeToken(ctx context.Context, idPrefix string) (TokenInfo
 	}
 	switch len(secrets) {
 	case 0:
-		return TokenInfo{}, fmt.Errorf("token %s: %w", idPrefix, store.ErrNotFound)
+		return TokenInfo{}, fmt.Errorf("token %s: %w", idPrefix, errdefs.ErrNotFound)
 	case 1:
 	default:
 		return TokenInfo{}, &validate.FieldError{Path: "id", Reason: fmt.Sprintf("%s is the start of %d tokens' ids: give more of it", idPrefix, len(secrets))}
@@ -216,7 +216,7 @@ func (a *Authority) RevokeToken(ctx context.Context, idPrefix string) (TokenInfo
 	return info, nil
 }
 
-func tokenInfo(s store.Secret) (TokenInfo, error) {
+func tokenInfo(s Secret) (TokenInfo, error) {
 	var rec tokenRecord
 	if err := json.Unmarshal(s.Data, &rec); err != nil {
 		return TokenInfo{}, fmt.Errorf("token record %s: %w", s.Name, err)
@@ -243,7 +243,7 @@ func (a *Authority) lookupToken(ctx context.Context, secret string, purposes ...
 	}
 	name := tokenSecretName(secret)
 	data, err := a.secrets.GetSecret(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return tokenRecord{}, fmt.Errorf("%w: unknown, or already used", ErrInvalidToken)
 	}
 	if err != nil {
@@ -258,7 +258,7 @@ func (a *Authority) lookupToken(ctx context.Context, secret string, purposes ...
 	}
 	if !a.cfg.Now().Before(rec.Expires) {
 		// Expired tokens are removed when presented.
-		if err := a.secrets.DeleteSecret(ctx, name); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := a.secrets.DeleteSecret(ctx, name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return tokenRecord{}, fmt.Errorf("remove expired token: %w", err)
 		}
 		return tokenRecord{}, fmt.Errorf("%w: expired at %s", ErrInvalidToken, rec.Expires.Format(time.RFC3339))
@@ -286,7 +286,7 @@ func (a *Authority) Join(ctx context.Context, secret, name string, csr []byte) (
 	if rec.Name != "" && rec.Name != name {
 		return nil, fmt.Errorf("%w: made for %s, not %s", ErrInvalidToken, rec.Name, name)
 	}
-	if err := a.secrets.DeleteSecret(ctx, tokenSecretName(secret)); errors.Is(err, store.ErrNotFound) {
+	if err := a.secrets.DeleteSecret(ctx, tokenSecretName(secret)); errors.Is(err, errdefs.ErrNotFound) {
 		return nil, fmt.Errorf("%w: used by a concurrent join", ErrInvalidToken)
 	} else if err != nil {
 		return nil, fmt.Errorf("spend token: %w", err)

@@ -132,7 +132,7 @@ func (p *authorizingPlane) MintCert(ctx context.Context, req *connect.Request[to
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a node certificate is required"))
 	}
 	c := req.Msg.GetWorkload()
-	w, err := identity.AuthorizeWorkload(ctx, p.store, node, identity.WorkloadClaim{
+	w, err := identity.AuthorizeWorkload(ctx, identity.Records{Worker: p.store.Workers().Get, Actor: p.store.Actors().Get}, node, identity.WorkloadClaim{
 		WorkerNamespace: c.GetWorkerNamespace(), WorkerName: c.GetWorkerName(), WorkerUID: c.GetWorkerUid(), ActorUID: c.GetActorUid(),
 	})
 	if errors.Is(err, identity.ErrDenied) {

@@ -313,7 +313,7 @@ func (i *identityService) authorize(ctx context.Context, msg *torporv1.WorkloadC
 	if err != nil {
 		return nil, identity.Workload{}, i.failure(ctx, "authorize mint", err)
 	}
-	w, err := identity.AuthorizeWorkload(ctx, i.store, node, claim)
+	w, err := identity.AuthorizeWorkload(ctx, identity.Records{Worker: i.store.Workers().Get, Actor: i.store.Actors().Get}, node, claim)
 	if errors.Is(err, identity.ErrDenied) {
 		i.log.WarnContext(ctx, "mint denied", "node", node,
 			"worker", claim.WorkerNamespace+"/"+claim.WorkerName, "worker_uid", claim.WorkerUID, "actor_uid", claim.ActorUID, "reason", err)

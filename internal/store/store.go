@@ -12,11 +12,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 )
 
 // Errors every backend returns (wrapped, with the object named).
 var (
-	ErrNotFound      = errors.New("not found")
+	ErrNotFound      = errdefs.ErrNotFound
 	ErrAlreadyExists = errors.New("already exists")
 	// ErrConflict: the record's uid or version no longer matches the caller's.
 	ErrConflict = errors.New("version conflict")
@@ -119,8 +120,10 @@ type Secrets interface {
 	ListSecrets(ctx context.Context, prefix string) ([]Secret, error)
 }
 
-// Secret is one stored secret.
-type Secret struct {
+// Secret is one stored secret. It is an alias of an unnamed struct so that
+// identity.Secret, spelled the same, is the same type: the store then
+// satisfies identity.Secrets without identity importing the store.
+type Secret = struct {
 	Name       string
 	Data       []byte
 	CreateTime time.Time
