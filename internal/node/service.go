@@ -230,7 +230,7 @@ func (a *Agent) boot(ctx context.Context, s *slot, w *torporv1.Workload, source 
 	}
 	defer release()
 	steps.done("fetch")
-	volumes, err := prepareVolumes(a.volumeRoot(w.GetActorUid()), durableVolumes(w.GetTemplate()), src.data)
+	volumes, err := prepareVolumes(ctx, a.volumeRoot(w.GetActorUid()), durableVolumes(w.GetTemplate()), src.data)
 	if err != nil {
 		return fmt.Errorf("actor %s/%s: durable volumes: %w", w.GetSpace(), w.GetActor(), err)
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"archive/tar"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,7 +54,7 @@ func TestVolumeArchiveRoundTrip(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "data", "stale"), []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dirs, err := prepareVolumes(root, []string{"data", "cache", "fresh"}, archive)
+	dirs, err := prepareVolumes(context.Background(), root, []string{"data", "cache", "fresh"}, archive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestVolumeArchiveRejectsEscapes(t *testing.T) {
 			tw.Close()
 			f.Close()
 			root := filepath.Join(t.TempDir(), "actor")
-			_, err = prepareVolumes(root, []string{"data"}, archive)
+			_, err = prepareVolumes(context.Background(), root, []string{"data"}, archive)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
 			}
