@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/torpor-dev/torpor/internal/fstree"
 )
 
 // ReadManifest fetches the manifest of the snapshot at location and checks
@@ -95,15 +97,19 @@ func Download(ctx context.Context, store ObjectStore, location, manifestDigest, 
 	return nil
 }
 
-func restoreTree(ctx context.Context, store ObjectStore, m *Manifest, root string) error {
-	local := func(e *Entry) string { return filepath.Join(root, filepath.FromSlash(e.Path)) }
+func restoreTree(ctx context.Context, store ObjectStore, m *Manifest, dir string) error {
+	root, err := fstree.Open(dir)
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", m.Location, err)
+	}
+	defer root.Close()
 	var files []int
 	for i := range m.Entries {
 		e := &m.Entries[i]
 		switch e.Type {
 		case EntryDir:
 			if i > 0 {
-				if err := os.Mkdir(local(e), 0o700); err != nil {
+				if err := root.Mkdir(e.Path, 0o700); err != nil {
 					return fmt.Errorf("snapshot %s: %w", m.Location, err)
 				}
 			}
@@ -112,15 +118,15 @@ func restoreTree(ctx context.Context, store ObjectStore, m *Manifest, root strin
 		}
 	}
 	largestFirst(m.Entries, files)
-	err := forEach(ctx, files, func(ctx context.Context, i int) error {
-		return fetchFile(ctx, store, m.Location, &m.Entries[i], local(&m.Entries[i]))
+	err = forEach(ctx, files, func(ctx context.Context, i int) error {
+		return fetchFile(ctx, store, m.Location, &m.Entries[i], root)
 	})
 	if err != nil {
 		return err
 	}
 	for i := range m.Entries {
 		if e := &m.Entries[i]; e.Type == EntrySymlink {
-			if err := os.Symlink(e.Target, local(e)); err != nil {
+			if err := root.Symlink(e.Target, e.Path); err != nil {
 				return fmt.Errorf("snapshot %s: %w", m.Location, err)
 			}
 		}
@@ -128,30 +134,12 @@ func restoreTree(ctx context.Context, store ObjectStore, m *Manifest, root strin
 	// Children before parents: a directory's mtime must be set after its
 	// entries are created, and a restrictive mode only once nothing more
 	// is written below it.
-	asRoot := os.Geteuid() == 0
 	for i := len(m.Entries) - 1; i >= 0; i-- {
-		if err := setAttributes(&m.Entries[i], local(&m.Entries[i]), asRoot); err != nil {
-			return fmt.Errorf("snapshot %s: file %s: %w", m.Location, m.Entries[i].Path, err)
+		e := &m.Entries[i]
+		attrs := fstree.Attrs{Mode: e.Mode, UID: e.UID, GID: e.GID, ModTime: e.ModTime}
+		if err := root.SetAttrs(e.Path, attrs); err != nil {
+			return fmt.Errorf("snapshot %s: file %s: %w", m.Location, e.Path, err)
 		}
-	}
-	return nil
-}
-
-func setAttributes(e *Entry, path string, asRoot bool) error {
-	// chown clears setuid/setgid, so it goes before chmod.
-	if asRoot {
-		if err := os.Lchown(path, e.UID, e.GID); err != nil {
-			return err
-		}
-	}
-	if e.Type != EntrySymlink {
-		if err := unix.Chmod(path, e.Mode); err != nil {
-			return &fs.PathError{Op: "chmod", Path: path, Err: err}
-		}
-	}
-	ts := unix.NsecToTimespec(e.ModTime.UnixNano())
-	if err := unix.UtimesNanoAt(unix.AT_FDCWD, path, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return &fs.PathError{Op: "utimes", Path: path, Err: err}
 	}
 	return nil
 }
@@ -160,7 +148,7 @@ func setAttributes(e *Entry, path string, asRoot bool) error {
 // digests of both the object and the content. Data problems are
 // DataLossErrors; store or local I/O failures are not, since retrying
 // them may succeed.
-func fetchFile(ctx context.Context, store ObjectStore, location string, e *Entry, dest string) error {
+func fetchFile(ctx context.Context, store ObjectStore, location string, e *Entry, root *fstree.Root) error {
 	lost := func(format string, args ...any) error {
 		return &DataLossError{Location: location, File: e.Path, Err: fmt.Errorf(format, args...)}
 	}
@@ -181,7 +169,7 @@ func fetchFile(ctx context.Context, store ObjectStore, location string, e *Entry
 	if err != nil {
 		return failed(fmt.Errorf("zstd decoder: %w", err))
 	}
-	out, err := os.OpenFile(dest, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	out, err := root.OpenFile(e.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return failed(err)
 	}
