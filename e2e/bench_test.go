@@ -233,7 +233,7 @@ func newRawCounter(b *testing.B, c *cluster) *rawCounter {
 	}
 	dir := shortTempDir(b)
 	root := filepath.Join(dir, "gvisor")
-	rt, err := gvisor.New(gvisor.Config{Runsc: runtimetest.Runsc(b), RootDir: root, Logger: testLogger()})
+	rt, err := gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runtimetest.Runsc(b), RootDir: root, Logger: testLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}

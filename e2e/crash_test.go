@@ -517,7 +517,7 @@ func (n *nodeProcess) removeLeftovers(t testing.TB) {
 	n.cleaned.Do(func() {
 		n.kill()
 		ctx := context.Background()
-		rt, err := gvisor.New(gvisor.Config{Runsc: runtimetest.Runsc(t), RootDir: filepath.Join(n.stateDir, "gvisor")})
+		rt, err := gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runtimetest.Runsc(t), RootDir: filepath.Join(n.stateDir, "gvisor")})
 		if err != nil {
 			t.Errorf("node %s: %v", n.name, err)
 			return

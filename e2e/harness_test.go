@@ -243,7 +243,7 @@ func (c *cluster) addNode(workers int) *nodeAgent {
 		t.Fatal(err)
 	}
 	state := shortTempDir(t)
-	n.runtime, err = gvisor.New(gvisor.Config{Runsc: runtimetest.Runsc(t), RootDir: filepath.Join(state, "gvisor")})
+	n.runtime, err = gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runtimetest.Runsc(t), RootDir: filepath.Join(state, "gvisor")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,7 @@ func cleanupNode(ctx context.Context, out io.Writer, cfg node.Config, f nodeFlag
 	if err != nil {
 		return err
 	}
-	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, RootDir: filepath.Join(cfg.StateDir, "gvisor"), Logger: slog.New(slog.DiscardHandler)})
+	rt, err := gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runsc, RootDir: filepath.Join(cfg.StateDir, "gvisor"), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
@@ -235,7 +235,7 @@ func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) err
 	if err != nil {
 		return err
 	}
-	cfg.Runtime, err = gvisor.New(gvisor.Config{Runsc: runsc, RootDir: filepath.Join(cfg.StateDir, "gvisor"), Logger: logger})
+	cfg.Runtime, err = gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runsc, RootDir: filepath.Join(cfg.StateDir, "gvisor"), Logger: logger})
 	return err
 }
 

@@ -97,7 +97,7 @@ func newGVisorNode(t testing.TB, cacheBytes int64, options ...func(*Config)) *gv
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, RootDir: filepath.Join(stateDir, "gvisor"), Logger: testLogger(t)})
+	rt, err := gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runsc, RootDir: filepath.Join(stateDir, "gvisor"), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

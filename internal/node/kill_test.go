@@ -44,7 +44,7 @@ type helperConfig struct {
 }
 
 func (c helperConfig) gvisor() (*gvisor.Runtime, error) {
-	return gvisor.New(gvisor.Config{Runsc: c.Runsc, RootDir: filepath.Join(c.StateDir, "gvisor")})
+	return gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: c.Runsc, RootDir: filepath.Join(c.StateDir, "gvisor")})
 }
 
 // helperAgent runs the agent of the configuration in helperEnv until

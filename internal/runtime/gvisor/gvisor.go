@@ -69,7 +69,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
 )
@@ -86,7 +85,13 @@ type Config struct {
 	RootDir string
 	// Platform is runsc's platform; default systrap.
 	Platform string
-	Logger   *slog.Logger
+	// ConfigureNetwork gives a slot's guest interface its address, route
+	// and loopback in the slot's network namespace (netns.Configure does,
+	// for the node's network). runsc takes the address off the interface
+	// when a sandbox starts, so the runtime calls it before every start and
+	// after a sandbox leaves, only while none runs in the slot. Required.
+	ConfigureNetwork func(ctx context.Context, slot runtime.Slot) error
+	Logger           *slog.Logger
 }
 
 // Runtime implements runtime.Runtime with runsc.
@@ -96,6 +101,9 @@ type Runtime struct {
 	runscDir string
 	slotsDir string
 	log      *slog.Logger
+
+	// configureNetwork is Config.ConfigureNetwork.
+	configureNetwork func(ctx context.Context, slot runtime.Slot) error
 
 	mu    sync.Mutex
 	slots map[string]*sync.Mutex
@@ -126,6 +134,9 @@ func New(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor config: root dir: %w", err)
 	}
+	if cfg.ConfigureNetwork == nil {
+		return nil, errors.New("gvisor config: no ConfigureNetwork to give slots their addresses")
+	}
 	if cfg.Platform == "" {
 		cfg.Platform = "systrap"
 	}
@@ -138,6 +149,8 @@ func New(cfg Config) (*Runtime, error) {
 		slotsDir: filepath.Join(root, "slots"),
 		log:      cfg.Logger.With("runtime", Class),
 		slots:    map[string]*sync.Mutex{},
+
+		configureNetwork: cfg.ConfigureNetwork,
 	}
 	r.flags = []string{
 		"--root=" + r.runscDir,
@@ -211,8 +224,9 @@ func (r *Runtime) start(ctx context.Context, slot runtime.Slot, w runtime.Worklo
 	if len(active) > 0 {
 		return fmt.Errorf("slot %s: %s actor %s: %w (sandbox %s)", slot.Name, verb, w.ActorUID, runtime.ErrBusy, active[0])
 	}
-	// The previous sandbox took the address with it (see netns.Configure).
-	if err := netns.Configure(ctx, slot); err != nil {
+	// The previous sandbox took the address with it (see
+	// Config.ConfigureNetwork).
+	if err := r.configureNetwork(ctx, slot); err != nil {
 		return fmt.Errorf("%s actor %s: %w", verb, w.ActorUID, err)
 	}
 	log := r.log.With("slot", slot.Name, "actor_uid", w.ActorUID)
@@ -229,7 +243,7 @@ func (r *Runtime) start(ctx context.Context, slot runtime.Slot, w runtime.Worklo
 			return fmt.Errorf("slot %s: %s actor %s: remove the warm sandbox that failed: %w", slot.Name, verb, w.ActorUID, err)
 		}
 		warm = nil
-		if err := netns.Configure(ctx, slot); err != nil {
+		if err := r.configureNetwork(ctx, slot); err != nil {
 			return fmt.Errorf("%s actor %s: %w", verb, w.ActorUID, err)
 		}
 	}
@@ -642,7 +656,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, slot runtime.Slot, imageDir st
 	if err := r.remove(ctx, slot.Name, id); err != nil {
 		return fmt.Errorf("slot %s: checkpoint: %w", slot.Name, err)
 	}
-	return vacate(ctx, slot)
+	return r.vacate(ctx, slot)
 }
 
 // stateMagic begins runsc's state file (checkpoint.img): it is followed
@@ -727,14 +741,14 @@ func checkImageContainers(imageDir string, containers []runtime.Checked) error {
 // client still holding the address (a router's cached endpoint) is refused
 // at once instead of waiting on a dial to nobody. A slot given by name
 // only, or whose namespace is already gone, is left as it is.
-func vacate(ctx context.Context, slot runtime.Slot) error {
+func (r *Runtime) vacate(ctx context.Context, slot runtime.Slot) error {
 	if slot.IP == "" || slot.NetNS == "" {
 		return nil
 	}
 	if _, err := os.Stat(slot.NetNS); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	if err := netns.Configure(ctx, slot); err != nil {
+	if err := r.configureNetwork(ctx, slot); err != nil {
 		return fmt.Errorf("slot %s: restore its address after the sandbox left: %w", slot.Name, err)
 	}
 	return nil
@@ -771,7 +785,7 @@ func (r *Runtime) Terminate(ctx context.Context, slot runtime.Slot) error {
 	if err := os.Remove(filepath.Join(r.slotsDir, slot.Name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("slot %s: terminate: %w", slot.Name, err)
 	}
-	return vacate(ctx, slot)
+	return r.vacate(ctx, slot)
 }
 
 // remove deletes sandbox id of slot with everything it made. Idempotent.

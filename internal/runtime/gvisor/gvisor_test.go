@@ -101,7 +101,7 @@ func newHarness(t testing.TB) *harness {
 			t.Fatal(err)
 		}
 	}
-	h.rt, err = New(Config{Runsc: runsc, RootDir: h.root})
+	h.rt, err = New(Config{ConfigureNetwork: netns.Configure, Runsc: runsc, RootDir: h.root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +498,7 @@ func TestRestartedRuntimeFindsItsSandboxes(t *testing.T) {
 	if err := h.rt.Run(ctx, b, h.workload(t)); err != nil {
 		t.Fatal(err)
 	}
-	again, err := New(Config{Runsc: h.rt.runsc, RootDir: h.root})
+	again, err := New(Config{ConfigureNetwork: netns.Configure, Runsc: h.rt.runsc, RootDir: h.root})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/runtime"
 )
 
@@ -99,7 +100,7 @@ func TestRestartedRuntimeFindsWarmSandboxes(t *testing.T) {
 	if err := h.rt.Warm(ctx, a, h.workload(t)); err != nil {
 		t.Fatal(err)
 	}
-	again, err := New(Config{Runsc: h.rt.runsc, RootDir: h.root})
+	again, err := New(Config{ConfigureNetwork: netns.Configure, Runsc: h.rt.runsc, RootDir: h.root})
 	if err != nil {
 		t.Fatal(err)
 	}
