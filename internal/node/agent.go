@@ -38,9 +38,6 @@ import (
 	"github.com/torpor-dev/torpor/internal/validate"
 )
 
-// WorkerNamespace is where a node registers its workers.
-const WorkerNamespace = "torpor-system"
-
 // Network gives worker slots their network: a namespace and an address
 // each, made ahead of time and kept across agent restarts while workloads
 // run, so a workload never waits for its network and an adopted one keeps
@@ -634,7 +631,7 @@ func (a *Agent) register(ctx context.Context, client torporv1connect.NodeService
 	}}
 	for _, s := range a.slots {
 		req.Workers = append(req.Workers, &torporv1.Worker{
-			Metadata: &torporv1.ObjectMeta{Name: s.name(), Space: WorkerNamespace, Labels: a.cfg.Labels},
+			Metadata: &torporv1.ObjectMeta{Name: s.name(), Space: validate.WorkerNamespace, Labels: a.cfg.Labels},
 			Spec:     &torporv1.WorkerSpec{Node: a.cfg.Name, Ip: s.rt.IP, Pool: a.cfg.Pool, SandboxClass: class},
 		})
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/runtime/fake"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/snapshot"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // loopback is a Network for unit tests: no namespaces, slot i at
@@ -209,7 +210,7 @@ func TestRegistrationAndHeartbeats(t *testing.T) {
 	for i, w := range reg.GetWorkers() {
 		slot, _ := n.net.Slot(context.Background(), n.worker(i), i)
 		m, s := w.GetMetadata(), w.GetSpec()
-		if m.GetName() != n.worker(i) || m.GetSpace() != WorkerNamespace || s.GetNode() != n.name || s.GetIp() != slot.IP ||
+		if m.GetName() != n.worker(i) || m.GetSpace() != validate.WorkerNamespace || s.GetNode() != n.name || s.GetIp() != slot.IP ||
 			s.GetPool() != "p" || s.GetSandboxClass() != fake.Class || m.GetLabels()["zone"] != "a" {
 			t.Errorf("worker %d registered as %v", i, w)
 		}
@@ -222,7 +223,7 @@ func TestRegistrationAndHeartbeats(t *testing.T) {
 	waitFor(t, "heartbeats", func() bool { return heartbeats() >= 3 })
 	for i := range 2 {
 		w, err := n.agent.registeredWorker(context.Background(), n.worker(i))
-		if err != nil || w.GetMetadata().GetUid() != "uid-"+n.worker(i) || w.GetMetadata().GetSpace() != WorkerNamespace {
+		if err != nil || w.GetMetadata().GetUid() != "uid-"+n.worker(i) || w.GetMetadata().GetSpace() != validate.WorkerNamespace {
 			t.Errorf("registered worker %d: %v (%v), want the registry's record with uid uid-%s", i, w, err, n.worker(i))
 		}
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
+	"github.com/torpor-dev/torpor/internal/validate"
 )
 
 // MintCert grants a node the certificate of the workload on a worker it
@@ -44,7 +45,7 @@ func (r *registry) MintCert(ctx context.Context, req *connect.Request[torporv1.M
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a node certificate is required"))
 	}
 	c := req.Msg.GetWorkload()
-	if c.GetWorkerNamespace() != WorkerNamespace || !strings.HasPrefix(c.GetWorkerName(), node+"-w") || c.GetWorkerUid() != "uid-"+c.GetWorkerName() {
+	if c.GetWorkerNamespace() != validate.WorkerNamespace || !strings.HasPrefix(c.GetWorkerName(), node+"-w") || c.GetWorkerUid() != "uid-"+c.GetWorkerName() {
 		return nil, connect.NewError(connect.CodePermissionDenied, identity.ErrDenied)
 	}
 	w := identity.Workload{Space: "s", Actor: "actor-" + c.GetActorUid(), ActorUID: c.GetActorUid()}
@@ -176,7 +177,7 @@ func (p *authorizingPlane) place(t *testing.T, actorUID, worker string) {
 		}
 		a.Status.Worker, a.Status.State = nil, torporv1.ActorState_ACTOR_STATE_SUSPENDED
 		if worker != "" {
-			w, err := tx.Workers().Get(ctx, WorkerNamespace, worker)
+			w, err := tx.Workers().Get(ctx, validate.WorkerNamespace, worker)
 			if err != nil {
 				return err
 			}
@@ -275,7 +276,7 @@ func newIdentityNode(t *testing.T, plane *authorizingPlane) (*fakeNode, *identit
 	plane.join(t, &n.cfg)
 	n.start(t)
 	waitFor(t, "the workers to be registered", func() bool {
-		_, err := plane.store.Workers().Get(context.Background(), WorkerNamespace, n.worker(n.cfg.Workers-1))
+		_, err := plane.store.Workers().Get(context.Background(), validate.WorkerNamespace, n.worker(n.cfg.Workers-1))
 		return err == nil
 	})
 	return n, witness
