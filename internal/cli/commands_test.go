@@ -547,17 +547,3 @@ func TestFormatAge(t *testing.T) {
 		t.Errorf("age(nil) = %q", got)
 	}
 }
-
-func TestUpperSnake(t *testing.T) {
-	for in, want := range map[string]string{
-		"VolumeKind":    "VOLUME_KIND",
-		"FromData":      "FROM_DATA",
-		"HTTPGetAction": "HTTP_GET_ACTION",
-		"Scope2Name":    "SCOPE2_NAME",
-		"State":         "STATE",
-	} {
-		if got := upperSnake(in); got != want {
-			t.Errorf("upperSnake(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/torpor-dev/torpor/internal/enum"
 )
 
 // entry is one line of a describe view: a label with a value, or a label
@@ -102,7 +104,7 @@ func valueString(v protoreflect.Value, fd protoreflect.FieldDescriptor, now time
 	case fd.Enum() != nil:
 		values := fd.Enum().Values()
 		if ev := values.ByNumber(v.Enum()); ev != nil {
-			return strings.TrimPrefix(string(ev.Name()), enumPrefix(fd.Enum()))
+			return strings.TrimPrefix(string(ev.Name()), enum.Prefix(fd.Enum()))
 		}
 		return fmt.Sprint(v.Enum())
 	case fd.Message() == nil:

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/enum"
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
@@ -433,14 +434,14 @@ func (d *manifestDecoder) enum(n *yaml.Node, ed protoreflect.EnumDescriptor, pat
 	var short []string
 	values := ed.Values()
 	for i := 1; i < values.Len(); i++ { // the zero value means "unset"
-		short = append(short, strings.TrimPrefix(string(values.Get(i).Name()), enumPrefix(ed)))
+		short = append(short, strings.TrimPrefix(string(values.Get(i).Name()), enum.Prefix(ed)))
 	}
 	want := "one of " + strings.Join(short, ", ")
 	if !hasTag(n, "!!str") {
 		return nil, d.wrongType(n, path, want)
 	}
 	name := strings.ToUpper(n.Value)
-	for _, candidate := range []string{name, enumPrefix(ed) + name} {
+	for _, candidate := range []string{name, enum.Prefix(ed) + name} {
 		if v := values.ByName(protoreflect.Name(candidate)); v != nil {
 			return string(v.Name()), nil
 		}

@@ -8,13 +8,14 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
+
+	"github.com/torpor-dev/torpor/internal/enum"
 )
 
 // none fills a table cell or describe value that has nothing to show.
@@ -116,39 +117,11 @@ func formatAge(d time.Duration) string {
 	return fmt.Sprintf("%ds", d/time.Second)
 }
 
-// enumName is an enum value without its type prefix: RUNNING, not
-// ACTOR_STATE_RUNNING. The zero value means unset and shows as "".
+// enumName is an enum value as users see it (enum.Name); the zero value
+// means unset and shows as "".
 func enumName(e protoreflect.Enum) string {
 	if e.Number() == 0 {
 		return ""
 	}
-	v := e.Descriptor().Values().ByNumber(e.Number())
-	if v == nil {
-		return fmt.Sprint(e.Number())
-	}
-	return strings.TrimPrefix(string(v.Name()), enumPrefix(e.Descriptor()))
-}
-
-// enumPrefix is the prefix the value names of an enum carry by convention
-// (VolumeKind → VOLUME_KIND_).
-func enumPrefix(e protoreflect.EnumDescriptor) string {
-	return upperSnake(string(e.Name())) + "_"
-}
-
-// upperSnake turns a CamelCase name into UPPER_SNAKE, keeping acronyms
-// together: SnapshotScope → SNAPSHOT_SCOPE, HTTPGetAction → HTTP_GET_ACTION.
-func upperSnake(name string) string {
-	runes := []rune(name)
-	var b strings.Builder
-	for i, r := range runes {
-		if i > 0 && unicode.IsUpper(r) {
-			prevLower := unicode.IsLower(runes[i-1]) || unicode.IsDigit(runes[i-1])
-			acronymEnds := unicode.IsUpper(runes[i-1]) && i+1 < len(runes) && unicode.IsLower(runes[i+1])
-			if prevLower || acronymEnds {
-				b.WriteByte('_')
-			}
-		}
-		b.WriteRune(unicode.ToUpper(r))
-	}
-	return b.String()
+	return enum.Name(e)
 }

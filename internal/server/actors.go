@@ -200,13 +200,3 @@ func requireRevision(ctx context.Context, tx store.Tx, space, name string, rev i
 }
 
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
-
-// stateName is the short form users see, e.g. RUNNING.
-func stateName(s torporv1.ActorState) string {
-	const prefix = "ACTOR_STATE_"
-	n := s.String()
-	if len(n) > len(prefix) {
-		return n[len(prefix):]
-	}
-	return n
-}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/enum"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 )
@@ -66,9 +67,9 @@ func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkp
 			continue
 		case torporv1.ActorState_ACTOR_STATE_RUNNING:
 		default:
-			return nil, codeError(connect.CodeFailedPrecondition, "actor %s is %s: only a RUNNING actor can be %s", actorKey(a), stateName(state), stateName(kind.done))
+			return nil, codeError(connect.CodeFailedPrecondition, "actor %s is %s: only a RUNNING actor can be %s", actorKey(a), enum.Name(state), enum.Name(kind.done))
 		}
-		claimed, err := e.claimCheckpoint(ctx, a, kind, stateName(kind.done)+" requested", nil)
+		claimed, err := e.claimCheckpoint(ctx, a, kind, enum.Name(kind.done)+" requested", nil)
 		if errors.Is(err, errRetry) {
 			continue
 		}
@@ -250,7 +251,7 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 			if expired, err = expireInTx(ctx, tx, expire); err != nil {
 				return err
 			}
-			reason := fmt.Sprintf("%s: %s snapshot %s (%d bytes)", stateName(kind.done), scopeName(snap.GetScope()), snap.GetMetadata().GetName(), snap.GetSizeBytes())
+			reason := fmt.Sprintf("%s: %s snapshot %s (%d bytes)", enum.Name(kind.done), enum.Name(snap.GetScope()), snap.GetMetadata().GetName(), snap.GetSizeBytes())
 			if op.GetEvictedFor() != "" {
 				reason += "; worker handed to " + op.GetEvictedFor()
 			}
@@ -260,7 +261,7 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("finalize %s of actor %s: %w", stateName(kind.done), actorKey(a), err)
+		return nil, fmt.Errorf("finalize %s of actor %s: %w", enum.Name(kind.done), actorKey(a), err)
 	}
 	if lost != nil {
 		return checkpointedElsewhere(a, lost, kind)
@@ -273,7 +274,7 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 			e.logger(a).Warn("remove old snapshot", "snapshot", s.GetMetadata().GetName(), "err", err)
 		}
 	}
-	e.logger(a).Info("actor checkpointed", "state", stateName(kind.done), "snapshot", snap.GetMetadata().GetName(), "bytes", snap.GetSizeBytes())
+	e.logger(a).Info("actor checkpointed", "state", enum.Name(kind.done), "snapshot", snap.GetMetadata().GetName(), "bytes", snap.GetSizeBytes())
 	return out, nil
 }
 
@@ -291,7 +292,7 @@ func checkpointedElsewhere(a, cur *torporv1.Actor, kind checkpointKind) (*torpor
 	if cur.GetMetadata().GetUid() == a.GetMetadata().GetUid() && checkpointedTo(cur, kind, a.GetStatus().GetOperation().GetTargetSnapshot()) {
 		return cur, nil
 	}
-	return nil, codeError(connect.CodeAborted, "actor %s became %s while checkpointing: %s", actorKey(a), stateName(cur.GetStatus().GetState()), cur.GetStatus().GetCrashReason())
+	return nil, codeError(connect.CodeAborted, "actor %s became %s while checkpointing: %s", actorKey(a), enum.Name(cur.GetStatus().GetState()), cur.GetStatus().GetCrashReason())
 }
 
 // failCheckpoint returns the actor to RUNNING when its workload survived
@@ -331,7 +332,7 @@ func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, cause er
 			if !sameStep(cur, a) {
 				return nil
 			}
-			reason := fmt.Sprintf("%s failed: %s", stateName(kindOf(op.GetKind()).done), connectMessage(cause))
+			reason := fmt.Sprintf("%s failed: %s", enum.Name(kindOf(op.GetKind()).done), connectMessage(cause))
 			if !running {
 				return e.crashInTx(ctx, tx, cur, reason)
 			}
@@ -348,14 +349,6 @@ func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, cause er
 		e.logger(a).Error("record failed checkpoint", "err", err)
 	}
 	return cause
-}
-
-func scopeName(s torporv1.SnapshotScope) string {
-	const prefix = "SNAPSHOT_SCOPE_"
-	if n := s.String(); len(n) > len(prefix) {
-		return n[len(prefix):]
-	}
-	return s.String()
 }
 
 // expiring applies retention to the actor's durable snapshots once

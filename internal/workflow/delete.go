@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/enum"
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
@@ -46,7 +47,7 @@ func (e *Engine) Delete(ctx context.Context, space, name string) (err error) {
 		}
 		a = claimed
 	default:
-		return codeError(connect.CodeFailedPrecondition, "actor %s is %s: suspend it before deleting", actorKey(a), stateName(state))
+		return codeError(connect.CodeFailedPrecondition, "actor %s is %s: suspend it before deleting", actorKey(a), enum.Name(state))
 	}
 	return e.driveDelete(ctx, a)
 }

@@ -328,14 +328,6 @@ func codeError(code connect.Code, format string, args ...any) error {
 	return connect.NewError(code, fmt.Errorf(format, args...))
 }
 
-func stateName(s torporv1.ActorState) string {
-	const prefix = "ACTOR_STATE_"
-	if n := s.String(); len(n) > len(prefix) {
-		return n[len(prefix):]
-	}
-	return s.String()
-}
-
 // waitForChange polls the actor until its version moves past version, so
 // a caller that found a step in flight can act on its outcome.
 func (e *Engine) waitForChange(ctx context.Context, space, name string, version int64) error {

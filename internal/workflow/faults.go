@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/enum"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/store"
 )
@@ -233,6 +234,6 @@ func (e *Engine) drive(ctx context.Context, a *torporv1.Actor, fn func(context.C
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			code = connect.CodeDeadlineExceeded
 		}
-		return nil, codeError(code, "actor %s: stopped waiting for %s %s, which goes on: %v", actorKey(a), stateName(a.GetStatus().GetState()), op, ctx.Err())
+		return nil, codeError(code, "actor %s: stopped waiting for %s %s, which goes on: %v", actorKey(a), enum.Name(a.GetStatus().GetState()), op, ctx.Err())
 	}
 }

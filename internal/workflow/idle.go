@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/enum"
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
@@ -156,7 +157,7 @@ func (e *Engine) SweepIdle(ctx context.Context) error {
 			defer func() { <-sem }()
 			idleFor := now.Sub(act.LastActive).Round(time.Second)
 			_, err := e.stopIdle(ctx, a, p.kind, stopCause{
-				reason: fmt.Sprintf("idle for %s (idle policy: %s after %s)", idleFor, stateName(p.kind.done), p.idle),
+				reason: fmt.Sprintf("idle for %s (idle policy: %s after %s)", idleFor, enum.Name(p.kind.done), p.idle),
 				metric: "idle",
 				cutoff: now.Add(-p.idle),
 			})
@@ -218,7 +219,7 @@ func (e *Engine) stopIdle(ctx context.Context, a *torporv1.Actor, kind checkpoin
 	out, err := e.drive(ctx, claimed, func(ctx context.Context) (*torporv1.Actor, error) { return e.driveCheckpoint(ctx, claimed) })
 	if err == nil {
 		e.metrics.stops.WithLabelValues(c.metric, kind.metric(), template).Inc()
-		e.logger(claimed).Info("idle actor stopped", "reason", c.reason, "state", stateName(kind.done))
+		e.logger(claimed).Info("idle actor stopped", "reason", c.reason, "state", enum.Name(kind.done))
 	}
 	return out, err
 }

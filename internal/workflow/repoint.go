@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/enum"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
@@ -97,7 +98,7 @@ func (e *Engine) repoint(ctx context.Context, tx store.Tx, a *torporv1.Actor, u 
 	}
 	state := a.GetStatus().GetState()
 	if state != torporv1.ActorState_ACTOR_STATE_SUSPENDED && state != torporv1.ActorState_ACTOR_STATE_CRASHED {
-		return nil, "", codeError(connect.CodeFailedPrecondition, "actor %s is %s: the template can change only while SUSPENDED or CRASHED", actorKey(a), stateName(state))
+		return nil, "", codeError(connect.CodeFailedPrecondition, "actor %s is %s: the template can change only while SUSPENDED or CRASHED", actorKey(a), enum.Name(state))
 	}
 	if missing {
 		return nil, "", codeError(connect.CodeFailedPrecondition, "spec.template: %v", err)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/enum"
 	"github.com/torpor-dev/torpor/internal/scheduler"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
@@ -316,7 +317,7 @@ func cachedOn(src source, plan RestorePlan) []string {
 }
 
 func describePlan(plan RestorePlan, src source) string {
-	s := "resume: " + restoreScopeName(plan.Scope)
+	s := "resume: " + enum.Name(plan.Scope)
 	if src.snap != nil && plan.UseSource {
 		s += " from " + src.kind.String() + " " + src.snap.GetMetadata().GetName()
 	}
@@ -330,14 +331,6 @@ func describePlan(plan RestorePlan, src source) string {
 		s += "; " + src.note
 	}
 	return s
-}
-
-func restoreScopeName(s torporv1.RestoreScope) string {
-	const prefix = "RESTORE_SCOPE_"
-	if n := s.String(); len(n) > len(prefix) {
-		return n[len(prefix):]
-	}
-	return s.String()
 }
 
 // driveResume issues the node call of a committed RESUMING intent and
@@ -394,7 +387,7 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 			}
 			return e.record(ctx, tx, written.GetMetadata().GetUid(), transition{
 				from: torporv1.ActorState_ACTOR_STATE_RESUMING, to: torporv1.ActorState_ACTOR_STATE_RUNNING,
-				reason: "resumed (" + restoreScopeName(op.GetRestoreScope()) + ")", op: op, worker: written.GetStatus().GetWorker(), since: op.GetStartTime().AsTime(),
+				reason: "resumed (" + enum.Name(op.GetRestoreScope()) + ")", op: op, worker: written.GetStatus().GetWorker(), since: op.GetStartTime().AsTime(),
 			})
 		})
 	})
@@ -425,7 +418,7 @@ func resumedElsewhere(a, cur *torporv1.Actor) (*torporv1.Actor, error) {
 	if cur.GetMetadata().GetUid() == a.GetMetadata().GetUid() && runningOn(cur, a.GetStatus().GetWorker()) {
 		return cur, nil
 	}
-	return nil, codeError(connect.CodeAborted, "actor %s became %s while resuming: %s", actorKey(a), stateName(cur.GetStatus().GetState()), cur.GetStatus().GetCrashReason())
+	return nil, codeError(connect.CodeAborted, "actor %s became %s while resuming: %s", actorKey(a), enum.Name(cur.GetStatus().GetState()), cur.GetStatus().GetCrashReason())
 }
 
 func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor, source *torporv1.Snapshot) error {
