@@ -6,7 +6,7 @@ VERSITYGW_VERSION := v1.8.0
 TOOLS := go tool -modfile=tools/go.mod
 BIN := $(CURDIR)/bin
 
-.PHONY: all build generate runsc s3server images up test fuzz bench clean
+.PHONY: all build generate runsc s3server images up lint test fuzz bench clean
 
 all: build
 
@@ -40,6 +40,12 @@ examples/pod/image/index.json: $(filter-out %_test.go,$(wildcard examples/pod/*/
 # the examples' images (see docs/operations.md, "Image policy").
 up: build runsc images
 	$(BIN)/torpor up --allow-image-dir $(CURDIR)/examples
+
+# go vet and staticcheck (pinned in tools/go.mod, default checks; it
+# skips generated code, such as api/gen, by its "Code generated" header).
+lint:
+	go vet ./...
+	$(TOOLS) staticcheck ./...
 
 test: build runsc s3server images
 	go test -count=1 -timeout 60m ./...

@@ -94,7 +94,7 @@ func (b *batcher) inTx(ctx context.Context, fn func(tx Tx) error) (err error) {
 	if bt.members == 1 {
 		// The first member needs no savepoint: when it fails, the whole
 		// transaction is rolled back and the batch ends with it.
-		fnErr, p = b.runFn(ctx, bt.tx, fn)
+		p, fnErr = b.runFn(ctx, bt.tx, fn)
 		if fnErr != nil || p != nil {
 			_ = bt.tx.Rollback()
 			b.finish(bt, nil)
@@ -169,9 +169,9 @@ const (
 )
 
 // runFn runs fn on tx and returns its error, or what it panicked with.
-func (b *batcher) runFn(ctx context.Context, tx *sql.Tx, fn func(tx Tx) error) (err error, panicked any) {
+func (b *batcher) runFn(ctx context.Context, tx *sql.Tx, fn func(tx Tx) error) (panicked any, err error) {
 	if err := ctx.Err(); err != nil {
-		return err, nil
+		return nil, err
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -179,7 +179,7 @@ func (b *batcher) runFn(ctx context.Context, tx *sql.Tx, fn func(tx Tx) error) (
 		}
 	}()
 	ex := uncancelable{tx}
-	return fn(newView(executor{read: ex, write: ex, columns: b.columns})), nil
+	return nil, fn(newView(executor{read: ex, write: ex, columns: b.columns}))
 }
 
 // runMember runs fn in a savepoint of tx. broken is set when the
@@ -190,7 +190,7 @@ func (b *batcher) runMember(ctx context.Context, tx *sql.Tx, fn func(tx Tx) erro
 	if _, err := tx.ExecContext(bg, savepointSQL); err != nil {
 		return err, nil, err
 	}
-	fnErr, panicked = b.runFn(ctx, tx, fn)
+	panicked, fnErr = b.runFn(ctx, tx, fn)
 	if fnErr != nil {
 		if _, err := tx.ExecContext(bg, rollbackToSQL); err != nil {
 			return fnErr, panicked, err

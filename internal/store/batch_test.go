@@ -36,7 +36,7 @@ func space(name string) *torporv1.Space {
 // inside, until they all wait for their turn: so all of them run in
 // first's batch. It returns each one's error (a panic that InTx passed on
 // becomes an error naming it).
-func joined(t *testing.T, s *sqlStore, first func(Tx) error, others ...func(Tx) error) (firstErr error, errs []error) {
+func joined(t *testing.T, s *sqlStore, first func(Tx) error, others ...func(Tx) error) (errs []error, firstErr error) {
 	t.Helper()
 	ctx := context.Background()
 	errs = make([]error, len(others))
@@ -61,7 +61,7 @@ func joined(t *testing.T, s *sqlStore, first func(Tx) error, others ...func(Tx) 
 		return first(tx)
 	})
 	wg.Wait()
-	return firstErr, errs
+	return errs, firstErr
 }
 
 func create(name string) func(Tx) error {
@@ -80,7 +80,7 @@ func TestGroupCommit(t *testing.T) {
 	t.Run("one commit, a failed member's writes undone", func(t *testing.T) {
 		s, commits := openBatching(t)
 		before := commits.Load()
-		firstErr, errs := joined(t, s, create("a"),
+		errs, firstErr := joined(t, s, create("a"),
 			func(tx Tx) error {
 				if err := create("b")(tx); err != nil {
 					return err
@@ -106,7 +106,7 @@ func TestGroupCommit(t *testing.T) {
 	t.Run("a member sees the writes of the members before it", func(t *testing.T) {
 		s, _ := openBatching(t)
 		var seen error
-		_, errs := joined(t, s, create("a"), func(tx Tx) error {
+		errs, _ := joined(t, s, create("a"), func(tx Tx) error {
 			_, seen = tx.Spaces().Get(ctx, "", "a")
 			return nil
 		})
@@ -117,7 +117,7 @@ func TestGroupCommit(t *testing.T) {
 
 	t.Run("a failed first member ends the batch; the others commit", func(t *testing.T) {
 		s, _ := openBatching(t)
-		firstErr, errs := joined(t, s, func(tx Tx) error {
+		errs, firstErr := joined(t, s, func(tx Tx) error {
 			if err := create("a")(tx); err != nil {
 				return err
 			}
@@ -145,7 +145,7 @@ func TestGroupCommit(t *testing.T) {
 			return err
 		}
 		// Both update version 1: the second to run must conflict.
-		firstErr, errs := joined(t, s, update, update, create("y"))
+		errs, firstErr := joined(t, s, update, update, create("y"))
 		if firstErr != nil || !errors.Is(errs[0], ErrConflict) || errs[1] != nil {
 			t.Fatalf("errors %v, %v: want nil, [conflict nil]", firstErr, errs)
 		}
@@ -156,7 +156,7 @@ func TestGroupCommit(t *testing.T) {
 
 	t.Run("a panic reaches its caller; the others commit", func(t *testing.T) {
 		s, _ := openBatching(t)
-		firstErr, errs := joined(t, s, create("a"), func(tx Tx) error {
+		errs, firstErr := joined(t, s, create("a"), func(tx Tx) error {
 			if err := create("p")(tx); err != nil {
 				return err
 			}
@@ -197,7 +197,7 @@ func TestExclusiveWaitsForTheOpenBatch(t *testing.T) {
 	var ran, open bool
 	var seen error
 	var wg sync.WaitGroup
-	_, errs := joined(t, s, func(tx Tx) error {
+	errs, _ := joined(t, s, func(tx Tx) error {
 		wg.Go(func() {
 			s.batch.exclusive(func() {
 				ran, open = true, s.batch.cur != nil

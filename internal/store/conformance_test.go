@@ -632,8 +632,7 @@ func testListBadInput(t *testing.T, b backend) {
 func testTxCommit(t *testing.T, b backend) {
 	ctx, s := fresh(t, b)
 	err := s.InTx(ctx, func(tx store.Tx) error {
-		a, err := tx.Actors().Create(ctx, newActor("default", "web"))
-		if err != nil {
+		if _, err := tx.Actors().Create(ctx, newActor("default", "web")); err != nil {
 			return err
 		}
 		w, err := tx.Workers().Create(ctx, newWorker("torpor", "slot-0", "node-1", "default"))
@@ -641,7 +640,8 @@ func testTxCommit(t *testing.T, b backend) {
 			return err
 		}
 		// The transaction reads its own writes.
-		if a, err = tx.Actors().Get(ctx, "default", "web"); err != nil {
+		a, err := tx.Actors().Get(ctx, "default", "web")
+		if err != nil {
 			return err
 		}
 		return claim(ctx, tx, a, w)

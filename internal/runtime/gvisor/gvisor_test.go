@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,11 +48,8 @@ func TestMain(m *testing.M) {
 	counterBinary = filepath.Join(dir, "counter")
 	code := func() int {
 		defer os.RemoveAll(dir)
-		gobin := filepath.Join(goruntime.GOROOT(), "bin", "go")
-		if p, err := exec.LookPath("go"); err == nil {
-			gobin = p
-		}
-		build := exec.Command(gobin, "build", "-ldflags=-s -w", "-o", counterBinary, "./testdata/counter")
+		// go test puts its own go first in PATH.
+		build := exec.Command("go", "build", "-ldflags=-s -w", "-o", counterBinary, "./testdata/counter")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building the test workload: %v\n%s", err, out)
