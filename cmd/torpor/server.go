@@ -5,13 +5,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/server"
+	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
 func init() { register(newServerCommand) }
@@ -67,8 +67,8 @@ or put server, ca and token in the client config file
 	flags := cmd.Flags()
 	flags.StringVar(&opts.Listen, "listen", "127.0.0.1:7070", "address to serve the API on (HTTPS)")
 	flags.StringVar(&opts.Snapshots, "snapshots", "", "snapshot storage shared with the nodes: a directory, or s3://BUCKET[/PREFIX][?endpoint=HOST:PORT&region=R&insecure=true] with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (default <data dir>/snapshots)")
-	flags.DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "a node silent for longer is lost and its actors crash")
-	flags.DurationVar(&opts.RecoverAfter, "recover-after", 2*time.Minute, "re-drive workflow steps in flight for longer than this")
+	flags.DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", workflow.DefaultHeartbeatTimeout, "a node silent for longer is lost and its actors crash")
+	flags.DurationVar(&opts.RecoverAfter, "recover-after", workflow.DefaultRecoverAfter, "re-drive workflow steps in flight for longer than this")
 	flags.StringVar(&opts.Store, "store", "", "store: sqlite:PATH or postgres://... (default sqlite:<data dir>/torpor.db, data dir $XDG_DATA_HOME/torpor or ~/.local/share/torpor)")
 	flags.StringVar(&opts.TrustDomain, "trust-domain", identity.DefaultTrustDomain, "trust domain of the SPIFFE IDs the CA issues (fixed when the CA is created)")
 	flags.StringVar(&opts.Issuer, "issuer", "", "iss of workload JWTs, the URL verifiers find /.well-known/jwks.json under (default https://<listen>)")

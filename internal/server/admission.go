@@ -37,23 +37,16 @@ func (s *templateService) admit(ctx context.Context, t *torporv1.Template) error
 // one and those of every registered node.
 func offeredClasses(ctx context.Context, st store.Store) ([]string, error) {
 	classes := []string{validate.DefaultSandboxClass}
-	opts := store.ListOptions{PageSize: 1000}
-	for {
-		page, next, err := st.Nodes().List(ctx, opts)
+	for n, err := range store.All(ctx, st.Nodes(), store.ListOptions{}) {
 		if err != nil {
 			return nil, fmt.Errorf("list nodes for their sandbox classes: %w", err)
 		}
-		for _, n := range page {
-			for _, c := range n.GetSandboxClasses() {
-				if !slices.Contains(classes, c) {
-					classes = append(classes, c)
-				}
+		for _, c := range n.GetSandboxClasses() {
+			if !slices.Contains(classes, c) {
+				classes = append(classes, c)
 			}
 		}
-		if next == "" {
-			slices.Sort(classes)
-			return classes, nil
-		}
-		opts.PageToken = next
 	}
+	slices.Sort(classes)
+	return classes, nil
 }

@@ -10,8 +10,6 @@ import (
 	"github.com/torpor-dev/torpor/internal/validate"
 )
 
-const maxPageSize = 1000
-
 // The three read paths are the same for every kind; only the collection
 // differs.
 
@@ -43,8 +41,8 @@ func list[T store.Object](ctx context.Context, c store.Collection[T], req *torpo
 			return nil, "", apiError(err)
 		}
 	}
-	if req.GetPageSize() < 0 || req.GetPageSize() > maxPageSize {
-		return nil, "", invalidArgument("pageSize", "%d is outside 0..%d", req.GetPageSize(), maxPageSize)
+	if req.GetPageSize() < 0 || req.GetPageSize() > store.MaxPageSize {
+		return nil, "", invalidArgument("pageSize", "%d is outside 0..%d", req.GetPageSize(), store.MaxPageSize)
 	}
 	items, next, err := c.List(ctx, store.ListOptions{Space: req.GetSpace(), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken()})
 	if err != nil {

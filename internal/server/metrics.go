@@ -32,31 +32,23 @@ func (c *workersCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[key]int{}
 	pools := map[string]bool{}
 	now := time.Now()
-	opts := store.ListOptions{PageSize: 1000}
-	for {
-		page, next, err := c.store.Workers().List(ctx, opts)
+	for w, err := range store.All(ctx, c.store.Workers(), store.ListOptions{}) {
 		if err != nil {
 			ch <- prometheus.NewInvalidMetric(c.desc, err)
 			return
 		}
-		for _, w := range page {
-			pool, st := w.GetSpec().GetPool(), w.GetStatus()
-			pools[pool] = true
-			switch {
-			case st.GetActor().GetUid() != "":
-				counts[key{pool, "busy"}]++
-			case scheduler.Reserved(w, "", now):
-				counts[key{pool, "reserved"}]++
-			case st.GetWarmActorUid() != "":
-				counts[key{pool, "warm"}]++
-			default:
-				counts[key{pool, "free"}]++
-			}
+		pool, st := w.GetSpec().GetPool(), w.GetStatus()
+		pools[pool] = true
+		switch {
+		case st.GetActor().GetUid() != "":
+			counts[key{pool, "busy"}]++
+		case scheduler.Reserved(w, "", now):
+			counts[key{pool, "reserved"}]++
+		case st.GetWarmActorUid() != "":
+			counts[key{pool, "warm"}]++
+		default:
+			counts[key{pool, "free"}]++
 		}
-		if next == "" {
-			break
-		}
-		opts.PageToken = next
 	}
 	// Every state of every pool, zeros included, so sums and rates over
 	// them are defined.

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
@@ -99,10 +98,10 @@ func New(st store.Store, objects snapshot.ObjectStore, opts Options) *Server {
 		opts.Logger = slog.Default()
 	}
 	if opts.HeartbeatTimeout == 0 {
-		opts.HeartbeatTimeout = 15 * time.Second
+		opts.HeartbeatTimeout = workflow.DefaultHeartbeatTimeout
 	}
 	if opts.RecoverAfter == 0 {
-		opts.RecoverAfter = 2 * time.Minute
+		opts.RecoverAfter = workflow.DefaultRecoverAfter
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newWorkersCollector(st))
@@ -304,18 +303,9 @@ func logErrors(logger *slog.Logger) connect.UnaryInterceptorFunc {
 // nothing running that would need its node to come back). It returns the
 // actors suspended and the errors of those that could not be.
 func (s *Server) SuspendAll(ctx context.Context) (int, error) {
-	opts := store.ListOptions{PageSize: 1000, Filter: store.Filter{"state": "RUNNING"}}
-	var running []*torporv1.Actor
-	for {
-		page, next, err := s.store.Actors().List(ctx, opts)
-		if err != nil {
-			return 0, err
-		}
-		running = append(running, page...)
-		if next == "" {
-			break
-		}
-		opts.PageToken = next
+	running, err := store.ListAll(ctx, s.store.Actors(), store.ListOptions{Filter: store.Filter{"state": "RUNNING"}})
+	if err != nil {
+		return 0, err
 	}
 	var errs []error
 	n := 0

@@ -83,25 +83,18 @@ func firstRevisions(ctx context.Context, tx *sql.Tx, _ *dialect) error {
 // Writes go in (space, name) order behind the page token, so paging is
 // not disturbed by them.
 func rewriteAll[T Object](ctx context.Context, c Collection[T], change func(T) error) error {
-	token := ""
-	for {
-		page, next, err := c.List(ctx, ListOptions{PageSize: 500, PageToken: token})
+	for obj, err := range All(ctx, c, ListOptions{}) {
 		if err != nil {
 			return err
 		}
-		for _, obj := range page {
-			if err := change(obj); err != nil {
-				return err
-			}
-			if _, err := c.Update(ctx, obj); err != nil {
-				return err
-			}
+		if err := change(obj); err != nil {
+			return err
 		}
-		if next == "" {
-			return nil
+		if _, err := c.Update(ctx, obj); err != nil {
+			return err
 		}
-		token = next
 	}
+	return nil
 }
 
 // migrations lists every step in order, from the embedded SQL files

@@ -238,7 +238,7 @@ func (f *benchFleet) run(b *testing.B, goroutines int) {
 	if got := f.calls("Restore") - restoresBefore; got != b.N {
 		b.Fatalf("%d cycles made %d restores", b.N, got)
 	}
-	free, err := listAll(f.ctx, f.store.Workers(), store.ListOptions{Filter: store.Filter{"actor": ""}})
+	free, err := store.ListAll(f.ctx, f.store.Workers(), store.ListOptions{Filter: store.Filter{"actor": ""}})
 	if err != nil {
 		b.Fatal(err)
 	}

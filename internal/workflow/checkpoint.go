@@ -398,19 +398,7 @@ func expireInTx(ctx context.Context, tx store.Tx, expire []*torporv1.Snapshot) (
 // actorSnapshots lists an actor's snapshots, oldest first (names sort by
 // creation time).
 func (e *Engine) actorSnapshots(ctx context.Context, a *torporv1.Actor) ([]*torporv1.Snapshot, error) {
-	var all []*torporv1.Snapshot
-	opts := store.ListOptions{Space: a.GetMetadata().GetSpace(), PageSize: 1000, Filter: store.Filter{"actor_uid": a.GetMetadata().GetUid()}}
-	for {
-		page, next, err := e.store.Snapshots().List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, page...)
-		if next == "" {
-			return all, nil
-		}
-		opts.PageToken = next
-	}
+	return store.ListAll(ctx, e.store.Snapshots(), store.ListOptions{Space: a.GetMetadata().GetSpace(), Filter: store.Filter{"actor_uid": a.GetMetadata().GetUid()}})
 }
 
 // removeSnapshot deletes a snapshot's record, then its files. Local

@@ -45,6 +45,12 @@ type Objects interface {
 	DeleteSnapshot(ctx context.Context, location string) error
 }
 
+// Defaults of Options, and of the server flags that set them.
+const (
+	DefaultHeartbeatTimeout = 15 * time.Second
+	DefaultRecoverAfter     = 2 * time.Minute
+)
+
 // Options tune the engine.
 type Options struct {
 	// A node whose last heartbeat is older than this is considered lost.
@@ -140,10 +146,10 @@ type Hooks struct {
 // New returns an engine.
 func New(st store.Store, agents Agents, objects Objects, opts Options, logger *slog.Logger) *Engine {
 	if opts.HeartbeatTimeout == 0 {
-		opts.HeartbeatTimeout = 15 * time.Second
+		opts.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
 	if opts.RecoverAfter == 0 {
-		opts.RecoverAfter = 2 * time.Minute
+		opts.RecoverAfter = DefaultRecoverAfter
 	}
 	if opts.WorkerNamespace == "" {
 		opts.WorkerNamespace = validate.WorkerNamespace

@@ -50,7 +50,7 @@ type evictionCandidate struct {
 // unless repeat: a request asking again).
 func (e *Engine) evictFor(ctx context.Context, a *torporv1.Actor, full *noFreeWorker, repeat bool) error {
 	start := e.now()
-	workers, err := listAll(ctx, e.store.Workers(), store.ListOptions{})
+	workers, err := store.ListAll(ctx, e.store.Workers(), store.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("find an actor to evict for actor %s: %w", actorKey(a), err)
 	}
@@ -163,7 +163,7 @@ func (e *Engine) keepHeadroom(ctx context.Context) error {
 	if len(e.opts.Headroom) == 0 {
 		return nil
 	}
-	workers, err := listAll(ctx, e.store.Workers(), store.ListOptions{})
+	workers, err := store.ListAll(ctx, e.store.Workers(), store.ListOptions{})
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func (e *Engine) keepHeadroom(ctx context.Context) error {
 func (e *Engine) freeing(ctx context.Context) (map[string]bool, error) {
 	out := map[string]bool{}
 	for _, state := range []torporv1.ActorState{torporv1.ActorState_ACTOR_STATE_SUSPENDING, torporv1.ActorState_ACTOR_STATE_PAUSING} {
-		actors, err := listAll(ctx, e.store.Actors(), store.ListOptions{Filter: store.Filter{"state": state.String()}})
+		actors, err := store.ListAll(ctx, e.store.Actors(), store.ListOptions{Filter: store.Filter{"state": state.String()}})
 		if err != nil {
 			return nil, err
 		}

@@ -22,7 +22,7 @@ const goldenActorPrefix = "golden:"
 // snapshot storage, record it. A revision waits in PENDING while no worker
 // is free.
 func (e *Engine) BuildGoldens(ctx context.Context) error {
-	templates, err := listAll(ctx, e.store.Revisions(), store.ListOptions{Filter: store.Filter{"phase": torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING.String()}})
+	templates, err := store.ListAll(ctx, e.store.Revisions(), store.ListOptions{Filter: store.Filter{"phase": torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING.String()}})
 	if err != nil {
 		return err
 	}
@@ -174,11 +174,11 @@ func (e *Engine) setTemplateStatus(ctx context.Context, t *torporv1.Template, ph
 // RequeueGoldens sends revisions left BUILDING by a stopped control plane
 // back to PENDING, releasing their workers, so they are built again.
 func (e *Engine) RequeueGoldens(ctx context.Context) error {
-	templates, err := listAll(ctx, e.store.Revisions(), store.ListOptions{Filter: store.Filter{"phase": torporv1.TemplatePhase_TEMPLATE_PHASE_BUILDING.String()}})
+	templates, err := store.ListAll(ctx, e.store.Revisions(), store.ListOptions{Filter: store.Filter{"phase": torporv1.TemplatePhase_TEMPLATE_PHASE_BUILDING.String()}})
 	if err != nil {
 		return err
 	}
-	workers, err := listAll(ctx, e.store.Workers(), store.ListOptions{})
+	workers, err := store.ListAll(ctx, e.store.Workers(), store.ListOptions{})
 	if err != nil {
 		return err
 	}

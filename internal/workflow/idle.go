@@ -131,7 +131,7 @@ const idleSweepers = 4
 // Every replica may sweep: the step's compare-and-set lets one act, and a
 // request reported after the claim cancels it (stopIdle).
 func (e *Engine) SweepIdle(ctx context.Context) error {
-	running, err := listAll(ctx, e.store.Actors(), store.ListOptions{Filter: store.Filter{"state": torporv1.ActorState_ACTOR_STATE_RUNNING.String()}})
+	running, err := store.ListAll(ctx, e.store.Actors(), store.ListOptions{Filter: store.Filter{"state": torporv1.ActorState_ACTOR_STATE_RUNNING.String()}})
 	if err != nil || len(running) == 0 {
 		return err
 	}

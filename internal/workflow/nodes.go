@@ -9,27 +9,10 @@ import (
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
-// listAll pages through a collection.
-func listAll[T store.Object](ctx context.Context, c store.Collection[T], opts store.ListOptions) ([]T, error) {
-	var all []T
-	opts.PageSize = 1000
-	for {
-		page, next, err := c.List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, page...)
-		if next == "" {
-			return all, nil
-		}
-		opts.PageToken = next
-	}
-}
-
 // liveNodes reads node heartbeats from the store (never a cache: a
 // decision must see what is committed, invariant 4).
 func (e *Engine) liveNodes(ctx context.Context) (func(string) bool, error) {
-	nodes, err := listAll(ctx, e.store.Nodes(), store.ListOptions{})
+	nodes, err := store.ListAll(ctx, e.store.Nodes(), store.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -46,13 +29,13 @@ func (e *Engine) alive(n *torporv1.Node) bool {
 }
 
 func (e *Engine) freeWorkers(ctx context.Context) ([]*torporv1.Worker, error) {
-	return listAll(ctx, e.store.Workers(), store.ListOptions{Filter: store.Filter{"actor": ""}})
+	return store.ListAll(ctx, e.store.Workers(), store.ListOptions{Filter: store.Filter{"actor": ""}})
 }
 
 // CheckNodes crashes the actors of nodes that stopped heartbeating: each
 // becomes CRASHED with the reason and its worker is released.
 func (e *Engine) CheckNodes(ctx context.Context) error {
-	nodes, err := listAll(ctx, e.store.Nodes(), store.ListOptions{})
+	nodes, err := store.ListAll(ctx, e.store.Nodes(), store.ListOptions{})
 	if err != nil {
 		return err
 	}
@@ -61,7 +44,7 @@ func (e *Engine) CheckNodes(ctx context.Context) error {
 		if e.alive(n) {
 			continue
 		}
-		workers, err := listAll(ctx, e.store.Workers(), store.ListOptions{Filter: store.Filter{"node": n.GetMetadata().GetName()}})
+		workers, err := store.ListAll(ctx, e.store.Workers(), store.ListOptions{Filter: store.Filter{"node": n.GetMetadata().GetName()}})
 		if err != nil {
 			errs = append(errs, err)
 			continue

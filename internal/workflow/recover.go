@@ -28,7 +28,7 @@ func (e *Engine) Recover(ctx context.Context, olderThan time.Duration) error {
 		torporv1.ActorState_ACTOR_STATE_PAUSING,
 		torporv1.ActorState_ACTOR_STATE_DELETING,
 	} {
-		actors, err := listAll(ctx, e.store.Actors(), store.ListOptions{Filter: store.Filter{"state": state.String()}})
+		actors, err := store.ListAll(ctx, e.store.Actors(), store.ListOptions{Filter: store.Filter{"state": state.String()}})
 		if err != nil {
 			mu.Lock()
 			errs = append(errs, err)

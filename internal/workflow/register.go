@@ -46,7 +46,7 @@ func (e *Engine) RegisterNode(ctx context.Context, n *torporv1.Node, workers []*
 		stored = append(stored, s)
 		reported[workerKey(w)] = true
 	}
-	all, err := listAll(ctx, e.store.Workers(), store.ListOptions{Filter: store.Filter{"node": name}})
+	all, err := store.ListAll(ctx, e.store.Workers(), store.ListOptions{Filter: store.Filter{"node": name}})
 	if err != nil {
 		return nil, nil, err
 	}

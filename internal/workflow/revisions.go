@@ -154,14 +154,14 @@ func someNames(names []string) string {
 func Use(ctx context.Context, tx store.Tx, rev *torporv1.Template) (RevisionUse, error) {
 	m := rev.GetMetadata()
 	u := RevisionUse{Revision: rev}
-	actors, err := listAll(ctx, tx.Actors(), store.ListOptions{Space: m.GetSpace(), Filter: store.Filter{"template": m.GetName()}})
+	actors, err := store.ListAll(ctx, tx.Actors(), store.ListOptions{Space: m.GetSpace(), Filter: store.Filter{"template": m.GetName()}})
 	if err != nil {
 		return u, err
 	}
 	for _, a := range actors {
 		u.Actors = append(u.Actors, a.GetMetadata().GetName())
 	}
-	snaps, err := listAll(ctx, tx.Snapshots(), store.ListOptions{Space: m.GetSpace(), Filter: store.Filter{"template_uid": m.GetUid()}})
+	snaps, err := store.ListAll(ctx, tx.Snapshots(), store.ListOptions{Space: m.GetSpace(), Filter: store.Filter{"template_uid": m.GetUid()}})
 	if err != nil {
 		return u, err
 	}
@@ -196,7 +196,7 @@ func (e *Engine) DeleteTemplate(ctx context.Context, space, name string, rev int
 		}
 		doomed := []*torporv1.Template{named}
 		if rev == 0 {
-			if doomed, err = listAll(ctx, tx.Revisions(), store.ListOptions{Space: space, Filter: store.Filter{"template": name}}); err != nil {
+			if doomed, err = store.ListAll(ctx, tx.Revisions(), store.ListOptions{Space: space, Filter: store.Filter{"template": name}}); err != nil {
 				return err
 			}
 		} else if rev == head.GetStatus().GetLatestRevision() {
@@ -313,7 +313,7 @@ func (e *Engine) Rollout(ctx context.Context, space, name string, allowStateLoss
 	target := latest.GetStatus().GetRevision()
 	var results []RolloutResult
 	for rev := int64(1); rev < target; rev++ {
-		actors, err := listAll(ctx, e.store.Actors(), store.ListOptions{Space: space, Filter: store.Filter{"template": validate.RevisionName(name, rev)}})
+		actors, err := store.ListAll(ctx, e.store.Actors(), store.ListOptions{Space: space, Filter: store.Filter{"template": validate.RevisionName(name, rev)}})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -103,11 +103,11 @@ func (e *env) actor(name string) *torporv1.Actor {
 // exactly when W.actor = actor.
 func (e *env) checkPlacement() {
 	e.t.Helper()
-	workers, err := listAll(e.ctx, e.store.Workers(), store.ListOptions{})
+	workers, err := store.ListAll(e.ctx, e.store.Workers(), store.ListOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	actors, err := listAll(e.ctx, e.store.Actors(), store.ListOptions{})
+	actors, err := store.ListAll(e.ctx, e.store.Actors(), store.ListOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
