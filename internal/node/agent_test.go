@@ -222,12 +222,12 @@ func TestRegistrationAndHeartbeats(t *testing.T) {
 	}
 	waitFor(t, "heartbeats", func() bool { return heartbeats() >= 3 })
 	for i := range 2 {
-		w, err := n.agent.registeredWorker(context.Background(), n.worker(i))
+		w, err := n.agent.member.registeredWorker(context.Background(), n.worker(i))
 		if err != nil || w.GetMetadata().GetUid() != "uid-"+n.worker(i) || w.GetMetadata().GetSpace() != validate.WorkerNamespace {
 			t.Errorf("registered worker %d: %v (%v), want the registry's record with uid uid-%s", i, w, err, n.worker(i))
 		}
 	}
-	if w, err := n.agent.registeredWorker(context.Background(), "other-w0"); err == nil {
+	if w, err := n.agent.member.registeredWorker(context.Background(), "other-w0"); err == nil {
 		t.Errorf("a worker the node does not have: %v, want an error", w)
 	}
 

@@ -222,9 +222,9 @@ func sandboxFlags(b *testing.B, id string) []string {
 // does.
 func waitServing(b *testing.B, ip string) {
 	b.Helper()
-	a := &Agent{probeClient: newProbeClient()}
+	pr := &prober{client: newProbeClient()}
 	url := "http://" + ip + ":8080/readyz"
-	r := readiness{timeout: 30 * time.Second, period: probeInterval, attemptTimeout: probeAttemptTimeout, attempt: a.httpAttempt(url)}
+	r := readiness{timeout: 30 * time.Second, period: probeInterval, attemptTimeout: probeAttemptTimeout, attempt: pr.httpAttempt(url)}
 	if err := poll(context.Background(), r); err != nil {
 		b.Fatal(err)
 	}

@@ -8,10 +8,10 @@ package node
 import (
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"connectrpc.com/connect"
 
@@ -22,20 +22,19 @@ import (
 // certificate chain and trust bundle.
 const credentialsFile = "node-credentials.json"
 
-func (a *Agent) credentialsPath() string { return filepath.Join(a.cfg.StateDir, credentialsFile) }
-
-// member is the node as a member of the installation.
-func (a *Agent) member() *identity.Member {
+// nodeMember is the node as an identity.Member: its certificate, kept in
+// the state directory.
+func nodeMember(cfg Config, log *slog.Logger) *identity.Member {
 	return &identity.Member{
 		Kind:          identity.MemberNode,
-		Name:          a.cfg.Name,
-		ServerURL:     a.cfg.ServerURL,
-		File:          a.credentialsPath(),
-		CAFingerprint: a.cfg.CAFingerprint,
-		JoinToken:     a.cfg.JoinToken,
-		JoinRetryMax:  a.cfg.HeartbeatInterval,
+		Name:          cfg.Name,
+		ServerURL:     cfg.ServerURL,
+		File:          filepath.Join(cfg.StateDir, credentialsFile),
+		CAFingerprint: cfg.CAFingerprint,
+		JoinToken:     cfg.JoinToken,
+		JoinRetryMax:  cfg.HeartbeatInterval,
 		CallTimeout:   controlPlaneTimeout,
-		Logger:        a.log,
+		Logger:        log,
 	}
 }
 
@@ -57,5 +56,3 @@ func onlyControlPlane(creds *identity.Credentials, next http.Handler) http.Handl
 		next.ServeHTTP(w, r)
 	})
 }
-
-func (a *Agent) serverURL() string { return strings.TrimSuffix(a.cfg.ServerURL, "/") }

@@ -23,7 +23,7 @@ import (
 // savedLeaf reads the node certificate an agent saved.
 func savedLeaf(t *testing.T, n *fakeNode) *x509.Certificate {
 	t.Helper()
-	creds, err := n.agent.member().LoadCredentials()
+	creds, err := n.agent.member.cert.LoadCredentials()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func savedLeaf(t *testing.T, n *fakeNode) *x509.Certificate {
 // directory; the next run uses it and asks for no token.
 func TestJoinOnceThenRestartWithoutToken(t *testing.T) {
 	n := newFakeNode(t)
-	fi, err := os.Stat(n.agent.credentialsPath())
+	fi, err := os.Stat(n.agent.member.cert.File)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestJoinRefused(t *testing.T) {
 			if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Run: %v, want a prompt error containing %q", err, tc.want)
 			}
-			if _, err := os.Stat(a.credentialsPath()); !errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Stat(a.member.cert.File); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("credentials saved after a refused join: %v", err)
 			}
 		})

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,6 +81,20 @@ const (
 // IdentityService, called as this node.
 type certMinter interface {
 	MintCert(ctx context.Context, req *connect.Request[torporv1.MintCertRequest]) (*connect.Response[torporv1.IssuedCertificate], error)
+}
+
+// workloadIdentity mints and renews the certificates of the actors that
+// run on this node's workers and keeps their files.
+type workloadIdentity struct {
+	// root holds a directory per worker and the staging directory.
+	root    string
+	log     *slog.Logger
+	workers workerRecords
+	// minter is the control plane's IdentityService, called as this node.
+	// Set before the agent serves its API; nothing mints before the node
+	// registered (workerRecords waits for it).
+	minter   certMinter
+	renewals renewals
 }
 
 // renewals are the certificate renewals of the workloads running on a
@@ -144,20 +159,18 @@ func (rs *renewals) stopAll() {
 	}
 }
 
-func (a *Agent) identityRoot() string { return filepath.Join(a.cfg.StateDir, identityDir) }
-
-// identityDir is the host directory s's sandboxes mount at
+// dir is the host directory s's sandboxes mount at
 // IdentityMountPath.
-func (a *Agent) identityDir(s *slot) string { return filepath.Join(a.identityRoot(), s.name()) }
+func (id *workloadIdentity) dir(s *slot) string { return filepath.Join(id.root, s.name()) }
 
 func isGolden(w *torporv1.Workload) bool { return strings.HasPrefix(w.GetActor(), goldenActorPrefix) }
 
-// prepareIdentity gives s's next sandbox, about to start w, its identity:
+// prepare gives s's next sandbox, about to start w, its identity:
 // the directory is emptied and, unless w is a golden build, filled with a
 // certificate minted now for a new key. It returns the sandbox's extra
 // mounts. A refused mint fails with the control plane's code.
-func (a *Agent) prepareIdentity(ctx context.Context, s *slot, w *torporv1.Workload) (map[string]string, error) {
-	dir := a.identityDir(s)
+func (id *workloadIdentity) prepare(ctx context.Context, s *slot, w *torporv1.Workload) (map[string]string, error) {
+	dir := id.dir(s)
 	if err := emptyDir(dir); err != nil {
 		return nil, fmt.Errorf("worker %s: identity directory: %w", s.name(), err)
 	}
@@ -169,24 +182,24 @@ func (a *Agent) prepareIdentity(ctx context.Context, s *slot, w *torporv1.Worklo
 	if err != nil {
 		return nil, fmt.Errorf("actor %s/%s: identity key: %w", w.GetSpace(), w.GetActor(), err)
 	}
-	if _, err := a.mintIdentity(ctx, s, w, key, csr); err != nil {
+	if _, err := id.mint(ctx, s, w, key, csr); err != nil {
 		return nil, err
 	}
 	return mounts, nil
 }
 
-// mintIdentity has the control plane certify key (csr is its request) for
+// mint has the control plane certify key (csr is its request) for
 // w's actor on s, and writes the files. It returns when the certificate
 // expires.
-func (a *Agent) mintIdentity(ctx context.Context, s *slot, w *torporv1.Workload, key crypto.Signer, csr []byte) (time.Time, error) {
+func (id *workloadIdentity) mint(ctx context.Context, s *slot, w *torporv1.Workload, key crypto.Signer, csr []byte) (time.Time, error) {
 	fail := func(code connect.Code, err error) (time.Time, error) {
 		return time.Time{}, connect.NewError(code, fmt.Errorf("actor %s/%s on worker %s: mint its certificate: %w", w.GetSpace(), w.GetActor(), s.name(), err))
 	}
-	worker, err := a.registeredWorker(ctx, s.name())
+	worker, err := id.workers.registeredWorker(ctx, s.name())
 	if err != nil {
 		return fail(connect.CodeUnavailable, err)
 	}
-	resp, err := a.identityClient.MintCert(ctx, connect.NewRequest(&torporv1.MintCertRequest{
+	resp, err := id.minter.MintCert(ctx, connect.NewRequest(&torporv1.MintCertRequest{
 		Workload: &torporv1.WorkloadClaim{
 			WorkerNamespace: worker.GetMetadata().GetSpace(), WorkerName: s.name(),
 			WorkerUid: worker.GetMetadata().GetUid(), ActorUid: w.GetActorUid(),
@@ -217,10 +230,10 @@ func (a *Agent) mintIdentity(ctx context.Context, s *slot, w *torporv1.Workload,
 		{IdentityKeyFile, pemBlocks("PRIVATE KEY", [][]byte{keyDER}), 0o600},
 		{IdentityCertFile, pemBlocks("CERTIFICATE", chain), 0o644},
 	}
-	if err := a.writeIdentity(s, files); err != nil {
+	if err := id.write(s, files); err != nil {
 		return fail(connect.CodeInternal, err)
 	}
-	a.log.Debug("minted workload certificate", "worker", s.name(), "actor_uid", w.GetActorUid(),
+	id.log.Debug("minted workload certificate", "worker", s.name(), "actor_uid", w.GetActorUid(),
 		"spiffe_id", resp.Msg.GetSpiffeId(), "serial", tlsCert.Leaf.SerialNumber.Text(16), "expires", tlsCert.Leaf.NotAfter)
 	return tlsCert.Leaf.NotAfter, nil
 }
@@ -239,14 +252,14 @@ func pemBlocks(typ string, ders [][]byte) []byte {
 	return out
 }
 
-// writeIdentity replaces files in s's identity directory one by one, each
+// write replaces files in s's identity directory one by one, each
 // atomically.
-func (a *Agent) writeIdentity(s *slot, files []identityFile) error {
-	staging := filepath.Join(a.identityRoot(), stagingDir)
+func (id *workloadIdentity) write(s *slot, files []identityFile) error {
+	staging := filepath.Join(id.root, stagingDir)
 	if err := os.MkdirAll(staging, 0o700); err != nil {
 		return err
 	}
-	dir := a.identityDir(s)
+	dir := id.dir(s)
 	for _, f := range files {
 		// One staging name per worker and file (so one mode per name): the
 		// slot's operations and its renewal never write at once, and a
@@ -281,41 +294,50 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-// keepIdentity renews the certificate of w, now running on s, until
-// dropIdentity. It picks up from the certificate on disk, so it serves a
-// workload just started and one a restarted agent adopted alike.
-func (a *Agent) keepIdentity(s *slot, w *torporv1.Workload) {
+// keep renews the certificate of w, now running on s, until drop. It
+// picks up from the certificate on disk, so it serves a workload just
+// started and one a restarted agent adopted alike.
+func (id *workloadIdentity) keep(s *slot, w *torporv1.Workload) {
 	if isGolden(w) {
 		return
 	}
-	a.renewals.start(s.name(), func(ctx context.Context) { a.renewLoop(ctx, s, w) })
+	id.renewals.start(s.name(), func(ctx context.Context) { id.renewLoop(ctx, s, w) })
 }
 
-// adoptIdentity renews the identity of a workload a previous agent left
+// adopt renews the identity of a workload a previous agent left
 // running on s.
-func (a *Agent) adoptIdentity(s *slot, rec slotRecord) {
+func (id *workloadIdentity) adopt(s *slot, rec slotRecord) {
 	w, err := rec.workload()
 	if err != nil {
-		a.log.Error("adopted workload's certificate will not be renewed", "worker", s.name(), "actor_uid", rec.ActorUID, "err", err)
+		id.log.Error("adopted workload's certificate will not be renewed", "worker", s.name(), "actor_uid", rec.ActorUID, "err", err)
 		return
 	}
-	a.keepIdentity(s, w)
+	id.keep(s, w)
 }
 
-// dropIdentity stops renewing s's identity and removes its files: the
+// drop stops renewing s's identity and removes its files: the
 // workload is gone.
-func (a *Agent) dropIdentity(s *slot) error {
-	a.renewals.stop(s.name())
-	if err := emptyDir(a.identityDir(s)); err != nil {
+func (id *workloadIdentity) drop(s *slot) error {
+	id.renewals.stop(s.name())
+	if err := emptyDir(id.dir(s)); err != nil {
 		return fmt.Errorf("worker %s: remove identity: %w", s.name(), err)
 	}
 	return nil
 }
 
-func (a *Agent) renewLoop(ctx context.Context, s *slot, w *torporv1.Workload) {
-	log := a.log.With("worker", s.name(), "actor_uid", w.GetActorUid())
+// pause stops renewing worker's identity and keeps its files, as an agent
+// killed during a checkpoint leaves them: the workload's capture is kept
+// for the checkpoint's repeat, which removes them.
+func (id *workloadIdentity) pause(worker string) { id.renewals.stop(worker) }
+
+// stopAll stops every renewal (the agent stops; the workloads run on and
+// the next agent renews them).
+func (id *workloadIdentity) stopAll() { id.renewals.stopAll() }
+
+func (id *workloadIdentity) renewLoop(ctx context.Context, s *slot, w *torporv1.Workload) {
+	log := id.log.With("worker", s.name(), "actor_uid", w.GetActorUid())
 	next := time.Now() // no certificate on disk: renew at once
-	if leaf, err := a.identityLeaf(s); err == nil {
+	if leaf, err := id.leaf(s); err == nil {
 		next = halfway(time.Now(), leaf.NotAfter)
 	} else {
 		log.Warn("workload certificate unreadable; renewing it now", "err", err)
@@ -329,7 +351,7 @@ func (a *Agent) renewLoop(ctx context.Context, s *slot, w *torporv1.Workload) {
 			return
 		case <-timer.C:
 		}
-		expires, err := a.renewIdentity(ctx, s, w)
+		expires, err := id.renew(ctx, s, w)
 		if ctx.Err() != nil {
 			return
 		}
@@ -345,14 +367,14 @@ func (a *Agent) renewLoop(ctx context.Context, s *slot, w *torporv1.Workload) {
 // halfway is the middle of what is left of a certificate's lifetime.
 func halfway(now, expires time.Time) time.Time { return now.Add(expires.Sub(now) / 2) }
 
-// renewIdentity certifies the workload's key again. A workload that is
+// renew certifies the workload's key again. A workload that is
 // being checkpointed or stopped is left alone: it either goes (and its
 // renewal with it) or runs on, and is renewed on the next try.
-func (a *Agent) renewIdentity(ctx context.Context, s *slot, w *torporv1.Workload) (time.Time, error) {
+func (id *workloadIdentity) renew(ctx context.Context, s *slot, w *torporv1.Workload) (time.Time, error) {
 	if cur := s.current(); cur.ActorUID != w.GetActorUid() || cur.Phase != phaseRunning {
 		return time.Time{}, fmt.Errorf("worker %s: actor %s is %q, not running", s.name(), w.GetActorUid(), cur.Phase)
 	}
-	key, err := a.identityKey(s)
+	key, err := id.key(s)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -362,12 +384,12 @@ func (a *Agent) renewIdentity(ctx context.Context, s *slot, w *torporv1.Workload
 	}
 	ctx, cancel := context.WithTimeout(ctx, controlPlaneTimeout)
 	defer cancel()
-	return a.mintIdentity(ctx, s, w, key, csr)
+	return id.mint(ctx, s, w, key, csr)
 }
 
-// identityLeaf reads the certificate in s's identity directory.
-func (a *Agent) identityLeaf(s *slot) (*x509.Certificate, error) {
-	path := filepath.Join(a.identityDir(s), IdentityCertFile)
+// leaf reads the certificate in s's identity directory.
+func (id *workloadIdentity) leaf(s *slot) (*x509.Certificate, error) {
+	path := filepath.Join(id.dir(s), IdentityCertFile)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -383,9 +405,9 @@ func (a *Agent) identityLeaf(s *slot) (*x509.Certificate, error) {
 	return cert, nil
 }
 
-// identityKey reads the private key in s's identity directory.
-func (a *Agent) identityKey(s *slot) (crypto.Signer, error) {
-	path := filepath.Join(a.identityDir(s), IdentityKeyFile)
+// key reads the private key in s's identity directory.
+func (id *workloadIdentity) key(s *slot) (crypto.Signer, error) {
+	path := filepath.Join(id.dir(s), IdentityKeyFile)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		// A workload started before its node minted identities has none

@@ -17,7 +17,8 @@ type metrics struct {
 	seconds    *prometheus.HistogramVec
 }
 
-func newMetrics(a *Agent) *metrics {
+// newMetrics counts operations; busy says how many slots host a workload.
+func newMetrics(busy func() int) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -33,15 +34,7 @@ func newMetrics(a *Agent) *metrics {
 	workers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "torpor_node_busy_workers",
 		Help: "Worker slots of this node hosting a workload.",
-	}, func() float64 {
-		busy := 0
-		for _, s := range a.slots {
-			if s.current().ActorUID != "" {
-				busy++
-			}
-		}
-		return float64(busy)
-	})
+	}, func() float64 { return float64(busy()) })
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.operations, m.seconds, workers)
 	return m
 }

@@ -199,35 +199,35 @@ type call struct {
 func operate[T any, P interface {
 	*T
 	proto.Message
-}](ctx context.Context, a *Agent, method string, op *torporv1.Operation, fn func(ctx context.Context, s *slot) (P, error)) (*connect.Response[T], error) {
+}](ctx context.Context, m *slotMachine, method string, op *torporv1.Operation, fn func(ctx context.Context, s *slot) (P, error)) (*connect.Response[T], error) {
 	if err := validateOperation(op); err != nil {
 		return nil, err
 	}
-	s, err := a.slot(op.GetWorker())
+	s, err := m.slot(op.GetWorker())
 	if err != nil {
 		return nil, err
 	}
 	key := opKey{op.GetActorUid(), op.GetOperationId()}
-	a.mu.Lock()
-	c := a.inflight[key]
+	m.mu.Lock()
+	c := m.inflight[key]
 	if c == nil {
 		c = &call{done: make(chan struct{})}
-		a.inflight[key] = c
-		a.ops.Add(1)
+		m.inflight[key] = c
+		m.ops.Add(1)
 		go func() {
-			defer a.ops.Done()
-			opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.OperationTimeout)
+			defer m.ops.Done()
+			opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
 			defer cancel()
-			a.execute(opCtx, key, method, s, func(ctx context.Context) (proto.Message, error) { return fn(ctx, s) }, func(rec *opRecord, err error) {
+			m.execute(opCtx, key, method, s, func(ctx context.Context) (proto.Message, error) { return fn(ctx, s) }, func(rec *opRecord, err error) {
 				c.rec, c.err = rec, err
-				a.mu.Lock()
-				delete(a.inflight, key)
-				a.mu.Unlock()
+				m.mu.Lock()
+				delete(m.inflight, key)
+				m.mu.Unlock()
 				close(c.done)
 			})
 		}()
 	}
-	a.mu.Unlock()
+	m.mu.Unlock()
 	select {
 	case <-c.done:
 	case <-ctx.Done():
@@ -245,8 +245,8 @@ func operate[T any, P interface {
 
 // execute finds the recorded outcome of key or runs fn and records it,
 // and hands the outcome to publish as soon as it is durable.
-func (a *Agent) execute(ctx context.Context, key opKey, method string, s *slot, fn func(ctx context.Context) (proto.Message, error), publish func(*opRecord, error)) {
-	if rec, err := a.journal.get(key); rec != nil || err != nil {
+func (m *slotMachine) execute(ctx context.Context, key opKey, method string, s *slot, fn func(ctx context.Context) (proto.Message, error), publish func(*opRecord, error)) {
+	if rec, err := m.journal.get(key); rec != nil || err != nil {
 		publish(rec, err)
 		return
 	}
@@ -257,15 +257,15 @@ func (a *Agent) execute(ctx context.Context, key opKey, method string, s *slot, 
 		publish(last, nil)
 		return
 	}
-	if rec, err := a.journal.get(key); rec != nil || err != nil {
+	if rec, err := m.journal.get(key); rec != nil || err != nil {
 		publish(rec, err)
 		return
 	}
-	log := a.log.With("method", method, "operation", key.operationID, "actor_uid", key.actorUID, "worker", s.name())
+	log := m.log.With("method", method, "operation", key.operationID, "actor_uid", key.actorUID, "worker", s.name())
 	start := time.Now()
 	resp, err := fn(ctx)
 	err = withCode(err)
-	a.metrics.observe(method, start, err)
+	m.metrics.observe(method, start, err)
 	if err != nil && !recordable(err) {
 		if cerr := s.commit(nil); cerr != nil {
 			log.Error("slot state not recorded", "err", cerr)
@@ -293,7 +293,7 @@ func (a *Agent) execute(ctx context.Context, key opKey, method string, s *slot, 
 	// it for when the slot's next operation replaces it. Writing it after
 	// publishing keeps it off the caller's path; a crash before it is
 	// repaired at startup.
-	if err := a.journal.put(rec); err != nil {
+	if err := m.journal.put(rec); err != nil {
 		log.Warn("journal write failed; the slot record keeps the outcome", "err", err)
 	}
 }

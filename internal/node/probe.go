@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/runtime"
 )
 
 const (
@@ -41,6 +42,12 @@ func newProbeClient() *http.Client {
 	}
 }
 
+// prober runs workloads' readiness probes.
+type prober struct {
+	client *http.Client
+	rt     runtime.Runtime
+}
+
 // readiness is one container's probe, ready to poll.
 type readiness struct {
 	// what names the probe in errors: "GET http://...", "TCP ip:port",
@@ -56,14 +63,14 @@ type readiness struct {
 // once; a container without one is ready as it runs. A probe that does
 // not pass in time is a DeadlineExceeded error naming the actor, the
 // container and the probe; the others stop then.
-func (a *Agent) waitReady(ctx context.Context, s *slot, w *torporv1.Workload) error {
+func (pr *prober) waitReady(ctx context.Context, s *slot, w *torporv1.Workload) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	containers := w.GetTemplate().GetContainers()
 	failed := make(chan error, len(containers))
 	running := 0
 	for _, c := range containers {
-		r, ok := a.readiness(s, c)
+		r, ok := pr.readiness(s, c)
 		if !ok {
 			continue
 		}
@@ -87,7 +94,7 @@ func (a *Agent) waitReady(ctx context.Context, s *slot, w *torporv1.Workload) er
 }
 
 // readiness returns container c's probe in slot s, if it has one.
-func (a *Agent) readiness(s *slot, c *torporv1.Container) (readiness, bool) {
+func (pr *prober) readiness(s *slot, c *torporv1.Container) (readiness, bool) {
 	p := c.GetReadinessProbe()
 	r := readiness{timeout: defaultProbeTimeout, period: probeInterval, attemptTimeout: probeAttemptTimeout}
 	if p.GetTimeoutSeconds() > 0 {
@@ -99,14 +106,14 @@ func (a *Agent) readiness(s *slot, c *torporv1.Container) (readiness, bool) {
 	switch {
 	case p.GetHttpGet() != nil:
 		url := "http://" + net.JoinHostPort(s.rt.IP, strconv.Itoa(int(p.GetHttpGet().GetPort()))) + "/" + strings.TrimPrefix(p.GetHttpGet().GetPath(), "/")
-		r.what, r.attempt = "GET "+url, a.httpAttempt(url)
+		r.what, r.attempt = "GET "+url, pr.httpAttempt(url)
 	case p.GetTcpSocket() != nil:
 		addr := net.JoinHostPort(s.rt.IP, strconv.Itoa(int(p.GetTcpSocket().GetPort())))
 		r.what, r.attempt = "TCP "+addr, tcpAttempt(addr)
 	case p.GetExec() != nil:
 		cmd := p.GetExec().GetCommand()
 		r.what, r.attemptTimeout = fmt.Sprintf("exec %q", cmd), execAttemptTimeout
-		r.attempt = func(ctx context.Context) error { return a.rt.Exec(ctx, s.rt, c.GetName(), cmd) }
+		r.attempt = func(ctx context.Context) error { return pr.rt.Exec(ctx, s.rt, c.GetName(), cmd) }
 	default:
 		return readiness{}, false
 	}
@@ -141,13 +148,13 @@ func poll(ctx context.Context, r readiness) error {
 }
 
 // httpAttempt passes on a status 200-399 from GET url.
-func (a *Agent) httpAttempt(url string) func(ctx context.Context) error {
+func (pr *prober) httpAttempt(url string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
-		resp, err := a.probeClient.Do(req)
+		resp, err := pr.client.Do(req)
 		if err != nil {
 			return err
 		}

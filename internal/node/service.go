@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -17,31 +16,18 @@ import (
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
-	"github.com/torpor-dev/torpor/internal/snapshot"
 )
 
-// service serves torpor.v1.NodeAgentService for an agent (apart from it:
-// the service's Run is not the agent's).
-type service struct{ *Agent }
-
-var _ torporv1connect.NodeAgentServiceHandler = service{}
-
-// A snapshot's tree on disk: the runtime's memory image (FULL captures
-// only) and the durable volumes as one archive, kept apart so a DATA
-// restore can take the volumes of a FULL capture.
-const (
-	memoryDir   = "memory"
-	dataArchive = "data.tar"
-)
+var _ torporv1connect.NodeAgentServiceHandler = (*slotMachine)(nil)
 
 // Run cold-boots the actor's workload with empty durable volumes.
-func (a service) Run(ctx context.Context, req *connect.Request[torporv1.RunRequest]) (*connect.Response[torporv1.RunResponse], error) {
+func (m *slotMachine) Run(ctx context.Context, req *connect.Request[torporv1.RunRequest]) (*connect.Response[torporv1.RunResponse], error) {
 	op, w := req.Msg.GetOp(), req.Msg.GetWorkload()
 	if err := validateWorkload(op, w); err != nil {
 		return nil, err
 	}
-	return operate(ctx, a.Agent, "Run", op, func(ctx context.Context, s *slot) (*torporv1.RunResponse, error) {
-		if err := a.start(ctx, s, op, w, noSource); err != nil {
+	return operate(ctx, m, "Run", op, func(ctx context.Context, s *slot) (*torporv1.RunResponse, error) {
+		if err := m.start(ctx, s, op, w, noSource); err != nil {
 			return nil, err
 		}
 		return &torporv1.RunResponse{WorkerIp: s.rt.IP}, nil
@@ -50,7 +36,7 @@ func (a service) Run(ctx context.Context, req *connect.Request[torporv1.RunReque
 
 // Restore brings the actor back from its snapshot (and the template's
 // golden image for DATA_ON_GOLDEN).
-func (a service) Restore(ctx context.Context, req *connect.Request[torporv1.RestoreRequest]) (*connect.Response[torporv1.RestoreResponse], error) {
+func (m *slotMachine) Restore(ctx context.Context, req *connect.Request[torporv1.RestoreRequest]) (*connect.Response[torporv1.RestoreResponse], error) {
 	msg := req.Msg
 	op, w := msg.GetOp(), msg.GetWorkload()
 	if err := validateWorkload(op, w); err != nil {
@@ -59,9 +45,9 @@ func (a service) Restore(ctx context.Context, req *connect.Request[torporv1.Rest
 	if err := validateRestore(msg); err != nil {
 		return nil, err
 	}
-	return operate(ctx, a.Agent, "Restore", op, func(ctx context.Context, s *slot) (*torporv1.RestoreResponse, error) {
+	return operate(ctx, m, "Restore", op, func(ctx context.Context, s *slot) (*torporv1.RestoreResponse, error) {
 		began := time.Now()
-		if err := a.start(ctx, s, op, w, func(ctx context.Context) (bootSource, func(), error) { return a.restoreSource(ctx, msg) }); err != nil {
+		if err := m.start(ctx, s, op, w, func(ctx context.Context) (bootSource, func(), error) { return m.snapshots.source(ctx, msg) }); err != nil {
 			return nil, err
 		}
 		return &torporv1.RestoreResponse{WorkerIp: s.rt.IP, DurationMs: time.Since(began).Milliseconds()}, nil
@@ -71,49 +57,49 @@ func (a service) Restore(ctx context.Context, req *connect.Request[torporv1.Rest
 // Checkpoint captures the actor (memory and volumes for FULL, volumes only
 // for DATA) to snapshot storage or this node, and frees the worker unless
 // asked to leave the workload running.
-func (a service) Checkpoint(ctx context.Context, req *connect.Request[torporv1.CheckpointRequest]) (*connect.Response[torporv1.CheckpointResponse], error) {
+func (m *slotMachine) Checkpoint(ctx context.Context, req *connect.Request[torporv1.CheckpointRequest]) (*connect.Response[torporv1.CheckpointResponse], error) {
 	msg := req.Msg
 	if err := validateCheckpoint(msg); err != nil {
 		return nil, err
 	}
-	return operate(ctx, a.Agent, "Checkpoint", msg.GetOp(), func(ctx context.Context, s *slot) (*torporv1.CheckpointResponse, error) {
+	return operate(ctx, m, "Checkpoint", msg.GetOp(), func(ctx context.Context, s *slot) (*torporv1.CheckpointResponse, error) {
 		cur := s.current()
 		if cur.Capture != msg.GetOp().GetOperationId() || cur.ActorUID != msg.GetOp().GetActorUid() {
 			if err := hosts(s, cur, msg.GetOp().GetActorUid()); err != nil {
 				return nil, err
 			}
 		}
-		return a.checkpoint(ctx, s, cur, msg)
+		return m.checkpoint(ctx, s, cur, msg)
 	})
 }
 
 // Terminate stops the actor's workload and removes its volumes. A worker
 // that hosts another actor is left alone.
-func (a service) Terminate(ctx context.Context, req *connect.Request[torporv1.TerminateRequest]) (*connect.Response[torporv1.TerminateResponse], error) {
+func (m *slotMachine) Terminate(ctx context.Context, req *connect.Request[torporv1.TerminateRequest]) (*connect.Response[torporv1.TerminateResponse], error) {
 	op := req.Msg.GetOp()
-	return operate(ctx, a.Agent, "Terminate", op, func(ctx context.Context, s *slot) (*torporv1.TerminateResponse, error) {
+	return operate(ctx, m, "Terminate", op, func(ctx context.Context, s *slot) (*torporv1.TerminateResponse, error) {
 		cur := s.current()
 		switch cur.ActorUID {
 		case "":
 			// Already stopped; its volumes may still be here.
-			a.dropWarm(ctx, s, op.GetActorUid())
-			return &torporv1.TerminateResponse{}, a.removeVolumes(op.GetActorUid())
+			m.warm.drop(ctx, s, op.GetActorUid())
+			return &torporv1.TerminateResponse{}, m.removeVolumes(op.GetActorUid())
 		case op.GetActorUid():
-			a.dropWarm(ctx, s, op.GetActorUid())
-			return &torporv1.TerminateResponse{}, a.vacate(ctx, s, cur)
+			m.warm.drop(ctx, s, op.GetActorUid())
+			return &torporv1.TerminateResponse{}, m.vacate(ctx, s, cur)
 		}
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s, not %s: not terminating it", s.name(), cur.ActorUID, op.GetActorUid()))
 	})
 }
 
 // Stats reports whether the worker's workload runs and whose it is.
-func (a service) Stats(ctx context.Context, req *connect.Request[torporv1.StatsRequest]) (*connect.Response[torporv1.StatsResponse], error) {
-	s, err := a.slot(req.Msg.GetWorker())
+func (m *slotMachine) Stats(ctx context.Context, req *connect.Request[torporv1.StatsRequest]) (*connect.Response[torporv1.StatsResponse], error) {
+	s, err := m.slot(req.Msg.GetWorker())
 	if err != nil {
 		return nil, err
 	}
 	cur := s.current()
-	st, err := a.rt.Stats(ctx, s.rt)
+	st, err := m.rt.Stats(ctx, s.rt)
 	if err != nil {
 		return nil, withCode(fmt.Errorf("worker %s: stats: %w", s.name(), err))
 	}
@@ -146,16 +132,16 @@ func noSource(context.Context) (bootSource, func(), error) { return bootSource{}
 // start claims the slot for the actor, boots it from source and waits for
 // it to be ready. On failure the slot is left free (or, if its sandbox
 // would not stop, stopping).
-func (a *Agent) start(ctx context.Context, s *slot, op *torporv1.Operation, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) error {
-	claimed, err := a.claim(s, op, w)
+func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) error {
+	claimed, err := m.claim(s, op, w)
 	if err != nil {
 		return err
 	}
-	if err := a.boot(ctx, s, w, source); err != nil {
+	if err := m.boot(ctx, s, w, source); err != nil {
 		ctx, cancel := cleanupContext(ctx)
 		defer cancel()
-		if verr := a.vacate(ctx, s, claimed); verr != nil {
-			a.log.Error("cleaning up after a failed start", "worker", s.name(), "actor_uid", w.GetActorUid(), "err", verr)
+		if verr := m.vacate(ctx, s, claimed); verr != nil {
+			m.log.Error("cleaning up after a failed start", "worker", s.name(), "actor_uid", w.GetActorUid(), "err", verr)
 		}
 		return err
 	}
@@ -164,38 +150,19 @@ func (a *Agent) start(ctx context.Context, s *slot, op *torporv1.Operation, w *t
 		return err
 	}
 	s.stage(running)
-	a.keepIdentity(s, w)
+	m.identity.keep(s, w)
 	// Only once the start is on record: a restart that finds it
 	// unrecorded removes the workload, and the retry restores it again
 	// from its source, which may be a local checkpoint.
-	s.afterCommit(func() { a.ops.Go(func() { a.dropLocalCheckpoints(context.WithoutCancel(ctx), w) }) })
+	s.afterCommit(func() { m.ops.Go(func() { m.snapshots.dropLocal(context.WithoutCancel(ctx), w) }) })
 	return nil
-}
-
-// dropLocalCheckpoints removes the actor's local checkpoints from this
-// node: any start moves the actor past them (the control plane drops
-// their records when the resume commits), and nothing else removes them.
-func (a *Agent) dropLocalCheckpoints(ctx context.Context, w *torporv1.Workload) {
-	prefix := w.GetSpace() + "/" + w.GetActorUid()
-	locations, err := snapshot.ListLocations(ctx, a.local, prefix)
-	if err != nil {
-		a.log.Warn("local checkpoints not dropped", "actor_uid", w.GetActorUid(), "err", err)
-		return
-	}
-	for _, l := range locations {
-		if err := snapshot.DeleteSnapshot(ctx, a.local, l.Location); err != nil {
-			a.log.Warn("local checkpoint not dropped", "location", l.Location, "err", err)
-			continue
-		}
-		a.log.Debug("dropped local checkpoint", "location", l.Location)
-	}
 }
 
 // claim reserves the slot for the actor. An actor occupies one slot of
 // the node at most: its volume directories are per actor.
-func (a *Agent) claim(s *slot, op *torporv1.Operation, w *torporv1.Workload) (slotRecord, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+func (m *slotMachine) claim(s *slot, op *torporv1.Operation, w *torporv1.Workload) (slotRecord, error) {
+	m.placing.Lock()
+	defer m.placing.Unlock()
 	actor := op.GetActorUid()
 	switch cur := s.current(); cur.ActorUID {
 	case "":
@@ -204,7 +171,7 @@ func (a *Agent) claim(s *slot, op *torporv1.Operation, w *torporv1.Workload) (sl
 	default:
 		return slotRecord{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s is busy with actor %s", s.name(), cur.ActorUID))
 	}
-	for _, other := range a.slots {
+	for _, other := range m.slots {
 		if other != s && other.current().ActorUID == actor {
 			return slotRecord{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("actor %s already occupies worker %s of this node", actor, other.name()))
 		}
@@ -217,9 +184,9 @@ func (a *Agent) claim(s *slot, op *torporv1.Operation, w *torporv1.Workload) (sl
 	return rec, nil
 }
 
-func (a *Agent) boot(ctx context.Context, s *slot, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) error {
+func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) error {
 	steps := startSteps()
-	rootfs, images, err := a.unpack(ctx, w)
+	rootfs, images, err := m.images.unpack(ctx, w)
 	if err != nil {
 		return err
 	}
@@ -230,12 +197,12 @@ func (a *Agent) boot(ctx context.Context, s *slot, w *torporv1.Workload, source 
 	}
 	defer release()
 	steps.done("fetch")
-	volumes, err := prepareVolumes(ctx, a.volumeRoot(w.GetActorUid()), durableVolumes(w.GetTemplate()), src.data)
+	volumes, err := prepareVolumes(ctx, m.volumes.dir(w.GetActorUid()), durableVolumes(w.GetTemplate()), src.data)
 	if err != nil {
 		return fmt.Errorf("actor %s/%s: durable volumes: %w", w.GetSpace(), w.GetActor(), err)
 	}
 	steps.done("volumes")
-	identityMounts, err := a.prepareIdentity(ctx, s, w)
+	identityMounts, err := m.identity.prepare(ctx, s, w)
 	if err != nil {
 		return err
 	}
@@ -245,19 +212,19 @@ func (a *Agent) boot(ctx context.Context, s *slot, w *torporv1.Workload, source 
 		Template: w.GetTemplate(), Rootfs: rootfs, ImageConfig: images, Volumes: volumes, ExtraMounts: identityMounts,
 	}
 	if src.memory == "" {
-		err = a.rt.Run(ctx, s.rt, rw)
+		err = m.rt.Run(ctx, s.rt, rw)
 	} else {
-		err = a.rt.Restore(ctx, s.rt, rw, src.memory)
+		err = m.rt.Restore(ctx, s.rt, rw, src.memory)
 	}
 	if err != nil {
 		return fmt.Errorf("actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 	}
 	steps.done("start")
-	if err := a.waitReady(ctx, s, w); err != nil {
+	if err := m.probes.waitReady(ctx, s, w); err != nil {
 		return err
 	}
 	steps.done("ready")
-	a.log.Debug("start steps", append([]any{"worker", s.name(), "actor_uid", w.GetActorUid(), "restore", src.memory != ""}, steps.attrs...)...)
+	m.log.Debug("start steps", append([]any{"worker", s.name(), "actor_uid", w.GetActorUid(), "restore", src.memory != ""}, steps.attrs...)...)
 	return nil
 }
 
@@ -270,26 +237,26 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // vacate stops the slot's workload and removes the actor's volumes. The
 // slot is free afterwards, or stays the actor's (stopping) if its sandbox
 // would not go away, so no other actor lands on a half-removed one.
-func (a *Agent) vacate(ctx context.Context, s *slot, cur slotRecord) error {
+func (m *slotMachine) vacate(ctx context.Context, s *slot, cur slotRecord) error {
 	stopping := cur
 	stopping.Phase = phaseStopping
 	s.stage(stopping)
-	if err := a.rt.Terminate(ctx, s.rt); err != nil {
+	if err := m.rt.Terminate(ctx, s.rt); err != nil {
 		return fmt.Errorf("worker %s: stop the workload of actor %s: %w", s.name(), cur.ActorUID, err)
 	}
 	var stageErr error
 	if cur.Capture != "" {
-		stageErr = removeStage(a.stageDir(cur.ActorUID, cur.Capture))
+		stageErr = removeStage(m.stageDir(cur.ActorUID, cur.Capture))
 	}
-	return errors.Join(stageErr, a.release(s, cur.ActorUID))
+	return errors.Join(stageErr, m.release(s, cur.ActorUID))
 }
 
 // release frees a slot whose workload is gone and removes the actor's
 // volumes.
-func (a *Agent) release(s *slot, actorUID string) error {
-	identityErr := a.dropIdentity(s)
+func (m *slotMachine) release(s *slot, actorUID string) error {
+	identityErr := m.identity.drop(s)
 	s.stage(slotRecord{})
-	return errors.Join(identityErr, a.removeVolumes(actorUID))
+	return errors.Join(identityErr, m.removeVolumes(actorUID))
 }
 
 // stepTimer times the steps of an operation, for its debug log.
@@ -309,18 +276,15 @@ func (t *stepTimer) done(step string) {
 
 // removeVolumes deletes the actor's volume directories, unless the actor
 // occupies a slot of this node.
-func (a *Agent) removeVolumes(actorUID string) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, s := range a.slots {
+func (m *slotMachine) removeVolumes(actorUID string) error {
+	m.placing.Lock()
+	defer m.placing.Unlock()
+	for _, s := range m.slots {
 		if s.current().ActorUID == actorUID {
 			return nil
 		}
 	}
-	if err := os.RemoveAll(a.volumeRoot(actorUID)); err != nil {
-		return fmt.Errorf("remove volumes of actor %s: %w", actorUID, err)
-	}
-	return nil
+	return m.volumes.remove(actorUID)
 }
 
 // checkpoint captures the slot's workload into a snapshot tree, stores it,
@@ -335,13 +299,13 @@ func (a *Agent) removeVolumes(actorUID string) error {
 // leaves the same for the retry and answers Unavailable, which is not
 // recorded. Nothing a retry would need is discarded before the
 // outcome is on record (afterCommit).
-func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *torporv1.CheckpointRequest) (resp *torporv1.CheckpointResponse, err error) {
+func (m *slotMachine) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *torporv1.CheckpointRequest) (resp *torporv1.CheckpointResponse, err error) {
 	w, err := cur.workload()
 	if err != nil {
 		return nil, err
 	}
 	opID := req.GetOp().GetOperationId()
-	stage := a.stageDir(cur.ActorUID, opID)
+	stage := m.stageDir(cur.ActorUID, opID)
 	leave, full := req.GetLeaveRunning(), req.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL
 	captured := cur.Capture == opID
 	running := cur
@@ -370,19 +334,19 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 		}
 		transient := capturedNow && passing(ctx, err)
 		if transient {
-			log := a.log.With("worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)
-			err = a.unavailable(log, fmt.Errorf("checkpoint actor %s/%s: storing the capture: %w", w.GetSpace(), w.GetActor(), err))
+			log := m.log.With("worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)
+			err = unavailable(log, fmt.Errorf("checkpoint actor %s/%s: storing the capture: %w", w.GetSpace(), w.GetActor(), err))
 		}
 		if transient && !leave {
 			// Kept as an agent killed here leaves it (see settleCapture):
 			// the capture on record, its stage directory and the actor's
 			// volumes, for the repeat of the operation to store.
-			a.renewals.stop(s.name())
+			m.identity.pause(s.name())
 			return
 		}
 		ctx, cancel := cleanupContext(ctx)
 		defer cancel()
-		a.settle(ctx, s, running, stage)
+		m.settle(ctx, s, running, stage)
 	}()
 
 	steps := startSteps()
@@ -392,23 +356,23 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 		// A previous agent's capture: its sandbox is saving itself or
 		// gone (reconcile), and may have died before the image was
 		// complete.
-		if err := a.awaitCapture(ctx, s); err != nil {
+		if err := m.awaitCapture(ctx, s); err != nil {
 			return nil, fmt.Errorf("checkpoint actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 		}
 		if full {
-			if err := a.checkImage(memory); err != nil {
+			if err := m.checkImage(memory); err != nil {
 				return nil, connect.NewError(connect.CodeDataLoss, fmt.Errorf("checkpoint actor %s/%s: the capture a previous node agent began is incomplete: %w", w.GetSpace(), w.GetActor(), err))
 			}
 		}
-		a.log.Info("going on with the capture of an earlier attempt (cut short by an agent restart or a storage fault)", "worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)
+		m.log.Info("going on with the capture of an earlier attempt (cut short by an agent restart or a storage fault)", "worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)
 	case full:
-		if err := a.rt.Checkpoint(ctx, s.rt, memory, leave); err != nil {
+		if err := m.rt.Checkpoint(ctx, s.rt, memory, leave); err != nil {
 			return nil, fmt.Errorf("checkpoint actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 		}
 	case !leave:
 		// Volumes are archived from a stopped workload, so they are
 		// consistent.
-		if err := a.rt.Terminate(ctx, s.rt); err != nil {
+		if err := m.rt.Terminate(ctx, s.rt); err != nil {
 			return nil, fmt.Errorf("stop actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 		}
 	}
@@ -417,15 +381,12 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 	testHook("captured")
 	names := durableVolumes(w.GetTemplate())
 	if len(names) > 0 {
-		if err := archiveVolumes(a.volumeRoot(cur.ActorUID), names, filepath.Join(stage, dataArchive)); err != nil {
+		if err := archiveVolumes(m.volumes.dir(cur.ActorUID), names, filepath.Join(stage, dataArchive)); err != nil {
 			return nil, fmt.Errorf("archive volumes of actor %s/%s: %w", w.GetSpace(), w.GetActor(), err)
 		}
 		steps.done("archive")
 	}
-	objects, cache := a.storage, a.cache
-	if req.GetTarget() == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
-		objects, cache = a.local, a.localCache
-	}
+	objects, cache := m.snapshots.target(req.GetTarget())
 	digest, size, err := upload(ctx, objects, req.GetLocation(), stage)
 	if err != nil {
 		return nil, err
@@ -440,21 +401,21 @@ func (a *Agent) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *to
 	s.afterCommit(func() {
 		// A restore on this node then needs no download.
 		if err := cache.Add(req.GetLocation(), digest, stage); err != nil {
-			a.log.Warn("snapshot not cached", "location", req.GetLocation(), "err", err)
+			m.log.Warn("snapshot not cached", "location", req.GetLocation(), "err", err)
 		}
 		if err := removeStage(stage); err != nil {
-			a.log.Warn("checkpoint stage directory not removed", "dir", stage, "err", err)
+			m.log.Warn("checkpoint stage directory not removed", "dir", stage, "err", err)
 		}
 		if leave {
 			return
 		}
 		// The capture stopped the workload already.
-		if err := errors.Join(a.dropIdentity(s), a.removeVolumes(cur.ActorUID)); err != nil {
-			a.log.Warn("checkpointed workload's remains not removed; the next start removes them", "worker", s.name(), "actor_uid", cur.ActorUID, "err", err)
+		if err := errors.Join(m.identity.drop(s), m.removeVolumes(cur.ActorUID)); err != nil {
+			m.log.Warn("checkpointed workload's remains not removed; the next start removes them", "worker", s.name(), "actor_uid", cur.ActorUID, "err", err)
 		}
-		a.warmLater(ctx, s, w)
+		m.warm.later(ctx, s, w)
 	})
-	a.log.Debug("checkpoint steps", append([]any{"worker", s.name(), "actor_uid", cur.ActorUID, "bytes", size}, steps.attrs...)...)
+	m.log.Debug("checkpoint steps", append([]any{"worker", s.name(), "actor_uid", cur.ActorUID, "bytes", size}, steps.attrs...)...)
 	return &torporv1.CheckpointResponse{Location: req.GetLocation(), ManifestDigest: digest, SizeBytes: size, HasData: len(names) > 0}, nil
 }
 
@@ -465,15 +426,15 @@ var testHook = func(point string) {}
 // awaitCapture waits for a sandbox that saves itself for a checkpoint
 // begun before the agent restarted to exit (it does once saved), and
 // removes what it leaves.
-func (a *Agent) awaitCapture(ctx context.Context, s *slot) error {
+func (m *slotMachine) awaitCapture(ctx context.Context, s *slot) error {
 	poll := retry.Policy{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}.Start()
 	for {
-		st, err := a.rt.Stats(ctx, s.rt)
+		st, err := m.rt.Stats(ctx, s.rt)
 		if err != nil {
 			return err
 		}
 		if !st.Running {
-			return a.rt.Terminate(ctx, s.rt)
+			return m.rt.Terminate(ctx, s.rt)
 		}
 		if !poll.Wait(ctx) {
 			return fmt.Errorf("the sandbox is still saving itself: %w", context.Cause(ctx))
@@ -484,8 +445,8 @@ func (a *Agent) awaitCapture(ctx context.Context, s *slot) error {
 // stageDir is where checkpoint operation opID of actorUID stages its
 // capture: named by the operation, so its retry by a restarted agent
 // finds it.
-func (a *Agent) stageDir(actorUID, opID string) string {
-	return filepath.Join(a.dirs.work, actorUID, opID)
+func (m *slotMachine) stageDir(actorUID, opID string) string {
+	return filepath.Join(m.workDir, actorUID, opID)
 }
 
 // removeStage removes a stage directory and its actor's directory once
@@ -506,8 +467,8 @@ type imageChecker interface {
 	CheckImage(dir string) error
 }
 
-func (a *Agent) checkImage(dir string) error {
-	if c, ok := a.rt.(imageChecker); ok {
+func (m *slotMachine) checkImage(dir string) error {
+	if c, ok := m.rt.(imageChecker); ok {
 		return c.CheckImage(dir)
 	}
 	if _, err := os.Stat(dir); err != nil {
@@ -519,153 +480,15 @@ func (a *Agent) checkImage(dir string) error {
 // settle records what a failed checkpoint left: the workload still
 // running (as running), or gone (then the slot is freed; its actor
 // resumes elsewhere from its last snapshot).
-func (a *Agent) settle(ctx context.Context, s *slot, running slotRecord, stage string) {
+func (m *slotMachine) settle(ctx context.Context, s *slot, running slotRecord, stage string) {
 	if err := removeStage(stage); err != nil {
-		a.log.Warn("checkpoint stage directory not removed", "dir", stage, "err", err)
+		m.log.Warn("checkpoint stage directory not removed", "dir", stage, "err", err)
 	}
-	if st, err := a.rt.Stats(ctx, s.rt); err == nil && st.Running {
+	if st, err := m.rt.Stats(ctx, s.rt); err == nil && st.Running {
 		s.stage(running)
 		return
 	}
-	if err := a.vacate(ctx, s, running); err != nil {
-		a.log.Error("cleaning up after a failed checkpoint", "worker", s.name(), "actor_uid", running.ActorUID, "err", err)
-	}
-}
-
-// upload stores the tree at location. A location is named for one
-// checkpoint operation, so a manifest already there is this operation's
-// own earlier attempt, never referenced (the control plane records a
-// snapshot only once this call answers): it is replaced.
-func upload(ctx context.Context, objects snapshot.ObjectStore, location, tree string) (string, int64, error) {
-	_, digest, size, err := snapshot.Upload(ctx, objects, location, tree)
-	if errors.Is(err, snapshot.ErrExists) {
-		if err := snapshot.DeleteSnapshot(ctx, objects, location); err != nil {
-			return "", 0, fmt.Errorf("replace snapshot %s: %w", location, err)
-		}
-		_, digest, size, err = snapshot.Upload(ctx, objects, location, tree)
-	}
-	if err != nil {
-		return "", 0, err
-	}
-	return digest, size, nil
-}
-
-// restoreSource fetches and verifies what a restore starts from.
-func (a *Agent) restoreSource(ctx context.Context, req *torporv1.RestoreRequest) (bootSource, func(), error) {
-	var src bootSource
-	var releases []func()
-	release := func() {
-		for _, r := range releases {
-			r()
-		}
-	}
-	fetch := func(field string, s *torporv1.SnapshotSource) (string, error) {
-		dir, rel, err := a.fetch(ctx, field, s)
-		if passing(ctx, err) {
-			op := req.GetOp()
-			return "", a.unavailable(a.log.With("worker", op.GetWorker(), "actor_uid", op.GetActorUid(), "operation", op.GetOperationId()), err)
-		}
-		if err != nil {
-			return "", err
-		}
-		releases = append(releases, rel)
-		return dir, nil
-	}
-	fail := func(err error) (bootSource, func(), error) {
-		release()
-		return bootSource{}, nil, err
-	}
-	if req.GetSnapshot() != nil {
-		dir, err := fetch("snapshot", req.GetSnapshot())
-		if err != nil {
-			return fail(err)
-		}
-		if src.data, err = optional(filepath.Join(dir, dataArchive)); err != nil {
-			return fail(err)
-		}
-		if req.GetScope() == torporv1.RestoreScope_RESTORE_SCOPE_FULL {
-			if src.memory, err = memoryImage("snapshot", req.GetSnapshot(), dir); err != nil {
-				return fail(err)
-			}
-		}
-	}
-	if req.GetScope() == torporv1.RestoreScope_RESTORE_SCOPE_DATA_ON_GOLDEN {
-		dir, err := fetch("golden", req.GetGolden())
-		if err != nil {
-			return fail(err)
-		}
-		if src.memory, err = memoryImage("golden", req.GetGolden(), dir); err != nil {
-			return fail(err)
-		}
-	}
-	return src, release, nil
-}
-
-// fetch returns a verified copy of a snapshot's tree from this node's
-// cache, downloading it on a miss.
-func (a *Agent) fetch(ctx context.Context, field string, src *torporv1.SnapshotSource) (string, func(), error) {
-	cache := a.cache
-	switch src.GetNode() {
-	case "":
-	case a.cfg.Name:
-		cache = a.localCache
-	default:
-		return "", nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s: %s is a local checkpoint on node %s, not on this node %s", field, src.GetLocation(), src.GetNode(), a.cfg.Name))
-	}
-	dir, release, err := cache.Get(ctx, src.GetLocation(), src.GetManifestDigest())
-	if err != nil {
-		// The snapshot package's errors name the snapshot and the file.
-		if field == "golden" {
-			err = fmt.Errorf("golden %w", err)
-		}
-		if errors.Is(err, snapshot.ErrDataLoss) {
-			return "", nil, connect.NewError(connect.CodeDataLoss, err)
-		}
-		return "", nil, err
-	}
-	return dir, release, nil
-}
-
-// memoryImage returns the memory image directory of a snapshot tree.
-func memoryImage(field string, src *torporv1.SnapshotSource, tree string) (string, error) {
-	dir := filepath.Join(tree, memoryDir)
-	if _, err := os.Stat(dir); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s: snapshot %s holds no memory image (a DATA snapshot cannot be restored FULL)", field, src.GetLocation()))
-		}
-		return "", err
-	}
-	return dir, nil
-}
-
-// passing reports whether storing or fetching a snapshot failed for a
-// fault that passes: of snapshot storage or the node's disk
-// (snapshot.Transient), or a store that did not answer before the
-// operation's deadline (its repeat has a deadline of its own).
-func passing(ctx context.Context, err error) bool {
-	return snapshot.Transient(err) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil
-}
-
-// unavailable answers an operation that met a fault that passes
-// (passing): Unavailable is not recorded, so the control plane repeats
-// the operation until it succeeds. A full disk waits for an operator to
-// free space, so it is logged as an error (the interruption itself is
-// logged by execute).
-func (a *Agent) unavailable(log *slog.Logger, err error) error {
-	if snapshot.DiskFull(err) {
-		log.Error("disk full: the operation is repeated until space is freed", "err", err)
-	}
-	return connect.NewError(connect.CodeUnavailable, err)
-}
-
-// optional returns path if it exists, else "".
-func optional(path string) (string, error) {
-	switch _, err := os.Stat(path); {
-	case err == nil:
-		return path, nil
-	case errors.Is(err, fs.ErrNotExist):
-		return "", nil
-	default:
-		return "", err
+	if err := m.vacate(ctx, s, running); err != nil {
+		m.log.Error("cleaning up after a failed checkpoint", "worker", s.name(), "actor_uid", running.ActorUID, "err", err)
 	}
 }

@@ -81,7 +81,6 @@ type slot struct {
 
 	mu  sync.Mutex
 	rec slotRecord // the current state; on disk once committed
-	uid string     // the worker's uid, once registered
 	// after runs once the next commit is durable (see afterCommit).
 	after []func()
 }
@@ -165,10 +164,4 @@ func (s *slot) load() error {
 	s.rec = rec
 	s.mu.Unlock()
 	return nil
-}
-
-func (s *slot) setUID(uid string) {
-	s.mu.Lock()
-	s.uid = uid
-	s.mu.Unlock()
 }

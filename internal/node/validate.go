@@ -1,12 +1,10 @@
 package node
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 
 	"connectrpc.com/connect"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/image"
@@ -116,27 +114,4 @@ func validateCheckpoint(req *torporv1.CheckpointRequest) error {
 		return invalid("location", "%v", err)
 	}
 	return nil
-}
-
-// unpack returns each container's root filesystem and image
-// configuration, unpacked once per image digest on this node. An image
-// this node's policy refuses is neither opened nor dialed, even when it is
-// cached.
-func (a *Agent) unpack(ctx context.Context, w *torporv1.Workload) (rootfs map[string]string, configs map[string]v1.Config, err error) {
-	rootfs = make(map[string]string, len(w.GetTemplate().GetContainers()))
-	configs = make(map[string]v1.Config, len(w.GetTemplate().GetContainers()))
-	for i, c := range w.GetTemplate().GetContainers() {
-		if err := a.cfg.Images.Check(c.GetImage()); err != nil {
-			return nil, nil, invalid(fmt.Sprintf("workload.template.containers[%d].image", i), "%v", err)
-		}
-		dir, err := a.cfg.Images.Unpack(ctx, c.GetImage(), a.dirs.images)
-		if err == nil {
-			configs[c.GetName()], err = a.cfg.Images.CachedConfig(ctx, c.GetImage(), a.dirs.images)
-		}
-		if err != nil {
-			return nil, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("actor %s/%s: container %s: %w", w.GetSpace(), w.GetActor(), c.GetName(), err))
-		}
-		rootfs[c.GetName()] = dir
-	}
-	return rootfs, configs, nil
 }

@@ -3,7 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
-	"path/filepath"
+	"log/slog"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -27,34 +27,49 @@ import (
 // warmTimeout bounds one warm-up.
 const warmTimeout = time.Minute
 
-// warmLater warms s for w in the background, once the operation holding
+// warmer keeps free slots warm for the actors likely to come back to them.
+type warmer struct {
+	off bool
+	rt  runtime.Runtime
+	log *slog.Logger
+	// slots are the node's (set when the agent opens them).
+	slots []*slot
+	// workload is w as a start in s will pass it to the runtime
+	// (slotMachine.warmWorkload).
+	workload func(ctx context.Context, s *slot, w *torporv1.Workload) (runtime.Workload, error)
+	// background runs fn beside the agent's operations: a stopping agent
+	// waits for both.
+	background func(fn func())
+}
+
+// later warms s for w in the background, once the operation holding
 // s is over, if s is still free then.
-func (a *Agent) warmLater(ctx context.Context, s *slot, w *torporv1.Workload) {
-	if a.cfg.NoWarm || isGolden(w) {
+func (wm *warmer) later(ctx context.Context, s *slot, w *torporv1.Workload) {
+	if wm.off || isGolden(w) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	a.ops.Go(func() {
+	wm.background(func() {
 		s.lock()
 		defer s.unlock()
 		ctx, cancel := context.WithTimeout(ctx, warmTimeout)
 		defer cancel()
-		a.warm(ctx, s, w)
+		wm.warm(ctx, s, w)
 	})
 }
 
 // warm makes s's sandbox ready for w and records it; s is locked. A slot
 // that is not free is left alone.
-func (a *Agent) warm(ctx context.Context, s *slot, w *torporv1.Workload) {
+func (wm *warmer) warm(ctx context.Context, s *slot, w *torporv1.Workload) {
 	cur := s.current()
 	if cur.ActorUID != "" {
 		return
 	}
-	log := a.log.With("worker", s.name(), "actor_uid", w.GetActorUid())
+	log := wm.log.With("worker", s.name(), "actor_uid", w.GetActorUid())
 	began := time.Now()
-	rw, err := a.warmWorkload(ctx, s, w)
+	rw, err := wm.workload(ctx, s, w)
 	if err == nil {
-		err = a.rt.Warm(ctx, s.rt, rw)
+		err = wm.rt.Warm(ctx, s.rt, rw)
 	}
 	if err != nil {
 		// Only speed is lost: the next start boots its own sandbox.
@@ -74,33 +89,14 @@ func (a *Agent) warm(ctx context.Context, s *slot, w *torporv1.Workload) {
 	log.Debug("worker warm", "took", time.Since(began))
 }
 
-// warmWorkload is w as a start in s will pass it to the runtime: the same
-// root filesystems, volume directories (made only at the start) and
-// identity directory.
-func (a *Agent) warmWorkload(ctx context.Context, s *slot, w *torporv1.Workload) (runtime.Workload, error) {
-	rootfs, images, err := a.unpack(ctx, w)
-	if err != nil {
-		return runtime.Workload{}, err
-	}
-	volumes := map[string]string{}
-	for _, name := range durableVolumes(w.GetTemplate()) {
-		volumes[name] = filepath.Join(a.volumeRoot(w.GetActorUid()), name)
-	}
-	return runtime.Workload{
-		ActorUID: w.GetActorUid(), Space: w.GetSpace(), Actor: w.GetActor(),
-		Template: w.GetTemplate(), Rootfs: rootfs, ImageConfig: images, Volumes: volumes,
-		ExtraMounts: map[string]string{IdentityMountPath: a.identityDir(s)},
-	}, nil
-}
-
 // keepOrRewarm settles a free slot at startup: a warm sandbox the previous
 // agent made is kept; one recorded but gone is made again.
-func (a *Agent) keepOrRewarm(ctx context.Context, s *slot, present bool) (keep bool) {
+func (wm *warmer) keepOrRewarm(ctx context.Context, s *slot, present bool) (keep bool) {
 	rec := s.current()
 	if present {
-		st, err := a.rt.Stats(ctx, s.rt)
+		st, err := wm.rt.Stats(ctx, s.rt)
 		if err == nil && st.Warm && !st.Running {
-			a.log.Info("kept warm sandbox", "worker", s.name())
+			wm.log.Info("kept warm sandbox", "worker", s.name())
 			return true
 		}
 		return false
@@ -108,28 +104,28 @@ func (a *Agent) keepOrRewarm(ctx context.Context, s *slot, present bool) (keep b
 	if len(rec.Warm) > 0 {
 		w := &torporv1.Workload{}
 		if err := protojson.Unmarshal(rec.Warm, w); err != nil {
-			a.log.Warn("recorded warm workload unreadable; not warming", "worker", s.name(), "err", err)
+			wm.log.Warn("recorded warm workload unreadable; not warming", "worker", s.name(), "err", err)
 			return false
 		}
-		a.warmLater(ctx, s, w)
+		wm.later(ctx, s, w)
 	}
 	return false
 }
 
-// dropWarm removes the warm sandboxes made for actorUID on this node's
+// drop removes the warm sandboxes made for actorUID on this node's
 // free workers: the actor is terminated, so it is not coming back to
 // them. s is locked by the caller; other workers busy with an operation
 // are left alone (a start there replaces the sandbox anyway).
-func (a *Agent) dropWarm(ctx context.Context, s *slot, actorUID string) {
-	for _, other := range a.slots {
+func (wm *warmer) drop(ctx context.Context, s *slot, actorUID string) {
+	for _, other := range wm.slots {
 		if other != s {
 			if !other.tryLock() {
 				continue
 			}
 		}
 		if cur := other.current(); cur.ActorUID == "" && len(cur.Warm) > 0 && warmFor(cur.Warm) == actorUID {
-			if err := a.unwarm(ctx, other); err != nil {
-				a.log.Warn("warm sandbox of a terminated actor not removed", "worker", other.name(), "actor_uid", actorUID, "err", err)
+			if err := wm.unwarm(ctx, other); err != nil {
+				wm.log.Warn("warm sandbox of a terminated actor not removed", "worker", other.name(), "actor_uid", actorUID, "err", err)
 			}
 		}
 		if other != s {
@@ -138,15 +134,15 @@ func (a *Agent) dropWarm(ctx context.Context, s *slot, actorUID string) {
 	}
 }
 
-// discardWarm removes every free worker's warm sandbox, keeping its
+// discard removes every free worker's warm sandbox, keeping its
 // record, so a stopped agent leaves no idle process and the next one
 // makes the sandbox again (keepOrRewarm). No operation may be running.
-func (a *Agent) discardWarm(ctx context.Context) {
-	for _, s := range a.slots {
+func (wm *warmer) discard(ctx context.Context) {
+	for _, s := range wm.slots {
 		s.lock()
 		if cur := s.current(); cur.ActorUID == "" && len(cur.Warm) > 0 {
-			if err := a.rt.Terminate(ctx, s.rt); err != nil {
-				a.log.Warn("warm sandbox not removed", "worker", s.name(), "err", err)
+			if err := wm.rt.Terminate(ctx, s.rt); err != nil {
+				wm.log.Warn("warm sandbox not removed", "worker", s.name(), "err", err)
 			}
 		}
 		s.unlock()
@@ -154,8 +150,8 @@ func (a *Agent) discardWarm(ctx context.Context) {
 }
 
 // unwarm removes free slot s's warm sandbox and forgets it; s is locked.
-func (a *Agent) unwarm(ctx context.Context, s *slot) error {
-	if err := a.rt.Terminate(ctx, s.rt); err != nil {
+func (wm *warmer) unwarm(ctx context.Context, s *slot) error {
+	if err := wm.rt.Terminate(ctx, s.rt); err != nil {
 		return err
 	}
 	cur := s.current()

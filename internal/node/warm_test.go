@@ -124,11 +124,11 @@ func TestRestartKeepsOrRemakesWarmWorkers(t *testing.T) {
 	if err := n.stop(); err != nil {
 		t.Fatal(err)
 	}
-	rw, err := stopped.warmWorkload(ctx, stopped.slots[0], n.workload("a1"))
+	rw, err := stopped.machine.warmWorkload(ctx, stopped.machine.slots[0], n.workload("a1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.rt.Warm(ctx, stopped.slots[0].rt, rw); err != nil {
+	if err := n.rt.Warm(ctx, stopped.machine.slots[0].rt, rw); err != nil {
 		t.Fatal(err)
 	}
 	warms, terminates := n.calls("Warm", 0), n.calls("Terminate", 0)

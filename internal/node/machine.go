@@ -1,0 +1,131 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/runtime"
+)
+
+// slotMachine is the node's slot state machine. It moves each worker slot
+// through its phases (slots.go) one operation at a time, recording every
+// outcome together with the slot's new state (ops.go), serves
+// torpor.v1.NodeAgentService with those operations (service.go), and at
+// startup settles what a previous agent left (reconcile.go). What a
+// workload needs besides its slot comes from the parts beside it.
+type slotMachine struct {
+	node    string
+	log     *slog.Logger
+	rt      runtime.Runtime
+	timeout time.Duration
+	// workDir holds the checkpoints' stage directories.
+	workDir string
+	journal journal
+	metrics *metrics
+
+	slots  []*slot
+	byName map[string]*slot
+	// placing makes a claim and a removal of volumes see every slot as it
+	// is: an actor occupies one slot of the node at most (its volume
+	// directory is per actor), and its volumes go only when it occupies
+	// none.
+	placing sync.Mutex
+
+	mu       sync.Mutex
+	inflight map[opKey]*call
+	// ops are the operations running and the work they left to finish
+	// in the background (dropping local checkpoints, warm-ups): a stopping
+	// agent waits for them.
+	ops sync.WaitGroup
+
+	images    images
+	snapshots *snapshots // set when the agent opens its state directory
+	volumes   volumeDirs
+	identity  *workloadIdentity
+	probes    *prober
+	warm      *warmer
+}
+
+func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) *slotMachine {
+	m := &slotMachine{
+		node: cfg.Name, log: log, rt: cfg.Runtime, timeout: cfg.OperationTimeout, workDir: d.work,
+		journal: journal{dir: d.ops}, byName: map[string]*slot{}, inflight: map[opKey]*call{},
+		images:   images{policy: cfg.Images, dir: d.images},
+		volumes:  volumeDirs{root: d.volumes, log: log},
+		identity: id,
+		probes:   &prober{client: newProbeClient(), rt: cfg.Runtime},
+	}
+	m.metrics = newMetrics(m.busy)
+	m.warm = &warmer{off: cfg.NoWarm, rt: cfg.Runtime, log: log, workload: m.warmWorkload, background: m.ops.Go}
+	return m
+}
+
+// openSlots makes the node's slots from their records in dir, with their
+// network, and drops what the records no longer claim: old operation
+// outcomes and checkpoint stages.
+func (m *slotMachine) openSlots(ctx context.Context, network Network, workers int, dir string) error {
+	if err := m.journal.prune(time.Now().Add(-opRetention)); err != nil {
+		m.log.Warn("operation journal not pruned", "err", err)
+	}
+	for i := range workers {
+		name := WorkerName(m.node, i)
+		rs, err := network.Slot(ctx, name, i)
+		if err != nil {
+			return fmt.Errorf("worker %s: network: %w", name, err)
+		}
+		s := newSlot(rs, filepath.Join(dir, name+".json"))
+		if err := s.load(); err != nil {
+			return err
+		}
+		m.slots = append(m.slots, s)
+		m.byName[name] = s
+	}
+	return m.pruneStages()
+}
+
+func (m *slotMachine) slot(worker string) (*slot, error) {
+	if s := m.byName[worker]; s != nil {
+		return s, nil
+	}
+	if worker == "" {
+		return nil, invalid("op.worker", "required")
+	}
+	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("worker %s is not on node %s", worker, m.node))
+}
+
+// busy counts the slots hosting a workload.
+func (m *slotMachine) busy() int {
+	n := 0
+	for _, s := range m.slots {
+		if s.current().ActorUID != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// warmWorkload is w as a start in s will pass it to the runtime: the same
+// root filesystems, volume directories (made only at the start) and
+// identity directory.
+func (m *slotMachine) warmWorkload(ctx context.Context, s *slot, w *torporv1.Workload) (runtime.Workload, error) {
+	rootfs, images, err := m.images.unpack(ctx, w)
+	if err != nil {
+		return runtime.Workload{}, err
+	}
+	volumes := map[string]string{}
+	for _, name := range durableVolumes(w.GetTemplate()) {
+		volumes[name] = filepath.Join(m.volumes.dir(w.GetActorUid()), name)
+	}
+	return runtime.Workload{
+		ActorUID: w.GetActorUid(), Space: w.GetSpace(), Actor: w.GetActor(),
+		Template: w.GetTemplate(), Rootfs: rootfs, ImageConfig: images, Volumes: volumes,
+		ExtraMounts: map[string]string{IdentityMountPath: m.identity.dir(s)},
+	}, nil
+}

@@ -1,0 +1,218 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/snapshot"
+)
+
+// A snapshot's tree on disk: the runtime's memory image (FULL captures
+// only) and the durable volumes as one archive, kept apart so a DATA
+// restore can take the volumes of a FULL capture.
+const (
+	memoryDir   = "memory"
+	dataArchive = "data.tar"
+)
+
+// snapshots are where checkpoints go and restores start from: snapshot
+// storage shared with the control plane, and this node's local
+// checkpoints, each read through a cache on this node.
+type snapshots struct {
+	node       string
+	log        *slog.Logger
+	storage    snapshot.ObjectStore
+	cache      *snapshot.Cache
+	local      *snapshot.DirStore
+	localCache *snapshot.Cache
+}
+
+// openSnapshots opens the caches and the local checkpoints in d.
+func openSnapshots(node string, log *slog.Logger, storage snapshot.ObjectStore, d dirs, cacheBytes int64) (*snapshots, error) {
+	sn := &snapshots{node: node, log: log, storage: storage}
+	var err error
+	if sn.cache, err = snapshot.NewCache(d.cache, cacheBytes, storage); err != nil {
+		return nil, err
+	}
+	if sn.local, err = snapshot.NewDirStore(d.local); err != nil {
+		return nil, err
+	}
+	if sn.localCache, err = snapshot.NewCache(d.localCache, cacheBytes, sn.local); err != nil {
+		return nil, err
+	}
+	return sn, nil
+}
+
+// target is where a checkpoint to t is stored, and the cache a restore
+// on this node reads it through.
+func (sn *snapshots) target(t torporv1.CheckpointTarget) (snapshot.ObjectStore, *snapshot.Cache) {
+	if t == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
+		return sn.local, sn.localCache
+	}
+	return sn.storage, sn.cache
+}
+
+// dropLocal removes the actor's local checkpoints from this
+// node: any start moves the actor past them (the control plane drops
+// their records when the resume commits), and nothing else removes them.
+func (sn *snapshots) dropLocal(ctx context.Context, w *torporv1.Workload) {
+	prefix := w.GetSpace() + "/" + w.GetActorUid()
+	locations, err := snapshot.ListLocations(ctx, sn.local, prefix)
+	if err != nil {
+		sn.log.Warn("local checkpoints not dropped", "actor_uid", w.GetActorUid(), "err", err)
+		return
+	}
+	for _, l := range locations {
+		if err := snapshot.DeleteSnapshot(ctx, sn.local, l.Location); err != nil {
+			sn.log.Warn("local checkpoint not dropped", "location", l.Location, "err", err)
+			continue
+		}
+		sn.log.Debug("dropped local checkpoint", "location", l.Location)
+	}
+}
+
+// upload stores the tree at location. A location is named for one
+// checkpoint operation, so a manifest already there is this operation's
+// own earlier attempt, never referenced (the control plane records a
+// snapshot only once this call answers): it is replaced.
+func upload(ctx context.Context, objects snapshot.ObjectStore, location, tree string) (string, int64, error) {
+	_, digest, size, err := snapshot.Upload(ctx, objects, location, tree)
+	if errors.Is(err, snapshot.ErrExists) {
+		if err := snapshot.DeleteSnapshot(ctx, objects, location); err != nil {
+			return "", 0, fmt.Errorf("replace snapshot %s: %w", location, err)
+		}
+		_, digest, size, err = snapshot.Upload(ctx, objects, location, tree)
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	return digest, size, nil
+}
+
+// source fetches and verifies what a restore starts from.
+func (sn *snapshots) source(ctx context.Context, req *torporv1.RestoreRequest) (bootSource, func(), error) {
+	var src bootSource
+	var releases []func()
+	release := func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	fetch := func(field string, s *torporv1.SnapshotSource) (string, error) {
+		dir, rel, err := sn.fetch(ctx, field, s)
+		if passing(ctx, err) {
+			op := req.GetOp()
+			return "", unavailable(sn.log.With("worker", op.GetWorker(), "actor_uid", op.GetActorUid(), "operation", op.GetOperationId()), err)
+		}
+		if err != nil {
+			return "", err
+		}
+		releases = append(releases, rel)
+		return dir, nil
+	}
+	fail := func(err error) (bootSource, func(), error) {
+		release()
+		return bootSource{}, nil, err
+	}
+	if req.GetSnapshot() != nil {
+		dir, err := fetch("snapshot", req.GetSnapshot())
+		if err != nil {
+			return fail(err)
+		}
+		if src.data, err = optional(filepath.Join(dir, dataArchive)); err != nil {
+			return fail(err)
+		}
+		if req.GetScope() == torporv1.RestoreScope_RESTORE_SCOPE_FULL {
+			if src.memory, err = memoryImage("snapshot", req.GetSnapshot(), dir); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if req.GetScope() == torporv1.RestoreScope_RESTORE_SCOPE_DATA_ON_GOLDEN {
+		dir, err := fetch("golden", req.GetGolden())
+		if err != nil {
+			return fail(err)
+		}
+		if src.memory, err = memoryImage("golden", req.GetGolden(), dir); err != nil {
+			return fail(err)
+		}
+	}
+	return src, release, nil
+}
+
+// fetch returns a verified copy of a snapshot's tree from this node's
+// cache, downloading it on a miss.
+func (sn *snapshots) fetch(ctx context.Context, field string, src *torporv1.SnapshotSource) (string, func(), error) {
+	cache := sn.cache
+	switch src.GetNode() {
+	case "":
+	case sn.node:
+		cache = sn.localCache
+	default:
+		return "", nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s: %s is a local checkpoint on node %s, not on this node %s", field, src.GetLocation(), src.GetNode(), sn.node))
+	}
+	dir, release, err := cache.Get(ctx, src.GetLocation(), src.GetManifestDigest())
+	if err != nil {
+		// The snapshot package's errors name the snapshot and the file.
+		if field == "golden" {
+			err = fmt.Errorf("golden %w", err)
+		}
+		if errors.Is(err, snapshot.ErrDataLoss) {
+			return "", nil, connect.NewError(connect.CodeDataLoss, err)
+		}
+		return "", nil, err
+	}
+	return dir, release, nil
+}
+
+// memoryImage returns the memory image directory of a snapshot tree.
+func memoryImage(field string, src *torporv1.SnapshotSource, tree string) (string, error) {
+	dir := filepath.Join(tree, memoryDir)
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s: snapshot %s holds no memory image (a DATA snapshot cannot be restored FULL)", field, src.GetLocation()))
+		}
+		return "", err
+	}
+	return dir, nil
+}
+
+// passing reports whether storing or fetching a snapshot failed for a
+// fault that passes: of snapshot storage or the node's disk
+// (snapshot.Transient), or a store that did not answer before the
+// operation's deadline (its repeat has a deadline of its own).
+func passing(ctx context.Context, err error) bool {
+	return snapshot.Transient(err) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil
+}
+
+// unavailable answers an operation that met a fault that passes
+// (passing): Unavailable is not recorded, so the control plane repeats
+// the operation until it succeeds. A full disk waits for an operator to
+// free space, so it is logged as an error (the interruption itself is
+// logged by execute).
+func unavailable(log *slog.Logger, err error) error {
+	if snapshot.DiskFull(err) {
+		log.Error("disk full: the operation is repeated until space is freed", "err", err)
+	}
+	return connect.NewError(connect.CodeUnavailable, err)
+}
+
+// optional returns path if it exists, else "".
+func optional(path string) (string, error) {
+	switch _, err := os.Stat(path); {
+	case err == nil:
+		return path, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return "", nil
+	default:
+		return "", err
+	}
+}
