@@ -3,9 +3,7 @@ package cli
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,8 +13,6 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/server"
-	"github.com/torpor-dev/torpor/internal/snapshot"
-	"github.com/torpor-dev/torpor/internal/store"
 )
 
 // TestAgainstRealServer drives the control plane (SQLite store) through
@@ -91,62 +87,35 @@ func TestAgainstRealServer(t *testing.T) {
 	equalText(t, "delete template", ok(t, url, "template", "delete", "counter"), "template/counter deleted\n")
 }
 
-// realServer is a control plane on a fresh SQLite store, served as
-// serveAPI does; it returns the server and the API's URL.
+// realServer starts a control plane on a fresh SQLite store as `torpor
+// server` does (server.Start) until t ends, and points the CLI at it the
+// way `torpor up` does: a client config with its URL, CA and the admin
+// token. It returns the server and the API's URL.
 func realServer(t *testing.T, opts server.Options) (*server.Server, string) {
 	t.Helper()
 	data := t.TempDir()
-	st, err := store.Open(context.Background(), "sqlite:"+filepath.Join(data, "torpor.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	objects, err := snapshot.NewDirStore(filepath.Join(data, "snapshots"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts.Store = "sqlite:" + filepath.Join(data, "torpor.db")
+	opts.Snapshots = filepath.Join(data, "snapshots")
+	opts.Listen = "127.0.0.1:0"
 	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.Images = runtimetest.ImagePolicy(t)
-	srv := server.New(st, objects, opts)
-	return srv, serveAPI(t, srv)
-}
-
-// serveAPI serves srv over TLS until t ends and points the CLI at it the
-// way `torpor up` does: a client config with its URL, CA and the admin
-// token. It returns the URL.
-func serveAPI(t *testing.T, srv *server.Server) string {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	cp, err := server.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeAPI(ctx, ln) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve API: %v", err)
+		if err := cp.Stop(); err != nil {
+			t.Errorf("stop the control plane: %v", err)
 		}
 	})
-	a, err := srv.Authority(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := srv.AdminToken(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	path, err := ConfigPath()
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := "https://" + ln.Addr().String()
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.CACertificate().Raw})
-	if err := WriteClientConfig(path, ClientConfig{Server: url, CA: string(caPEM), Token: token}); err != nil {
+	if err := WriteClientConfig(path, ClientConfig{Server: cp.URL, CA: string(cp.CAPEM), Token: cp.AdminToken}); err != nil {
 		t.Fatal(err)
 	}
-	return url
+	return cp.Server, cp.URL
 }
 
 // TestTokensAgainstRealServer: the admin (the config) makes an API token

@@ -400,7 +400,7 @@ func (t *adminToken) get(ctx context.Context) (string, error) {
 func (s *Server) AdminToken(ctx context.Context) (string, error) { return s.admin.get(ctx) }
 
 // WriteClientFiles writes the admin token and the CA certificate where
-// Options say, for the operator's clients. Run does it on start.
+// Options say, for the operator's clients. Start does it first.
 func (s *Server) WriteClientFiles(ctx context.Context) error {
 	if s.opts.AdminTokenFile != "" {
 		token, err := s.AdminToken(ctx)

@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
-	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/snapshot"
@@ -32,8 +31,10 @@ const maxRequestBytes = 4 << 20
 
 // Options configure a server process.
 type Options struct {
-	// Listen is the TCP address to serve on, e.g. 127.0.0.1:7070.
-	Listen string
+	// Listen is the TCP address to serve on, e.g. 127.0.0.1:7070;
+	// Listener, when set, is served instead (Start).
+	Listen   string
+	Listener net.Listener
 	// Store is "sqlite:PATH" or a postgres:// URL.
 	Store string
 	// Snapshots is the snapshot storage shared with the nodes: a
@@ -59,7 +60,7 @@ type Options struct {
 	// MemberCertTTL is the lifetime of node and API client certificates
 	// (renewed at two thirds of it). Default identity.DefaultMemberCertTTL.
 	MemberCertTTL time.Duration
-	// AdminTokenFile, when set, is where Run writes the admin token (mode
+	// AdminTokenFile, when set, is where Start writes the admin token (mode
 	// 0600), and CAFile where it writes the CA certificate (PEM) clients
 	// verify the server with.
 	AdminTokenFile string
@@ -235,44 +236,6 @@ type snapshotObjects struct{ store snapshot.ObjectStore }
 
 func (o snapshotObjects) DeleteSnapshot(ctx context.Context, location string) error {
 	return snapshot.DeleteSnapshot(ctx, o.store, location)
-}
-
-// Run opens the store and snapshot storage and serves until ctx is done.
-func Run(ctx context.Context, opts Options) error {
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	st, err := store.Open(ctx, opts.Store)
-	if err != nil {
-		return fmt.Errorf("open store %s: %w", opts.Store, err)
-	}
-	defer st.Close()
-	objects, err := snapshot.Open(ctx, opts.Snapshots)
-	if err != nil {
-		return fmt.Errorf("open snapshot storage %s: %w", opts.Snapshots, err)
-	}
-	srv := New(st, objects, opts)
-	if err := srv.WriteClientFiles(ctx); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", opts.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
-	}
-	logger.Info("serving API", "listen", ln.Addr().String(), "store", opts.Store, "snapshots", opts.Snapshots,
-		"admin_token_file", opts.AdminTokenFile, "ca_file", opts.CAFile)
-	// The certificate comes first: the background work calls node agents
-	// with it.
-	tlsConfig, err := srv.TLSConfig(ctx, ln.Addr())
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("serve API: %w", err)
-	}
-	bg, stopBackground := context.WithCancel(ctx)
-	defer stopBackground()
-	go srv.RunBackground(bg)
-	return httpserve.Serve(ctx, ln, srv.Handler(), tlsConfig)
 }
 
 // logErrors logs failed calls with their procedure; server-side faults at
