@@ -57,15 +57,15 @@ func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkp
 		if err != nil {
 			return nil, err
 		}
-		switch state := a.GetStatus().GetState(); state {
-		case kind.done:
+		switch state := a.GetStatus().GetState(); {
+		case state == kind.done:
 			return a, nil
-		case torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_SUSPENDING, torporv1.ActorState_ACTOR_STATE_PAUSING:
+		case onWorkerStep(state):
 			if err := e.waitForChange(ctx, space, name, a.GetMetadata().GetVersion()); err != nil {
 				return nil, err
 			}
 			continue
-		case torporv1.ActorState_ACTOR_STATE_RUNNING:
+		case state == torporv1.ActorState_ACTOR_STATE_RUNNING:
 		default:
 			return nil, codeError(connect.CodeFailedPrecondition, "actor %s is %s: only a RUNNING actor can be %s", actorKey(a), enum.Name(state), enum.Name(kind.done))
 		}
@@ -102,7 +102,9 @@ func (e *Engine) claimCheckpoint(ctx context.Context, a *torporv1.Actor, kind ch
 	}
 	from := a.GetStatus().GetState()
 	a.Status.Operation = op
-	e.setState(a, kind.during)
+	if err := e.setState(a, kind.during); err != nil {
+		return nil, err
+	}
 	var claimed *torporv1.Actor
 	err := e.store.InTx(ctx, func(tx store.Tx) error {
 		var err error
@@ -189,7 +191,7 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 		snap.Node = st.GetWorker().GetNode()
 	}
 	// finish ends the step in cur and returns the worker it releases.
-	finish := func(cur *torporv1.Actor) *torporv1.WorkerRef {
+	finish := func(cur *torporv1.Actor) (*torporv1.WorkerRef, error) {
 		if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
 			cur.Status.LocalCheckpoint = snap.GetMetadata().GetName()
 		} else {
@@ -198,8 +200,10 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 		worker := cur.Status.Worker
 		cur.Status.Worker = nil
 		cur.Status.Operation = nil
-		e.setState(cur, kind.done)
-		return worker
+		if err := e.setState(cur, kind.done); err != nil {
+			return nil, err
+		}
+		return worker, nil
 	}
 	var expire []*torporv1.Snapshot
 	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE {
@@ -338,7 +342,9 @@ func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, cause er
 			}
 			t := transition{from: cur.GetStatus().GetState(), to: torporv1.ActorState_ACTOR_STATE_RUNNING, reason: reason + "; still running", op: op, worker: cur.GetStatus().GetWorker()}
 			cur.Status.Operation = nil
-			e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING)
+			if err := e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING); err != nil {
+				return err
+			}
 			if _, err := tx.Actors().Update(ctx, cur); err != nil {
 				return err
 			}

@@ -28,7 +28,9 @@ func (e *Engine) Delete(ctx context.Context, space, name string) (err error) {
 	case torporv1.ActorState_ACTOR_STATE_SUSPENDED, torporv1.ActorState_ACTOR_STATE_PAUSED, torporv1.ActorState_ACTOR_STATE_CRASHED:
 		op := &torporv1.ActorOperation{Id: newOperationID(), Kind: torporv1.OperationKind_OPERATION_KIND_DELETE, StartTime: timestamppb.New(e.now()), PreviousState: state}
 		a.Status.Operation = op
-		e.setState(a, torporv1.ActorState_ACTOR_STATE_DELETING)
+		if err := e.setState(a, torporv1.ActorState_ACTOR_STATE_DELETING); err != nil {
+			return err
+		}
 		// The transaction may run more than once (the store retries it
 		// through a database restart): it writes the claim as read.
 		var claimed *torporv1.Actor

@@ -200,12 +200,6 @@ func (e *Engine) logger(a *torporv1.Actor) *slog.Logger {
 	return l
 }
 
-// setState moves a (in memory) to state, stamping the time.
-func (e *Engine) setState(a *torporv1.Actor, state torporv1.ActorState) {
-	a.Status.State = state
-	a.Status.StateTime = timestamppb.New(e.now())
-}
-
 // transition is one entry of an actor's history.
 type transition struct {
 	from, to torporv1.ActorState
@@ -304,9 +298,12 @@ type stepEnd[R any] struct {
 // uid, state and operation), finish applies to it; finishedElsewhere(cur)
 // says another driver of the step finished it; anything else is lost, and
 // nothing is written over it (invariant 2).
-func endClaimedStep[R any](ctx context.Context, tx store.Tx, claimed *torporv1.Actor, finish func(*torporv1.Actor) R, finishedElsewhere func(cur *torporv1.Actor) bool) (stepEnd[R], error) {
+func endClaimedStep[R any](ctx context.Context, tx store.Tx, claimed *torporv1.Actor, finish func(*torporv1.Actor) (R, error), finishedElsewhere func(cur *torporv1.Actor) bool) (stepEnd[R], error) {
 	next := proto.CloneOf(claimed)
-	result := finish(next)
+	result, err := finish(next)
+	if err != nil {
+		return stepEnd[R]{}, err
+	}
 	written, err := tx.Actors().Update(ctx, next)
 	if !errors.Is(err, store.ErrConflict) {
 		return stepEnd[R]{written: written, result: result}, err
@@ -322,7 +319,9 @@ func endClaimedStep[R any](ctx context.Context, tx store.Tx, claimed *torporv1.A
 		}
 		return stepEnd[R]{lost: cur}, nil
 	}
-	result = finish(cur)
+	if result, err = finish(cur); err != nil {
+		return stepEnd[R]{}, err
+	}
 	if written, err = tx.Actors().Update(ctx, cur); err != nil {
 		return stepEnd[R]{}, err
 	}

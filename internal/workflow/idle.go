@@ -230,10 +230,9 @@ func (e *Engine) cancelStop(ctx context.Context, claimed *torporv1.Actor, why st
 	op := claimed.GetStatus().GetOperation()
 	err := e.endStep(ctx, e.logger(claimed), func() error {
 		return e.store.InTx(ctx, func(tx store.Tx) error {
-			end, err := endClaimedStep(ctx, tx, claimed, func(cur *torporv1.Actor) struct{} {
+			end, err := endClaimedStep(ctx, tx, claimed, func(cur *torporv1.Actor) (struct{}, error) {
 				cur.Status.Operation = nil
-				e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING)
-				return struct{}{}
+				return struct{}{}, e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING)
 			}, func(*torporv1.Actor) bool { return false })
 			if err != nil || end.written == nil {
 				return err

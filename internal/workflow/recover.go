@@ -22,12 +22,7 @@ func (e *Engine) Recover(ctx context.Context, olderThan time.Duration) error {
 		errs     []error
 		redrives sync.WaitGroup
 	)
-	for _, state := range []torporv1.ActorState{
-		torporv1.ActorState_ACTOR_STATE_RESUMING,
-		torporv1.ActorState_ACTOR_STATE_SUSPENDING,
-		torporv1.ActorState_ACTOR_STATE_PAUSING,
-		torporv1.ActorState_ACTOR_STATE_DELETING,
-	} {
+	for _, state := range inFlightStates {
 		actors, err := store.ListAll(ctx, e.store.Actors(), store.ListOptions{Filter: store.Filter{"state": state.String()}})
 		if err != nil {
 			mu.Lock()

@@ -47,8 +47,8 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 		if err != nil {
 			return nil, err
 		}
-		switch a.GetStatus().GetState() {
-		case torporv1.ActorState_ACTOR_STATE_RUNNING:
+		switch state := a.GetStatus().GetState(); {
+		case state == torporv1.ActorState_ACTOR_STATE_RUNNING:
 			if opts.Snapshot != "" {
 				return nil, codeError(connect.CodeFailedPrecondition, "actor %s is RUNNING: suspend it before restoring snapshot %s", actorKey(a), opts.Snapshot)
 			}
@@ -56,12 +56,12 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 			// now is active since it became RUNNING (ActivityOf).
 			e.touch(ctx, a)
 			return a, nil
-		case torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_SUSPENDING, torporv1.ActorState_ACTOR_STATE_PAUSING:
+		case onWorkerStep(state):
 			if err := e.waitForChange(ctx, space, name, a.GetMetadata().GetVersion()); err != nil {
 				return nil, err
 			}
 			continue
-		case torporv1.ActorState_ACTOR_STATE_DELETING:
+		case state == torporv1.ActorState_ACTOR_STATE_DELETING:
 			return nil, codeError(connect.CodeFailedPrecondition, "actor %s is being deleted", actorKey(a))
 		}
 		claimed, src, err := e.claimResume(ctx, a, opts)
@@ -235,7 +235,9 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	st.CurrentTemplate = revision
 	st.CurrentTemplateUid = tmpl.GetMetadata().GetUid()
 	st.CurrentTemplateSpec = tmpl.GetSpec()
-	e.setState(a, torporv1.ActorState_ACTOR_STATE_RESUMING)
+	if err := e.setState(a, torporv1.ActorState_ACTOR_STATE_RESUMING); err != nil {
+		return nil, nil, err
+	}
 	w.Status.Actor = &torporv1.ActorRef{Space: space, Name: a.GetMetadata().GetName(), Uid: a.GetMetadata().GetUid()}
 	w.Status.WarmActorUid, w.Status.ReservedForActorUid, w.Status.ReserveTime = "", "", nil
 
@@ -360,13 +362,15 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 	}
 	// finish makes cur RUNNING and returns the local checkpoint it moved
 	// past: any resume does.
-	finish := func(cur *torporv1.Actor) (local string) {
+	finish := func(cur *torporv1.Actor) (local string, err error) {
 		local = cur.Status.LocalCheckpoint
 		cur.Status.LocalCheckpoint = ""
 		cur.Status.CrashReason = ""
-		e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING)
+		if err := e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING); err != nil {
+			return "", err
+		}
 		cur.Status.Operation = nil
-		return local
+		return local, nil
 	}
 	var out *torporv1.Actor
 	var lost *torporv1.Actor
@@ -510,7 +514,9 @@ func (e *Engine) crashInTx(ctx context.Context, tx store.Tx, cur *torporv1.Actor
 	cur.Status.Worker = nil
 	cur.Status.Operation = nil
 	cur.Status.CrashReason = reason
-	e.setState(cur, torporv1.ActorState_ACTOR_STATE_CRASHED)
+	if err := e.setState(cur, torporv1.ActorState_ACTOR_STATE_CRASHED); err != nil {
+		return err
+	}
 	if _, err := tx.Actors().Update(ctx, cur); err != nil {
 		return err
 	}

@@ -136,15 +136,6 @@ func (e *env) checkPlacement() {
 	}
 }
 
-func inFlight(s torporv1.ActorState) bool {
-	switch s {
-	case torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_SUSPENDING,
-		torporv1.ActorState_ACTOR_STATE_PAUSING, torporv1.ActorState_ACTOR_STATE_DELETING:
-		return true
-	}
-	return false
-}
-
 func wantState(t *testing.T, a *torporv1.Actor, want torporv1.ActorState) {
 	t.Helper()
 	if got := a.GetStatus().GetState(); got != want {
