@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,7 +97,11 @@ func realServer(t *testing.T, opts server.Options) (*server.Server, string) {
 	data := t.TempDir()
 	opts.Store = "sqlite:" + filepath.Join(data, "torpor.db")
 	opts.Snapshots = filepath.Join(data, "snapshots")
-	opts.Listen = "127.0.0.1:0"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Listener = ln
 	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.Images = runtimetest.ImagePolicy(t)
 	cp, err := server.Start(context.Background(), opts)
