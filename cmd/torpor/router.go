@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -15,6 +13,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/router"
+	"github.com/torpor-dev/torpor/internal/rungroup"
 )
 
 func init() { register(newRouterCommand) }
@@ -99,70 +98,58 @@ revokes it.`,
 // certificate and CA.
 const routerCredentialsFile = "router-credentials.json"
 
-// routerAPI gets the router's certificate (joining if it has none) and
-// returns the client it calls the control plane with; keep renews the
-// certificate until its context ends.
-func routerAPI(ctx context.Context, member *identity.Member) (client *http.Client, keep func(context.Context) error, err error) {
+// startRouter gets the router's certificate (joining if it has none), then
+// runs in g, in this order, the certificate's renewal, the activity
+// reports and the router serving actors' traffic on ln (and /metrics on
+// metricsLn, when set).
+func startRouter(ctx context.Context, g *rungroup.Group, cfg router.Config, member *identity.Member, ln, metricsLn net.Listener) (*router.Router, error) {
 	creds, err := member.Credentials(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	keep = func(ctx context.Context) error {
-		member.KeepRenewed(ctx, creds)
-		return nil
-	}
-	return creds.ControlPlaneClient(), keep, nil
-}
-
-// runRouter serves the router (and its metrics listener, if any) and applies
-// reports activity until ctx is done; the first part to fail stops the rest.
-func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, listen, metricsListen string) error {
-	api, keepCertificate, err := routerAPI(ctx, member)
-	if err != nil {
-		return err
-	}
-	cfg.HTTPClient = api
+	cfg.HTTPClient = creds.ControlPlaneClient()
 	rt, err := router.New(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	g.Go("router certificate", func(ctx context.Context) error {
+		member.KeepRenewed(ctx, creds)
+		return nil
+	})
+	g.Go("router activity reports", rt.Run)
+	g.Go("router", func(ctx context.Context) error { return httpserve.Serve(ctx, ln, rt, nil) })
+	if metricsLn != nil {
+		g.Go("router metrics", func(ctx context.Context) error { return httpserve.Serve(ctx, metricsLn, rt.Admin(), nil) })
+	}
+	return rt, nil
+}
+
+// runRouter serves the router (and its metrics listener, if any) and
+// reports activity until ctx is done; the first part to fail stops the
+// rest.
+func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, listen, metricsListen string) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
-	parts := map[string]func(context.Context) error{
-		"router":           func(ctx context.Context) error { return httpserve.Serve(ctx, ln, rt, nil) },
-		"activity reports": func(ctx context.Context) error { return rt.Run(ctx) },
-		"certificate":      keepCertificate,
-	}
-	logAttrs := []any{"listen", ln.Addr().String(), "server", cfg.Server, "domain", rt.Domain()}
+	var mln net.Listener
+	logAttrs := []any{"listen", ln.Addr().String(), "server", cfg.Server}
 	if metricsListen != "" {
-		mln, err := net.Listen("tcp", metricsListen)
-		if err != nil {
+		if mln, err = net.Listen("tcp", metricsListen); err != nil {
 			ln.Close()
 			return fmt.Errorf("listen on %s: %w", metricsListen, err)
 		}
-		parts["metrics"] = func(ctx context.Context) error { return httpserve.Serve(ctx, mln, rt.Admin(), nil) }
 		logAttrs = append(logAttrs, "metrics", mln.Addr().String())
 	}
-	cfg.Logger.Info("serving actors", logAttrs...)
-
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	errc := make(chan error, len(parts))
-	for name, run := range parts {
-		go func() {
-			err := run(ctx)
-			stop()
-			if err != nil {
-				err = fmt.Errorf("%s: %w", name, err)
-			}
-			errc <- err
-		}()
+	g := rungroup.New(ctx)
+	rt, err := startRouter(ctx, g, cfg, member, ln, mln)
+	if err != nil {
+		ln.Close()
+		if mln != nil {
+			mln.Close()
+		}
+		return err
 	}
-	errs := make([]error, 0, len(parts))
-	for range parts {
-		errs = append(errs, <-errc)
-	}
-	return errors.Join(errs...)
+	cfg.Logger.Info("serving actors", append(logAttrs, "domain", rt.Domain())...)
+	return g.Run(ctx)
 }

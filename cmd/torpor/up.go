@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -10,21 +9,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
-	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
 	"github.com/torpor-dev/torpor/internal/router"
+	"github.com/torpor-dev/torpor/internal/rungroup"
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
 	"github.com/torpor-dev/torpor/internal/server"
-	"github.com/torpor-dev/torpor/internal/snapshot"
-	"github.com/torpor-dev/torpor/internal/store"
 )
 
 func init() { register(newUpCommand) }
@@ -96,142 +93,114 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	}
 	routerLn, err := net.Listen("tcp", f.routerListen)
 	if err != nil {
+		apiLn.Close()
 		return fmt.Errorf("--router-listen: %w", err)
 	}
-	apiURL := "https://" + apiLn.Addr().String()
-
-	dbPath := filepath.Join(f.dataDir, "torpor.db")
-	st, err := store.Open(ctx, "sqlite:"+dbPath)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	f.node.snapshots = filepath.Join(f.dataDir, "snapshots")
-	objects, err := snapshot.NewDirStore(f.node.snapshots)
-	if err != nil {
-		return err
-	}
-	srv := server.New(st, objects, server.Options{
-		Logger: logger, Listen: apiLn.Addr().String(),
+	cp, err := server.Start(ctx, server.Options{
+		Logger: logger, Listen: apiLn.Addr().String(), Listener: apiLn,
+		Store: "sqlite:" + filepath.Join(f.dataDir, "torpor.db"), Snapshots: f.node.snapshots,
 		AdminTokenFile: filepath.Join(f.dataDir, "admin-token"), CAFile: filepath.Join(f.dataDir, "ca.pem"),
 		Images: images, Headroom: map[string]int{"default": f.headroom},
 	})
-	if err := srv.WriteClientFiles(ctx); err != nil {
-		return err
-	}
-	// The parts authenticate to each other as separate processes would:
-	// the node and the router join with tokens (made here, only when they
-	// have no certificate yet) and then talk mutual TLS; the CLI uses the
-	// admin token.
-	ca, err := srv.Authority(ctx)
 	if err != nil {
+		routerLn.Close()
 		return err
 	}
-	adminToken, err := srv.AdminToken(ctx)
+	// The parts stop in the reverse order of their start: the router,
+	// then the running actors are suspended while the node agent and the
+	// API still run, then the node agent, then the API.
+	g := rungroup.New(ctx)
+	g.Go("control plane", cp.Run)
+	nodeCfg, agent, err := upNode(f, cp, images, logger)
 	if err != nil {
-		return err
+		routerLn.Close()
+		return errors.Join(err, g.Stop())
 	}
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.CACertificate().Raw})
+	g.Go("node agent", agent.Run)
+	g.Go("suspend on shutdown", func(ctx context.Context) error {
+		<-ctx.Done()
+		suspendAll(stderr, cp.Server, nodeCfg, f)
+		return nil
+	})
+	// The router joins over the API, so it starts once the API serves. A
+	// router that cannot start stops the rest, as a failing part does.
+	if _, err := startRouter(ctx, g, router.Config{Server: cp.URL, Domain: f.domain, Logger: logger, AdminOnIngress: true}, upRouterMember(f, cp, logger), routerLn, nil); err != nil {
+		routerLn.Close()
+		g.Go("router", func(context.Context) error { return err })
+	}
 
-	nodeCfg := node.Config{
+	// "up" means a request can be served: wait for the node's workers.
+	select {
+	case <-agent.Registered():
+	case <-g.Failed():
+	case <-ctx.Done():
+	}
+	configPath, err := cli.ConfigPath()
+	if err == nil {
+		err = cli.WriteClientConfig(configPath, cli.ClientConfig{Server: cp.URL, CA: string(cp.CAPEM), Token: cp.AdminToken})
+	}
+	if err != nil {
+		logger.Warn("write client config", "err", err)
+	}
+	printWelcome(stderr, cp.URL, configPath, "http://"+routerLn.Addr().String(), f)
+
+	select {
+	case <-ctx.Done():
+	case <-g.Failed():
+		logger.Error("stopping", "err", g.Err())
+	}
+	fmt.Fprintln(stderr, "\nShutting down: suspending running actors...")
+	g.Stop()
+	return nil
+}
+
+// upNode is the node agent of `torpor up`: it joins with a token made
+// here (only while it has no certificate yet), as a separate process
+// would.
+func upNode(f upFlags, cp *server.Running, images *image.Policy, logger *slog.Logger) (node.Config, *node.Agent, error) {
+	cfg := node.Config{
 		Name:      f.nodeName,
-		ServerURL: apiURL,
+		ServerURL: cp.URL,
 		Listen:    f.nodeListen,
 		Workers:   f.workers,
 		Pool:      "default",
 		StateDir:  filepath.Join(f.dataDir, "node"),
 		Images:    images,
 	}
-	routerMember := &identity.Member{
-		Kind: identity.MemberClient, Name: "router", ServerURL: apiURL,
+	f.node.runtime = gvisor.Class
+	if err := completeNodeConfig(&cfg, &f.node, logger); err != nil {
+		return cfg, nil, err
+	}
+	cfg.CAFingerprint = cp.Authority.CAFingerprint()
+	cfg.JoinToken = func(ctx context.Context) (string, error) {
+		tok, err := cp.Authority.CreateToken(ctx, identity.TokenRequest{Purpose: identity.PurposeNodeJoin, Name: cfg.Name, TTL: 10 * time.Minute})
+		return tok.Secret, err
+	}
+	agent, err := node.New(cfg)
+	return cfg, agent, err
+}
+
+// upRouterMember is the router of `torpor up` as an API client: it joins
+// with a token made here (only while it has no certificate yet) and then
+// talks mutual TLS, as a separate process would.
+func upRouterMember(f upFlags, cp *server.Running, logger *slog.Logger) *identity.Member {
+	m := &identity.Member{
+		Kind: identity.MemberClient, Name: "router", ServerURL: cp.URL,
 		File:          filepath.Join(f.dataDir, "router", routerCredentialsFile),
-		CAFingerprint: ca.CAFingerprint(),
+		CAFingerprint: cp.Authority.CAFingerprint(),
 		Logger:        logger,
 	}
-	routerMember.JoinToken = func(ctx context.Context) (string, error) {
-		tok, err := ca.CreateToken(ctx, identity.TokenRequest{Purpose: identity.PurposeClientJoin, Name: routerMember.Name, Role: identity.RoleRouter, TTL: 10 * time.Minute})
+	m.JoinToken = func(ctx context.Context) (string, error) {
+		tok, err := cp.Authority.CreateToken(ctx, identity.TokenRequest{Purpose: identity.PurposeClientJoin, Name: m.Name, Role: identity.RoleRouter, TTL: 10 * time.Minute})
 		return tok.Secret, err
 	}
-	f.node.runtime = gvisor.Class
-	if err := completeNodeConfig(&nodeCfg, &f.node, logger); err != nil {
-		return err
-	}
-	nodeCfg.CAFingerprint = ca.CAFingerprint()
-	nodeCfg.JoinToken = func(ctx context.Context) (string, error) {
-		tok, err := ca.CreateToken(ctx, identity.TokenRequest{Purpose: identity.PurposeNodeJoin, Name: nodeCfg.Name, TTL: 10 * time.Minute})
-		return tok.Secret, err
-	}
-	agent, err := node.New(nodeCfg)
-	if err != nil {
-		return err
-	}
+	return m
+}
 
-	// Each part stops on its own context, so shutdown can suspend actors
-	// while the API and the node agent still run.
-	apiCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
-	nodeCtx, stopNode := context.WithCancel(context.WithoutCancel(ctx))
-	routerCtx, stopRouter := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	errc := make(chan error, 6)
-	run := func(what string, fn func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
-				errc <- fmt.Errorf("%s: %w", what, err)
-			}
-		}()
-	}
-	// The certificate comes first: the background work calls the node
-	// agent with it.
-	apiTLS, err := srv.TLSConfig(apiCtx, apiLn.Addr())
-	if err != nil {
-		stopAPI()
-		stopNode()
-		stopRouter()
-		return err
-	}
-	run("API", func() error { return httpserve.Serve(apiCtx, apiLn, srv.Handler(), apiTLS) })
-	go srv.RunBackground(apiCtx)
-	run("node agent", func() error { return agent.Run(nodeCtx) })
-	// The router joins over the API, so it starts once the API serves.
-	api, keepRouterCertificate, err := routerAPI(ctx, routerMember)
-	if err == nil {
-		var rt *router.Router
-		if rt, err = router.New(router.Config{Server: apiURL, HTTPClient: api, Domain: f.domain, Logger: logger, AdminOnIngress: true}); err == nil {
-			run("router", func() error { return httpserve.Serve(routerCtx, routerLn, rt, nil) })
-			run("router activity reports", func() error { return rt.Run(routerCtx) })
-			run("router certificate", func() error { return keepRouterCertificate(routerCtx) })
-		}
-	}
-	if err != nil {
-		errc <- fmt.Errorf("router: %w", err)
-	}
-
-	// "up" means a request can be served: wait for the node's workers.
-	select {
-	case <-agent.Registered():
-	case err := <-errc:
-		errc <- err
-	case <-ctx.Done():
-	}
-
-	configPath, err := cli.ConfigPath()
-	if err == nil {
-		err = cli.WriteClientConfig(configPath, cli.ClientConfig{Server: apiURL, CA: string(caPEM), Token: adminToken})
-	}
-	if err != nil {
-		logger.Warn("write client config", "err", err)
-	}
-	printWelcome(stderr, apiURL, configPath, "http://"+routerLn.Addr().String(), f)
-
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		logger.Error("stopping", "err", err)
-	}
-	fmt.Fprintln(stderr, "\nShutting down: suspending running actors...")
-	stopRouter()
+// suspendAll suspends every running actor, so a single-machine shutdown
+// leaves nothing that needs the node to come back, and says how it went.
+func suspendAll(stderr io.Writer, srv *server.Server, nodeCfg node.Config, f upFlags) {
 	shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n, err := srv.SuspendAll(shutdown)
@@ -241,10 +210,6 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 		fmt.Fprintf(stderr, "Their sandboxes stay for the next start; to remove them and the workers' network instead:\n  %s node --cleanup --name %s --state-dir %s --bridge %s --cidr %s\n",
 			os.Args[0], nodeCfg.Name, nodeCfg.StateDir, f.node.bridge, f.node.cidr)
 	}
-	stopNode()
-	stopAPI()
-	wg.Wait()
-	return nil
 }
 
 func printWelcome(w io.Writer, apiURL, configPath, routerURL string, f upFlags) {
