@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
 
@@ -15,11 +16,11 @@ import (
 // failing sandbox.
 var (
 	// ErrBusy: the slot already has a sandbox; terminate it first.
-	ErrBusy = errors.New("slot already has a sandbox")
+	ErrBusy = errdefs.New(errdefs.ErrFailedPrecondition, "slot already has a sandbox")
 	// ErrNotRunning: the slot has no running sandbox.
-	ErrNotRunning = errors.New("slot has no running sandbox")
+	ErrNotRunning = errdefs.New(errdefs.ErrFailedPrecondition, "slot has no running sandbox")
 	// ErrNoImage: the image directory holds no checkpoint image.
-	ErrNoImage = errors.New("no checkpoint image")
+	ErrNoImage = errdefs.New(errdefs.ErrFailedPrecondition, "no checkpoint image")
 )
 
 // BindMount is a host directory made visible at a guest path.

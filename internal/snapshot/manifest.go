@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path"
 	"time"
+
+	"github.com/torpor-dev/torpor/internal/errdefs"
 )
 
 const (
@@ -164,6 +166,8 @@ func (e *DataLossError) Error() string {
 	return fmt.Sprintf("snapshot %s: file %s: %v", e.Location, e.File, e.Err)
 }
 
-func (e *DataLossError) Is(target error) bool { return target == ErrDataLoss }
+func (e *DataLossError) Is(target error) bool {
+	return target == ErrDataLoss || target == errdefs.ErrDataLoss
+}
 
 func (e *DataLossError) Unwrap() error { return e.Err }

@@ -17,6 +17,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/torpor-dev/torpor/internal/errdefs"
 )
 
 var (
@@ -30,7 +32,7 @@ var (
 	ErrExists = errors.New("snapshot already exists")
 	// ErrDataLoss: a snapshot is missing, incomplete or corrupt. Restoring
 	// from it must not proceed.
-	ErrDataLoss = errors.New("snapshot data loss")
+	ErrDataLoss = errdefs.New(errdefs.ErrDataLoss, "snapshot data loss")
 )
 
 // ObjectInfo describes one stored object.

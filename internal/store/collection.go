@@ -17,11 +17,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 )
 
 // ErrInvalidArgument: a record, filter or page token the store cannot
 // accept (the message names which).
-var ErrInvalidArgument = errors.New("invalid argument")
+var ErrInvalidArgument = errdefs.ErrInvalidArgument
 
 // Page sizes of List.
 const (

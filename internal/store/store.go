@@ -6,7 +6,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -18,9 +17,9 @@ import (
 // Errors every backend returns (wrapped, with the object named).
 var (
 	ErrNotFound      = errdefs.ErrNotFound
-	ErrAlreadyExists = errors.New("already exists")
+	ErrAlreadyExists = errdefs.ErrAlreadyExists
 	// ErrConflict: the record's uid or version no longer matches the caller's.
-	ErrConflict = errors.New("version conflict")
+	ErrConflict = errdefs.New(errdefs.ErrAborted, "version conflict")
 )
 
 // Every Store call, and every InTx, rides out a database that restarts or

@@ -17,13 +17,14 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/retry"
 )
 
 // ErrUnavailable: the database could not be reached, or refused work for
 // the moment (restarting, failing over, out of connections), for longer
 // than the store retries. Trying again later may succeed.
-var ErrUnavailable = errors.New("store unavailable")
+var ErrUnavailable = errdefs.New(errdefs.ErrUnavailable, "store unavailable")
 
 // transientRetry bounds how long one store call or transaction rides out
 // a database restart before it answers ErrUnavailable: long enough for a

@@ -4,7 +4,11 @@
 // CLI can point at the line of a YAML file.
 package validate
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/torpor-dev/torpor/internal/errdefs"
+)
 
 // FieldError says which field is wrong and why.
 type FieldError struct {
@@ -14,6 +18,9 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Path, e.Reason) }
+
+// Is makes every field error an errdefs.ErrInvalidArgument.
+func (e *FieldError) Is(target error) bool { return target == errdefs.ErrInvalidArgument }
 
 func fieldErr(path, format string, args ...any) *FieldError {
 	return &FieldError{Path: path, Reason: fmt.Sprintf(format, args...)}

@@ -1,0 +1,59 @@
+package errdefs
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+)
+
+// codes maps the kinds to status codes, in the order they are tested.
+var codes = []struct {
+	kind error
+	code connect.Code
+}{
+	{ErrInvalidArgument, connect.CodeInvalidArgument},
+	// Before NotFound: data loss is often a missing object.
+	{ErrDataLoss, connect.CodeDataLoss},
+	{ErrNotFound, connect.CodeNotFound},
+	{ErrAlreadyExists, connect.CodeAlreadyExists},
+	{ErrAborted, connect.CodeAborted},
+	{ErrFailedPrecondition, connect.CodeFailedPrecondition},
+	{ErrResourceExhausted, connect.CodeResourceExhausted},
+	{ErrUnavailable, connect.CodeUnavailable},
+	{context.Canceled, connect.CodeCanceled},
+	{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
+}
+
+// Code is the status code err carries: its own when it is (or wraps) a
+// status error, as an error from another API's call is; else its kind's;
+// else CodeInternal, the callee's fault.
+func Code(err error) connect.Code {
+	if err == nil {
+		return 0
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Code()
+	}
+	for _, c := range codes {
+		if errors.Is(err, c.kind) {
+			return c.code
+		}
+	}
+	return connect.CodeInternal
+}
+
+// ToConnect is err as an API answers it: with the status code a caller can
+// act on (Code) and err's message. Errors that already carry a code keep
+// it. It is the one mapping, applied where a call leaves the process.
+func ToConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	return connect.NewError(Code(err), err)
+}
