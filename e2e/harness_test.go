@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,7 +25,6 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/cli"
-	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
@@ -114,53 +112,27 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 	if opts.storeURL == "" {
 		opts.storeURL = storetest.URL(t, opts.backend)
 	}
-	c.store, err = store.Open(ctx, opts.storeURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.store.Close() })
 	c.snapshotStorage = t.TempDir()
 	if opts.s3 {
 		c.snapshotStorage = s3test.Location(t, "torpor")
 	}
-	if c.objects, err = snapshot.Open(ctx, c.snapshotStorage); err != nil {
-		t.Fatal(err)
-	}
 	logger := testLogger()
-	c.server = server.New(c.store, c.objects, server.Options{Logger: logger, HeartbeatTimeout: opts.heartbeatTimeout, RecoverAfter: time.Minute, Images: runtimetest.ImagePolicy(t), Headroom: opts.headroom})
 	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	serveCtx, stopServing := context.WithCancel(ctx)
-	// The certificate comes first: the background work calls node agents
-	// with it.
-	apiTLS, err := c.server.TLSConfig(serveCtx, apiLn.Addr())
+	cp, err := server.Start(ctx, server.Options{Listener: apiLn, Store: opts.storeURL, Snapshots: c.snapshotStorage,
+		Logger: logger, HeartbeatTimeout: opts.heartbeatTimeout, RecoverAfter: time.Minute, Images: runtimetest.ImagePolicy(t), Headroom: opts.headroom})
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- httpserve.Serve(serveCtx, apiLn, c.server.Handler(), apiTLS) }()
 	t.Cleanup(func() {
-		stopServing()
-		if err := <-served; err != nil {
-			t.Errorf("serve API: %v", err)
+		if err := cp.Stop(); err != nil {
+			t.Errorf("stop the control plane: %v", err)
 		}
 	})
-	c.api = "https://" + apiLn.Addr().String()
-	bg, stopBackground := context.WithCancel(ctx)
-	go c.server.RunBackground(bg)
-	t.Cleanup(stopBackground)
-
-	ca, err := c.server.Authority(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := c.server.AdminToken(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.connect(cli.Connection{Server: c.api, CA: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.CACertificate().Raw}), Token: token})
+	c.store, c.objects, c.server, c.api = cp.Store, cp.Objects, cp.Server, cp.URL
+	c.connect(cli.Connection{Server: c.api, CA: cp.CAPEM, Token: cp.AdminToken})
 
 	for range opts.nodes {
 		c.addNode(opts.workersPerNode)
