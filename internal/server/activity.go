@@ -25,7 +25,7 @@ const maxActivityBatch = 10000
 func (s *actorService) ReportActivity(ctx context.Context, req *connect.Request[torporv1.ReportActivityRequest]) (*connect.Response[torporv1.ReportActivityResponse], error) {
 	m := req.Msg
 	if err := validate.Name("reporter", m.GetReporter()); err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	if len(m.GetActors()) > maxActivityBatch {
 		return nil, invalidArgument("actors", "%d actors in one report, at most %d", len(m.GetActors()), maxActivityBatch)
@@ -46,7 +46,7 @@ func (s *actorService) ReportActivity(ctx context.Context, req *connect.Request[
 		reports = append(reports, store.Activity{Space: a.GetSpace(), Name: a.GetName(), Reporter: m.GetReporter(), LastActive: last, InFlight: int(a.GetInFlight())})
 	}
 	if err := s.store.RecordActivity(ctx, reports); err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(&torporv1.ReportActivityResponse{}), nil
 }

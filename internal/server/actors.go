@@ -26,7 +26,7 @@ func (s *actorService) CreateActor(ctx context.Context, req *connect.Request[tor
 		return nil, invalidArgument("actor", "required")
 	}
 	if err := validate.Actor(a); err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	meta := userMeta(a.GetMetadata())
 	var created *torporv1.Actor
@@ -49,7 +49,7 @@ func (s *actorService) CreateActor(ctx context.Context, req *connect.Request[tor
 		return err
 	})
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(created), nil
 }
@@ -88,15 +88,15 @@ func (s *actorService) UpdateActor(ctx context.Context, req *connect.Request[tor
 		case "spec.worker_selector", "spec.workerSelector":
 			sel := in.GetSpec().GetWorkerSelector()
 			if err := validate.Labels("actor.spec.workerSelector", sel); err != nil {
-				return nil, apiError(err)
+				return nil, err
 			}
 			u.Selector = &sel
 		case "spec.template":
 			if err := validate.Name("actor.spec.template", in.GetSpec().GetTemplate()); err != nil {
-				return nil, apiError(err)
+				return nil, err
 			}
 			if err := validate.Revision("actor.spec.templateRevision", in.GetSpec().GetTemplateRevision()); err != nil {
-				return nil, apiError(err)
+				return nil, err
 			}
 			u.Template, u.Revision = in.GetSpec().GetTemplate(), in.GetSpec().GetTemplateRevision()
 		default:
@@ -105,7 +105,7 @@ func (s *actorService) UpdateActor(ctx context.Context, req *connect.Request[tor
 	}
 	updated, err := s.engine.UpdateSpec(ctx, meta.GetSpace(), meta.GetName(), u)
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(updated), nil
 }
@@ -119,14 +119,14 @@ func (s *actorService) DeleteActor(ctx context.Context, req *connect.Request[tor
 	if m.GetUid() != "" || m.GetVersion() != 0 {
 		a, err := s.store.Actors().Get(ctx, m.GetSpace(), m.GetName())
 		if err != nil {
-			return nil, apiError(err)
+			return nil, err
 		}
 		if (m.GetUid() != "" && m.GetUid() != a.GetMetadata().GetUid()) || (m.GetVersion() != 0 && m.GetVersion() != a.GetMetadata().GetVersion()) {
 			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("actor %s/%s does not match the given uid or version", m.GetSpace(), m.GetName()))
 		}
 	}
 	if err := s.engine.Delete(ctx, m.GetSpace(), m.GetName()); err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(&torporv1.DeleteResponse{}), nil
 }
@@ -138,7 +138,7 @@ func (s *actorService) ResumeActor(ctx context.Context, req *connect.Request[tor
 	}
 	a, err := s.engine.Resume(ctx, m.GetSpace(), m.GetName(), workflow.ResumeOptions{Boot: m.GetBoot(), Snapshot: m.GetSnapshot(), AllowStateLoss: m.GetAllowStateLoss(), Repeat: m.GetRepeat()})
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(a), nil
 }
@@ -157,7 +157,7 @@ func (s *actorService) step(ctx context.Context, m *torporv1.GetRequest, fn func
 	}
 	a, err := fn(ctx, m.GetSpace(), m.GetName())
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(a), nil
 }
@@ -169,7 +169,7 @@ func (s *actorService) ListActorEvents(ctx context.Context, req *connect.Request
 	}
 	events, err := s.store.Events(ctx, a.GetMetadata().GetUid(), 0)
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	resp := &torporv1.ListActorEventsResponse{}
 	for _, ev := range events {

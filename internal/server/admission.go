@@ -18,19 +18,19 @@ import (
 // Every refusal is InvalidArgument naming the field.
 func (s *templateService) admit(ctx context.Context, t *torporv1.Template) error {
 	if err := validate.Template(t, image.IsPinned); err != nil {
-		return apiError(err)
+		return err
 	}
 	if err := validate.Images(t, s.images.Check); err != nil {
-		return apiError(err)
+		return err
 	}
 	classes, err := offeredClasses(ctx, s.store)
 	if err != nil {
-		return apiError(err)
+		return err
 	}
 	if err := validate.SandboxClass(t, classes); err != nil {
-		return apiError(err)
+		return err
 	}
-	return apiError(validate.Commands(ctx, t, s.images.Config))
+	return validate.Commands(ctx, t, s.images.Config)
 }
 
 // offeredClasses are the sandbox classes templates may name: the default

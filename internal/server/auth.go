@@ -44,6 +44,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/atomicfile"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/store"
 )
@@ -272,13 +273,13 @@ func (g *gate) authenticate(ctx context.Context, header http.Header) (principal,
 	if auth == "" && !hasClient {
 		return p, nil
 	}
-	// Classified as every answer is (apiError): a store out of reach is
+	// Classified as every answer is (errdefs.Code): a store out of reach is
 	// Unavailable and worth a retry, anything else that is not the
 	// caller's giving up is the control plane's fault. The caller learns
 	// no detail; the log has it.
 	cannotCheck := func(what string, err error) error {
 		g.log.ErrorContext(ctx, what, "err", err)
-		switch code := connect.CodeOf(apiError(err)); code {
+		switch code := errdefs.Code(err); code {
 		case connect.CodeUnavailable:
 			return connect.NewError(code, errors.New("the control plane cannot check credentials now, retry"))
 		case connect.CodeCanceled, connect.CodeDeadlineExceeded:

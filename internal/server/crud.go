@@ -20,7 +20,7 @@ func get[T store.Object](ctx context.Context, c store.Collection[T], req *torpor
 	}
 	obj, err := c.Get(ctx, req.GetSpace(), req.GetName())
 	if err != nil {
-		return zero, apiError(err)
+		return zero, err
 	}
 	return obj, nil
 }
@@ -30,7 +30,7 @@ func del[T store.Object](ctx context.Context, c store.Collection[T], req *torpor
 		return nil, err
 	}
 	if err := c.Delete(ctx, req.GetSpace(), req.GetName(), req.GetUid(), req.GetVersion()); err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(&torporv1.DeleteResponse{}), nil
 }
@@ -38,7 +38,7 @@ func del[T store.Object](ctx context.Context, c store.Collection[T], req *torpor
 func list[T store.Object](ctx context.Context, c store.Collection[T], req *torporv1.ListRequest) ([]T, string, error) {
 	if req.GetSpace() != "" {
 		if err := validate.Name("space", req.GetSpace()); err != nil {
-			return nil, "", apiError(err)
+			return nil, "", err
 		}
 	}
 	if req.GetPageSize() < 0 || req.GetPageSize() > store.MaxPageSize {
@@ -46,7 +46,7 @@ func list[T store.Object](ctx context.Context, c store.Collection[T], req *torpo
 	}
 	items, next, err := c.List(ctx, store.ListOptions{Space: req.GetSpace(), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken()})
 	if err != nil {
-		return nil, "", apiError(err)
+		return nil, "", err
 	}
 	return items, next, nil
 }
@@ -54,8 +54,8 @@ func list[T store.Object](ctx context.Context, c store.Collection[T], req *torpo
 func keyOf(space, name string, needSpace bool) error {
 	if needSpace {
 		if err := validate.Name("space", space); err != nil {
-			return apiError(err)
+			return err
 		}
 	}
-	return apiError(validate.Name("name", name))
+	return validate.Name("name", name)
 }

@@ -25,7 +25,7 @@ type nodeService struct {
 func (s *nodeService) RegisterNode(ctx context.Context, req *connect.Request[torporv1.RegisterNodeRequest]) (*connect.Response[torporv1.RegisterNodeResponse], error) {
 	n := req.Msg.GetNode()
 	if err := validate.Name("node.metadata.name", n.GetMetadata().GetName()); err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	name := n.GetMetadata().GetName()
 	if err := callerIs(ctx, name); err != nil {
@@ -36,7 +36,7 @@ func (s *nodeService) RegisterNode(ctx context.Context, req *connect.Request[tor
 	}
 	for i, w := range req.Msg.GetWorkers() {
 		if err := validate.Worker(w); err != nil {
-			return nil, apiError(fmt.Errorf("workers[%d]: %w", i, err))
+			return nil, fmt.Errorf("workers[%d]: %w", i, err)
 		}
 		if w.GetSpec().GetNode() != name {
 			return nil, invalidArgument(fmt.Sprintf("workers[%d].spec.node", i), "%q is not the registering node %q", w.GetSpec().GetNode(), name)
@@ -44,7 +44,7 @@ func (s *nodeService) RegisterNode(ctx context.Context, req *connect.Request[tor
 	}
 	node, workers, err := s.engine.RegisterNode(ctx, n, req.Msg.GetWorkers())
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(&torporv1.RegisterNodeResponse{Node: node, Workers: workers}), nil
 }
@@ -67,14 +67,14 @@ func callerIs(ctx context.Context, node string) error {
 func (s *nodeService) Heartbeat(ctx context.Context, req *connect.Request[torporv1.HeartbeatRequest]) (*connect.Response[torporv1.HeartbeatResponse], error) {
 	name := req.Msg.GetNode()
 	if err := validate.Name("node", name); err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	if err := callerIs(ctx, name); err != nil {
 		return nil, err
 	}
 	at, err := s.engine.Heartbeat(ctx, name)
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(&torporv1.HeartbeatResponse{HeartbeatTime: at}), nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/snapshot"
@@ -133,7 +134,7 @@ func (s *Server) Authority(ctx context.Context) (*identity.Authority, error) {
 func (s *Server) Handler() http.Handler {
 	opts := append([]connect.HandlerOption{
 		connect.WithReadMaxBytes(maxRequestBytes),
-		connect.WithInterceptors(logErrors(s.log), &gate{identity: s.identity, admin: &s.admin, log: s.log}),
+		connect.WithInterceptors(edgeErrors(s.log), &gate{identity: s.identity, admin: &s.admin, log: s.log}),
 	}, strictJSONCodecs()...)
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store}, opts...))
@@ -238,14 +239,17 @@ func (o snapshotObjects) DeleteSnapshot(ctx context.Context, location string) er
 	return snapshot.DeleteSnapshot(ctx, o.store, location)
 }
 
-// logErrors logs failed calls with their procedure; server-side faults at
-// error level, caller mistakes at debug.
-func logErrors(logger *slog.Logger) connect.UnaryInterceptorFunc {
+// edgeErrors gives every failed call the status code a user can act on
+// (errdefs.ToConnect: the engine and the store return errors of a kind,
+// not codes) and logs it with its procedure; server-side faults at error
+// level, caller mistakes at debug.
+func edgeErrors(logger *slog.Logger) connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			start := time.Now()
 			resp, err := next(ctx, req)
 			if err != nil {
+				err = errdefs.ToConnect(err)
 				level := slog.LevelDebug
 				switch connect.CodeOf(err) {
 				case connect.CodeInternal, connect.CodeUnknown, connect.CodeDataLoss:

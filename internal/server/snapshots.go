@@ -50,7 +50,7 @@ func (s *snapshotService) DeleteSnapshot(ctx context.Context, req *connect.Reque
 		return tx.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), m.GetVersion())
 	})
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(&torporv1.DeleteResponse{}), nil
 }

@@ -18,11 +18,11 @@ func (s *spaceService) CreateSpace(ctx context.Context, req *connect.Request[tor
 		return nil, invalidArgument("space", "required")
 	}
 	if err := validate.Space(sp); err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	created, err := s.store.Spaces().Create(ctx, &torporv1.Space{Metadata: userMeta(sp.GetMetadata())})
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(created), nil
 }
@@ -68,7 +68,7 @@ func (s *spaceService) DeleteSpace(ctx context.Context, req *connect.Request[tor
 		return tx.Spaces().Delete(ctx, "", name, req.Msg.GetUid(), req.Msg.GetVersion())
 	})
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(&torporv1.DeleteResponse{}), nil
 }

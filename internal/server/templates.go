@@ -53,7 +53,7 @@ func (s *templateService) CreateTemplate(ctx context.Context, req *connect.Reque
 		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("template %s/%s was applied concurrently: retry: %w", meta.GetSpace(), meta.GetName(), err))
 	}
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	if result != workflow.ApplyUnchanged {
 		s.created()
@@ -69,15 +69,15 @@ func (s *templateService) revision(ctx context.Context, space, ref string) (head
 		return nil, nil, err
 	}
 	head, rev, err = workflow.Revision(ctx, s.store, space, name, num)
-	return head, rev, apiError(err)
+	return head, rev, err
 }
 
 func templateRef(space, ref string) (name string, rev int64, err error) {
 	if err := validate.Name("space", space); err != nil {
-		return "", 0, apiError(err)
+		return "", 0, err
 	}
 	name, rev, err = validate.TemplateRef("name", ref)
-	return name, rev, apiError(err)
+	return name, rev, err
 }
 
 func (s *templateService) GetTemplate(ctx context.Context, req *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Template], error) {
@@ -99,7 +99,7 @@ func (s *templateService) ListTemplates(ctx context.Context, req *connect.Reques
 		m := head.GetMetadata()
 		rev, err := s.store.Revisions().Get(ctx, m.GetSpace(), validate.RevisionName(m.GetName(), head.GetStatus().GetLatestRevision()))
 		if err != nil {
-			return nil, apiError(err)
+			return nil, err
 		}
 		resp.Templates = append(resp.Templates, workflow.TemplateView(head, rev))
 	}
@@ -115,7 +115,7 @@ func (s *templateService) DeleteTemplate(ctx context.Context, req *connect.Reque
 		return nil, err
 	}
 	if err := s.engine.DeleteTemplate(ctx, m.GetSpace(), name, rev, m.GetUid(), m.GetVersion()); err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(&torporv1.DeleteResponse{}), nil
 }
@@ -151,7 +151,7 @@ func (s *templateService) ListTemplateRevisions(ctx context.Context, req *connec
 		return nil
 	})
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(resp), nil
 }
@@ -164,7 +164,7 @@ func (s *templateService) RebuildTemplate(ctx context.Context, req *connect.Requ
 	}
 	t, err := s.engine.RebuildTemplate(ctx, req.Msg.GetSpace(), name, rev)
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	s.created()
 	return connect.NewResponse(t), nil
@@ -178,7 +178,7 @@ func (s *templateService) RolloutTemplate(ctx context.Context, req *connect.Requ
 	}
 	target, results, err := s.engine.Rollout(ctx, m.GetSpace(), m.GetName(), m.GetAllowStateLoss())
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	resp := &torporv1.RolloutTemplateResponse{Template: target}
 	for _, r := range results {

@@ -22,7 +22,7 @@ func (s *workerService) CreateWorker(ctx context.Context, req *connect.Request[t
 		return nil, invalidArgument("worker", "required")
 	}
 	if err := validate.Worker(w); err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	created, err := s.store.Workers().Create(ctx, &torporv1.Worker{
 		Metadata: userMeta(w.GetMetadata()),
@@ -30,7 +30,7 @@ func (s *workerService) CreateWorker(ctx context.Context, req *connect.Request[t
 		Status:   &torporv1.WorkerStatus{},
 	})
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(created), nil
 }
@@ -41,7 +41,7 @@ func (s *workerService) GetWorker(ctx context.Context, req *connect.Request[torp
 		return nil, err
 	}
 	if err := withActivity(ctx, s.store, s.engine, []*torporv1.Worker{w}); err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(w), nil
 }
@@ -52,7 +52,7 @@ func (s *workerService) ListWorkers(ctx context.Context, req *connect.Request[to
 		return nil, err
 	}
 	if err := withActivity(ctx, s.store, s.engine, items); err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(&torporv1.ListWorkersResponse{Workers: items, NextPageToken: next}), nil
 }
@@ -75,7 +75,7 @@ func (s *workerService) DeleteWorker(ctx context.Context, req *connect.Request[t
 		return tx.Workers().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), m.GetVersion())
 	})
 	if err != nil {
-		return nil, apiError(err)
+		return nil, err
 	}
 	return connect.NewResponse(&torporv1.DeleteResponse{}), nil
 }

@@ -10,6 +10,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/enum"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 )
@@ -67,7 +68,7 @@ func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkp
 			continue
 		case state == torporv1.ActorState_ACTOR_STATE_RUNNING:
 		default:
-			return nil, codeError(connect.CodeFailedPrecondition, "actor %s is %s: only a RUNNING actor can be %s", actorKey(a), enum.Name(state), enum.Name(kind.done))
+			return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s is %s: only a RUNNING actor can be %s", actorKey(a), enum.Name(state), enum.Name(kind.done))
 		}
 		claimed, err := e.claimCheckpoint(ctx, a, kind, enum.Name(kind.done)+" requested", nil)
 		if errors.Is(err, errRetry) {
@@ -78,7 +79,7 @@ func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkp
 		}
 		return e.drive(ctx, claimed, func(ctx context.Context) (*torporv1.Actor, error) { return e.driveCheckpoint(ctx, claimed) })
 	}
-	return nil, codeError(connect.CodeAborted, "actor %s/%s: too many concurrent changes, retry", space, name)
+	return nil, errdefs.Errorf(errdefs.ErrAborted, "actor %s/%s: too many concurrent changes, retry", space, name)
 }
 
 // claimCheckpoint commits the SUSPENDING or PAUSING intent of a, with
@@ -296,7 +297,7 @@ func checkpointedElsewhere(a, cur *torporv1.Actor, kind checkpointKind) (*torpor
 	if cur.GetMetadata().GetUid() == a.GetMetadata().GetUid() && checkpointedTo(cur, kind, a.GetStatus().GetOperation().GetTargetSnapshot()) {
 		return cur, nil
 	}
-	return nil, codeError(connect.CodeAborted, "actor %s became %s while checkpointing: %s", actorKey(a), enum.Name(cur.GetStatus().GetState()), cur.GetStatus().GetCrashReason())
+	return nil, errdefs.Errorf(errdefs.ErrAborted, "actor %s became %s while checkpointing: %s", actorKey(a), enum.Name(cur.GetStatus().GetState()), cur.GetStatus().GetCrashReason())
 }
 
 // failCheckpoint returns the actor to RUNNING when its workload survived

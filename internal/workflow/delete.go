@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/enum"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
@@ -42,14 +42,14 @@ func (e *Engine) Delete(ctx context.Context, space, name string) (err error) {
 			return e.record(ctx, tx, claimed.GetMetadata().GetUid(), transition{from: state, to: torporv1.ActorState_ACTOR_STATE_DELETING, reason: "delete requested", op: op})
 		})
 		if errors.Is(err, store.ErrConflict) {
-			return codeError(connect.CodeAborted, "actor %s changed while deleting: retry", actorKey(a))
+			return errdefs.Errorf(errdefs.ErrAborted, "actor %s changed while deleting: retry", actorKey(a))
 		}
 		if err != nil {
 			return err
 		}
 		a = claimed
 	default:
-		return codeError(connect.CodeFailedPrecondition, "actor %s is %s: suspend it before deleting", actorKey(a), enum.Name(state))
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s is %s: suspend it before deleting", actorKey(a), enum.Name(state))
 	}
 	return e.driveDelete(ctx, a)
 }

@@ -328,11 +328,6 @@ func endClaimedStep[R any](ctx context.Context, tx store.Tx, claimed *torporv1.A
 	return stepEnd[R]{written: written, result: result}, nil
 }
 
-// codeError wraps err with a status code a user can act on.
-func codeError(code connect.Code, format string, args ...any) error {
-	return connect.NewError(code, fmt.Errorf(format, args...))
-}
-
 // waitForChange polls the actor until its version moves past version, so
 // a caller that found a step in flight can act on its outcome.
 func (e *Engine) waitForChange(ctx context.Context, space, name string, version int64) error {

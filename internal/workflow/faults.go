@@ -15,6 +15,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/enum"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/store"
 )
@@ -214,7 +215,7 @@ func (d *drivers) done(op string) {
 func (e *Engine) drive(ctx context.Context, a *torporv1.Actor, fn func(context.Context) (*torporv1.Actor, error)) (*torporv1.Actor, error) {
 	op := a.GetStatus().GetOperation().GetId()
 	if !e.driving.start(op) {
-		return nil, codeError(connect.CodeAborted, "actor %s: operation %s is being driven already", actorKey(a), op)
+		return nil, errdefs.Errorf(errdefs.ErrAborted, "actor %s: operation %s is being driven already", actorKey(a), op)
 	}
 	type outcome struct {
 		a   *torporv1.Actor
@@ -230,10 +231,6 @@ func (e *Engine) drive(ctx context.Context, a *torporv1.Actor, fn func(context.C
 	case o := <-done:
 		return o.a, o.err
 	case <-ctx.Done():
-		code := connect.CodeCanceled
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			code = connect.CodeDeadlineExceeded
-		}
-		return nil, codeError(code, "actor %s: stopped waiting for %s %s, which goes on: %v", actorKey(a), enum.Name(a.GetStatus().GetState()), op, ctx.Err())
+		return nil, fmt.Errorf("actor %s: stopped waiting for %s %s, which goes on: %w", actorKey(a), enum.Name(a.GetStatus().GetState()), op, ctx.Err())
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
@@ -226,7 +227,7 @@ func TestFailedResumeKeepsTheNewestState(t *testing.T) {
 			}
 			local, durable := paused.GetStatus().GetLocalCheckpoint(), paused.GetStatus().GetLatestSnapshot()
 			e.agents["n1"].failRestore = tt.failure
-			if _, err := e.engine.Resume(e.ctx, "default", "c1", ResumeOptions{}); connect.CodeOf(err) != connect.CodeOf(tt.failure) {
+			if _, err := e.engine.Resume(e.ctx, "default", "c1", ResumeOptions{}); errdefs.Code(err) != connect.CodeOf(tt.failure) {
 				t.Fatalf("failed resume: %v, want the node's %v", err, connect.CodeOf(tt.failure))
 			}
 			crashed := e.actor("c1")
@@ -264,7 +265,7 @@ func TestCallerGivingUpLeavesTheStepToItsDriver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
 	defer cancel()
 	_, err := e.engine.Suspend(ctx, "default", "c1")
-	if connect.CodeOf(err) != connect.CodeDeadlineExceeded || !strings.Contains(err.Error(), "goes on") {
+	if errdefs.Code(err) != connect.CodeDeadlineExceeded || !strings.Contains(err.Error(), "goes on") {
 		t.Fatalf("suspend past its caller's deadline: %v, want DeadlineExceeded saying the step goes on", err)
 	}
 	wantState(t, e.actor("c1"), torporv1.ActorState_ACTOR_STATE_SUSPENDING)

@@ -7,10 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
-
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/enum"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
@@ -265,5 +264,5 @@ func (e *Engine) PruneActivity(ctx context.Context) error {
 // noEvictable is the ResourceExhausted answer of a resume that found no
 // free worker and no actor to evict.
 func noEvictable(a *torporv1.Actor, cause error, why string) error {
-	return codeError(connect.CodeResourceExhausted, "actor %s: %v, and no running actor can be evicted (%s)", actorKey(a), cause, why)
+	return errdefs.Errorf(errdefs.ErrResourceExhausted, "actor %s: %v, and no running actor can be evicted (%s)", actorKey(a), cause, why)
 }

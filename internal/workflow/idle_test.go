@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
@@ -241,7 +242,7 @@ func TestEvictionChoosesByPriorityThenLeastRecentlyActive(t *testing.T) {
 	}
 	e.createActor("new-2")
 	_, err := e.engine.Resume(e.ctx, "default", "new-2", ResumeOptions{})
-	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+	if errdefs.Code(err) != connect.CodeResourceExhausted {
 		t.Fatalf("third resume: %v, want ResourceExhausted", err)
 	}
 	for _, want := range []string{"1 serving requests", "3 active more recently", "1 never evicted"} {
@@ -282,7 +283,7 @@ func TestEvictedWorkerIsReservedForTheEvictingResume(t *testing.T) {
 	}
 	// The thief found no free worker (the one freed is reserved), and
 	// nothing to evict: busy-0 was evicted, waiting just started.
-	if connect.CodeOf(thief) != connect.CodeResourceExhausted {
+	if errdefs.Code(thief) != connect.CodeResourceExhausted {
 		t.Errorf("the other resume: %v, want ResourceExhausted", thief)
 	}
 	wantState(t, e.actor("waiting"), torporv1.ActorState_ACTOR_STATE_RUNNING)

@@ -3,8 +3,9 @@ package workflow
 import (
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/torpor-dev/torpor/internal/errdefs"
 )
 
 // metrics count the engine's steps by kind and result.
@@ -62,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) observe(kind string, start time.Time, err error) {
 	result := "ok"
 	if err != nil {
-		result = connect.CodeOf(err).String()
+		result = errdefs.Code(err).String()
 	} else {
 		m.stepSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
 	}

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
@@ -131,7 +131,7 @@ func (e *Engine) upsertWorker(ctx context.Context, w *torporv1.Worker) (*torporv
 			return nil, err
 		}
 		if cur.GetSpec().GetNode() != w.GetSpec().GetNode() {
-			return nil, codeError(connect.CodeFailedPrecondition, "worker %s/%s belongs to node %s", ns, name, cur.GetSpec().GetNode())
+			return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "worker %s/%s belongs to node %s", ns, name, cur.GetSpec().GetNode())
 		}
 		if proto.Equal(cur.GetSpec(), w.GetSpec()) && proto.Equal(&torporv1.ObjectMeta{Labels: cur.GetMetadata().GetLabels()}, &torporv1.ObjectMeta{Labels: w.GetMetadata().GetLabels()}) {
 			return cur, nil
@@ -156,13 +156,13 @@ func (e *Engine) Heartbeat(ctx context.Context, node string) (*timestamppb.Times
 	for range maxRegisterAttempts {
 		n, err := e.store.Nodes().Get(ctx, "", node)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, codeError(connect.CodeNotFound, "node %s is not registered: register it first", node)
+			return nil, errdefs.Errorf(errdefs.ErrNotFound, "node %s is not registered: register it first", node)
 		}
 		if err != nil {
 			return nil, err
 		}
 		if last := n.GetHeartbeatTime(); last != nil && !e.alive(n) {
-			return nil, codeError(connect.CodeNotFound, "node %s was lost (last heartbeat %s): register again", node, last.AsTime().Format(time.RFC3339Nano))
+			return nil, errdefs.Errorf(errdefs.ErrNotFound, "node %s was lost (last heartbeat %s): register again", node, last.AsTime().Format(time.RFC3339Nano))
 		}
 		n.HeartbeatTime = timestamppb.New(e.now())
 		if _, err := e.store.Nodes().Update(ctx, n); errors.Is(err, store.ErrConflict) {
@@ -172,5 +172,5 @@ func (e *Engine) Heartbeat(ctx context.Context, node string) (*timestamppb.Times
 		}
 		return n.HeartbeatTime, nil
 	}
-	return nil, codeError(connect.CodeAborted, "heartbeat of node %s: too many concurrent changes", node)
+	return nil, errdefs.Errorf(errdefs.ErrAborted, "heartbeat of node %s: too many concurrent changes", node)
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
@@ -83,7 +84,7 @@ func TestRegisterNodeRefusesAnotherNodesWorker(t *testing.T) {
 	taken := e.reported("n1-w0")
 	taken.Spec.Node = "n2"
 	_, _, err := e.engine.RegisterNode(e.ctx, &torporv1.Node{Metadata: &torporv1.ObjectMeta{Name: "n2"}, Address: "https://n2"}, []*torporv1.Worker{taken})
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+	if errdefs.Code(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("registering n1's worker for n2: %v, want FailedPrecondition", err)
 	}
 }
@@ -92,7 +93,7 @@ func TestRegisterNodeRefusesAnotherNodesWorker(t *testing.T) {
 // did.
 func TestHeartbeatOfLostNode(t *testing.T) {
 	e := newEnv(t, 1, "n1")
-	if _, err := e.engine.Heartbeat(e.ctx, "n9"); connect.CodeOf(err) != connect.CodeNotFound {
+	if _, err := e.engine.Heartbeat(e.ctx, "n9"); errdefs.Code(err) != connect.CodeNotFound {
 		t.Fatalf("heartbeat of a node never registered: %v, want NotFound", err)
 	}
 	if _, err := e.engine.Heartbeat(e.ctx, "n1"); err != nil {
@@ -106,7 +107,7 @@ func TestHeartbeatOfLostNode(t *testing.T) {
 	if _, err := e.store.Nodes().Update(e.ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.engine.Heartbeat(e.ctx, "n1"); connect.CodeOf(err) != connect.CodeNotFound || !strings.Contains(err.Error(), "was lost") {
+	if _, err := e.engine.Heartbeat(e.ctx, "n1"); errdefs.Code(err) != connect.CodeNotFound || !strings.Contains(err.Error(), "was lost") {
 		t.Fatalf("heartbeat of a lost node: %v, want NotFound saying it was lost", err)
 	}
 	if _, _, err := e.engine.RegisterNode(e.ctx, n, []*torporv1.Worker{e.reported("n1-w0")}); err != nil {

@@ -8,10 +8,9 @@ import (
 	"slices"
 	"strings"
 
-	"connectrpc.com/connect"
-
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/enum"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
@@ -52,10 +51,10 @@ func (e *Engine) updateSpec(ctx context.Context, space, name string, u SpecUpdat
 			return err
 		}
 		if u.Version != 0 && u.Version != a.GetMetadata().GetVersion() {
-			return codeError(connect.CodeAborted, "actor %s is at version %d, not %d: re-read and retry", actorKey(a), a.GetMetadata().GetVersion(), u.Version)
+			return errdefs.Errorf(errdefs.ErrAborted, "actor %s is at version %d, not %d: re-read and retry", actorKey(a), a.GetMetadata().GetVersion(), u.Version)
 		}
 		if a.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_DELETING {
-			return codeError(connect.CodeFailedPrecondition, "actor %s is being deleted", actorKey(a))
+			return errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s is being deleted", actorKey(a))
 		}
 		if u.Selector != nil {
 			a.Spec.WorkerSelector = *u.Selector
@@ -75,7 +74,7 @@ func (e *Engine) updateSpec(ctx context.Context, space, name string, u SpecUpdat
 		return nil
 	})
 	if errors.Is(err, store.ErrConflict) {
-		return nil, "", codeError(connect.CodeAborted, "actor %s/%s changed during the update: retry", space, name)
+		return nil, "", errdefs.Errorf(errdefs.ErrAborted, "actor %s/%s changed during the update: retry", space, name)
 	}
 	return out, cost, err
 }
@@ -98,10 +97,10 @@ func (e *Engine) repoint(ctx context.Context, tx store.Tx, a *torporv1.Actor, u 
 	}
 	state := a.GetStatus().GetState()
 	if state != torporv1.ActorState_ACTOR_STATE_SUSPENDED && state != torporv1.ActorState_ACTOR_STATE_CRASHED {
-		return nil, "", codeError(connect.CodeFailedPrecondition, "actor %s is %s: the template can change only while SUSPENDED or CRASHED", actorKey(a), enum.Name(state))
+		return nil, "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s is %s: the template can change only while SUSPENDED or CRASHED", actorKey(a), enum.Name(state))
 	}
 	if missing {
-		return nil, "", codeError(connect.CodeFailedPrecondition, "spec.template: %v", err)
+		return nil, "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "spec.template: %v", err)
 	}
 	if err := Usable(next); err != nil {
 		return nil, "", err
@@ -117,10 +116,10 @@ func (e *Engine) repoint(ctx context.Context, tx store.Tx, a *torporv1.Actor, u 
 		loss, err := CheckMove(snap, next)
 		switch {
 		case err != nil:
-			return nil, "", codeError(connect.CodeFailedPrecondition, "actor %s cannot move from %s (the template its snapshot %s was built on) to %s: %v",
+			return nil, "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s cannot move from %s (the template its snapshot %s was built on) to %s: %v",
 				actorKey(a), snap.GetTemplateName(), latest, next.GetMetadata().GetName(), err)
 		case loss != "" && !u.AllowStateLoss:
-			return nil, "", codeError(connect.CodeFailedPrecondition, "actor %s: moving from %s (the template its snapshot %s was built on) to %s loses state: %s; pass --allow-state-loss to accept that",
+			return nil, "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s: moving from %s (the template its snapshot %s was built on) to %s loses state: %s; pass --allow-state-loss to accept that",
 				actorKey(a), snap.GetTemplateName(), latest, next.GetMetadata().GetName(), loss)
 		case loss != "":
 			a.Status.AcceptedStateLoss = &torporv1.AcceptedStateLoss{Snapshot: latest, TemplateUid: next.GetMetadata().GetUid(), Loss: loss}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
@@ -126,7 +127,7 @@ func (e *env) lastEventReason(name string) string {
 
 func wantCodeErr(t *testing.T, err error, code connect.Code, part string) {
 	t.Helper()
-	if connect.CodeOf(err) != code || !strings.Contains(err.Error(), part) {
+	if errdefs.Code(err) != code || !strings.Contains(err.Error(), part) {
 		t.Fatalf("err = %v, want %v mentioning %q", err, code, part)
 	}
 }

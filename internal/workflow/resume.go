@@ -11,6 +11,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/enum"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/scheduler"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
@@ -37,7 +38,7 @@ type ResumeOptions struct {
 func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOptions) (a *torporv1.Actor, err error) {
 	start := e.now()
 	defer func() {
-		if !opts.Repeat || connect.CodeOf(err) != connect.CodeResourceExhausted {
+		if !opts.Repeat || errdefs.Code(err) != connect.CodeResourceExhausted {
 			e.metrics.observe("resume", start, err)
 		}
 	}()
@@ -50,7 +51,7 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 		switch state := a.GetStatus().GetState(); {
 		case state == torporv1.ActorState_ACTOR_STATE_RUNNING:
 			if opts.Snapshot != "" {
-				return nil, codeError(connect.CodeFailedPrecondition, "actor %s is RUNNING: suspend it before restoring snapshot %s", actorKey(a), opts.Snapshot)
+				return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s is RUNNING: suspend it before restoring snapshot %s", actorKey(a), opts.Snapshot)
 			}
 			// Asking for a running actor keeps it alive; one resumed
 			// now is active since it became RUNNING (ActivityOf).
@@ -62,7 +63,7 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 			}
 			continue
 		case state == torporv1.ActorState_ACTOR_STATE_DELETING:
-			return nil, codeError(connect.CodeFailedPrecondition, "actor %s is being deleted", actorKey(a))
+			return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s is being deleted", actorKey(a))
 		}
 		claimed, src, err := e.claimResume(ctx, a, opts)
 		if errors.Is(err, errRetry) {
@@ -83,7 +84,7 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 		}
 		return e.drive(ctx, claimed, func(ctx context.Context) (*torporv1.Actor, error) { return e.driveResume(ctx, claimed, src) })
 	}
-	return nil, codeError(connect.CodeAborted, "actor %s/%s: too many concurrent changes, retry", space, name)
+	return nil, errdefs.Errorf(errdefs.ErrAborted, "actor %s/%s: too many concurrent changes, retry", space, name)
 }
 
 // source is where a resume's state comes from.
@@ -104,7 +105,7 @@ func (e *Engine) resumeSource(ctx context.Context, a *torporv1.Actor, opts Resum
 			return source{}, err
 		}
 		if snap.GetActorUid() != a.GetMetadata().GetUid() {
-			return source{}, codeError(connect.CodeInvalidArgument, "snapshot %s belongs to another actor, not %s", opts.Snapshot, actorKey(a))
+			return source{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "snapshot %s belongs to another actor, not %s", opts.Snapshot, actorKey(a))
 		}
 		if snap.GetNode() != "" {
 			return source{kind: SourceLocal, snap: snap, requireNode: snap.GetNode()}, nil
@@ -133,7 +134,7 @@ func (e *Engine) resumeSource(ctx context.Context, a *torporv1.Actor, opts Resum
 	}
 	snap, err := e.store.Snapshots().Get(ctx, space, st.GetLatestSnapshot())
 	if errors.Is(err, store.ErrNotFound) {
-		return source{}, codeError(connect.CodeDataLoss, "actor %s: its latest snapshot %s has no record", actorKey(a), st.GetLatestSnapshot())
+		return source{}, errdefs.Errorf(errdefs.ErrDataLoss, "actor %s: its latest snapshot %s has no record", actorKey(a), st.GetLatestSnapshot())
 	}
 	if err != nil {
 		return source{}, err
@@ -152,7 +153,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	revision := validate.RevisionName(a.GetSpec().GetTemplate(), a.GetSpec().GetTemplateRevision())
 	tmpl, err := e.store.Revisions().Get(ctx, space, revision)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil, codeError(connect.CodeFailedPrecondition, "actor %s: template %s/%s does not exist", actorKey(a), space, revision)
+		return nil, nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s: template %s/%s does not exist", actorKey(a), space, revision)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -204,7 +205,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	if errors.As(err, &noWorker) {
 		return nil, nil, &noFreeWorker{live: live, req: scheduler.Request{
 			SandboxClass: tmpl.GetSpec().GetSandboxClass(), Selector: a.GetSpec().GetWorkerSelector(), RequireNode: src.requireNode,
-		}, cause: err, err: codeError(connect.CodeResourceExhausted, "actor %s: %v", actorKey(a), err)}
+		}, cause: err, err: errdefs.Errorf(errdefs.ErrResourceExhausted, "actor %s: %v", actorKey(a), err)}
 	}
 	if err != nil {
 		return nil, nil, err
@@ -287,7 +288,7 @@ func checkResumeSource(a *torporv1.Actor, src *source, tmpl *torporv1.Template, 
 	}
 	loss, err := CheckMove(src.snap, tmpl)
 	if err != nil {
-		return codeError(connect.CodeFailedPrecondition, "actor %s: %s %s was captured under %s and cannot be restored under %s: %v",
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s: %s %s was captured under %s and cannot be restored under %s: %v",
 			actorKey(a), src.kind, src.snap.GetMetadata().GetName(), src.snap.GetTemplateName(), tmpl.GetMetadata().GetName(), err)
 	}
 	if loss == "" {
@@ -295,7 +296,7 @@ func checkResumeSource(a *torporv1.Actor, src *source, tmpl *torporv1.Template, 
 	}
 	accepted := a.GetStatus().GetAcceptedStateLoss()
 	if !opts.AllowStateLoss && (accepted.GetSnapshot() != src.snap.GetMetadata().GetName() || accepted.GetTemplateUid() != tmpl.GetMetadata().GetUid()) {
-		return codeError(connect.CodeFailedPrecondition, "actor %s: restoring %s %s (captured under %s) under %s loses state: %s; resume with --allow-state-loss to accept that",
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s: restoring %s %s (captured under %s) under %s loses state: %s; resume with --allow-state-loss to accept that",
 			actorKey(a), src.kind, src.snap.GetMetadata().GetName(), src.snap.GetTemplateName(), tmpl.GetMetadata().GetName(), loss)
 	}
 	src.note = joinNotes(src.note, "state loss accepted: "+loss)
@@ -422,7 +423,7 @@ func resumedElsewhere(a, cur *torporv1.Actor) (*torporv1.Actor, error) {
 	if cur.GetMetadata().GetUid() == a.GetMetadata().GetUid() && runningOn(cur, a.GetStatus().GetWorker()) {
 		return cur, nil
 	}
-	return nil, codeError(connect.CodeAborted, "actor %s became %s while resuming: %s", actorKey(a), enum.Name(cur.GetStatus().GetState()), cur.GetStatus().GetCrashReason())
+	return nil, errdefs.Errorf(errdefs.ErrAborted, "actor %s became %s while resuming: %s", actorKey(a), enum.Name(cur.GetStatus().GetState()), cur.GetStatus().GetCrashReason())
 }
 
 func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor, source *torporv1.Snapshot) error {
@@ -486,7 +487,7 @@ func (e *Engine) failResume(ctx context.Context, a *torporv1.Actor, cause error)
 				return nil
 			}
 			reason := "resume failed: " + connectMessage(cause)
-			if local := cur.GetStatus().GetLocalCheckpoint(); local != "" && local == op.GetSourceSnapshot() && connect.CodeOf(cause) == connect.CodeDataLoss {
+			if local := cur.GetStatus().GetLocalCheckpoint(); local != "" && local == op.GetSourceSnapshot() && errdefs.Code(cause) == connect.CodeDataLoss {
 				if err := tx.Snapshots().Delete(ctx, cur.GetMetadata().GetSpace(), local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
 					return err
 				}

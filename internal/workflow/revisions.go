@@ -7,10 +7,10 @@ import (
 	"slices"
 	"strings"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
@@ -110,7 +110,7 @@ func Revision(ctx context.Context, tx store.Tx, space, name string, rev int64) (
 // is created on or moved to: it would crash on its first resume.
 func Usable(rev *torporv1.Template) error {
 	if rev.GetStatus().GetPhase() == torporv1.TemplatePhase_TEMPLATE_PHASE_FAILED {
-		return codeError(connect.CodeFailedPrecondition, "template %s/%s failed its golden build: %s (fix the template and apply it again, or retry with torpor template rebuild)",
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %s/%s failed its golden build: %s (fix the template and apply it again, or retry with torpor template rebuild)",
 			rev.GetMetadata().GetSpace(), rev.GetMetadata().GetName(), rev.GetStatus().GetMessage())
 	}
 	return nil
@@ -192,7 +192,7 @@ func (e *Engine) DeleteTemplate(ctx context.Context, space, name string, rev int
 		}
 		nm := named.GetMetadata()
 		if (uid != "" && uid != nm.GetUid()) || (version != 0 && version != nm.GetVersion()) {
-			return codeError(connect.CodeAborted, "template %s/%s does not match the given uid or version", space, nm.GetName())
+			return errdefs.Errorf(errdefs.ErrAborted, "template %s/%s does not match the given uid or version", space, nm.GetName())
 		}
 		doomed := []*torporv1.Template{named}
 		if rev == 0 {
@@ -200,12 +200,12 @@ func (e *Engine) DeleteTemplate(ctx context.Context, space, name string, rev int
 				return err
 			}
 		} else if rev == head.GetStatus().GetLatestRevision() {
-			return codeError(connect.CodeFailedPrecondition, "%s is the latest revision of template %s/%s: delete the template, or apply a new revision first", nm.GetName(), space, name)
+			return errdefs.Errorf(errdefs.ErrFailedPrecondition, "%s is the latest revision of template %s/%s: delete the template, or apply a new revision first", nm.GetName(), space, name)
 		}
 		var used []string
 		for _, r := range doomed {
 			if r.GetStatus().GetPhase() == torporv1.TemplatePhase_TEMPLATE_PHASE_BUILDING {
-				return codeError(connect.CodeFailedPrecondition, "template %s/%s: the golden build of %s is running; delete it once the build ends", space, name, r.GetMetadata().GetName())
+				return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %s/%s: the golden build of %s is running; delete it once the build ends", space, name, r.GetMetadata().GetName())
 			}
 			u, err := Use(ctx, tx, r)
 			if err != nil {
@@ -216,7 +216,7 @@ func (e *Engine) DeleteTemplate(ctx context.Context, space, name string, rev int
 			}
 		}
 		if len(used) > 0 {
-			return codeError(connect.CodeFailedPrecondition, "template %s/%s is still in use: %s; move those actors (actor update --template, template rollout) or delete them first",
+			return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %s/%s is still in use: %s; move those actors (actor update --template, template rollout) or delete them first",
 				space, name, strings.Join(used, "; "))
 		}
 		for _, r := range doomed {
@@ -244,7 +244,7 @@ func (e *Engine) DeleteTemplate(ctx context.Context, space, name string, rev int
 		return nil
 	})
 	if errors.Is(err, store.ErrConflict) {
-		return codeError(connect.CodeAborted, "template %s/%s changed while deleting: retry", space, name)
+		return errdefs.Errorf(errdefs.ErrAborted, "template %s/%s changed while deleting: retry", space, name)
 	}
 	if err != nil {
 		return err
@@ -270,7 +270,7 @@ func (e *Engine) RebuildTemplate(ctx context.Context, space, name string, rev in
 			return err
 		}
 		if phase := r.GetStatus().GetPhase(); phase != torporv1.TemplatePhase_TEMPLATE_PHASE_FAILED {
-			return codeError(connect.CodeFailedPrecondition, "template %s/%s is %s: only a FAILED golden build is rebuilt", space, r.GetMetadata().GetName(), phaseName(phase))
+			return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %s/%s is %s: only a FAILED golden build is rebuilt", space, r.GetMetadata().GetName(), phaseName(phase))
 		}
 		r.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, Message: "rebuild requested after: " + r.GetStatus().GetMessage(), Revision: r.GetStatus().GetRevision()}
 		if r, err = tx.Revisions().Update(ctx, r); err != nil {
@@ -280,7 +280,7 @@ func (e *Engine) RebuildTemplate(ctx context.Context, space, name string, rev in
 		return nil
 	})
 	if errors.Is(err, store.ErrConflict) {
-		return nil, codeError(connect.CodeAborted, "template %s/%s changed during the rebuild request: retry", space, name)
+		return nil, errdefs.Errorf(errdefs.ErrAborted, "template %s/%s changed during the rebuild request: retry", space, name)
 	}
 	return out, err
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
@@ -213,7 +214,7 @@ func TestCrashDuringResumeIsNotOverwritten(t *testing.T) {
 		}
 	}})
 	_, err := e.engine.Resume(e.ctx, "default", "c1", ResumeOptions{})
-	if connect.CodeOf(err) != connect.CodeAborted {
+	if errdefs.Code(err) != connect.CodeAborted {
 		t.Fatalf("resume over a recorded crash: %v, want Aborted", err)
 	}
 	a := e.actor("c1")
@@ -304,7 +305,7 @@ func TestRestoreFailureCrashesWithItsCode(t *testing.T) {
 	}
 	e.agents["n1"].failRestore = connect.NewError(connect.CodeDataLoss, errors.New("snapshot x: file pages.img: sha256 mismatch"))
 	_, err = e.engine.Resume(e.ctx, "default", "c1", ResumeOptions{})
-	if connect.CodeOf(err) != connect.CodeDataLoss {
+	if errdefs.Code(err) != connect.CodeDataLoss {
 		t.Fatalf("resume of a corrupt snapshot: %v, want DataLoss", err)
 	}
 	a := e.actor("c1")
@@ -326,7 +327,7 @@ func TestNoFreeWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := e.engine.Resume(e.ctx, "default", "c2", ResumeOptions{})
-	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+	if errdefs.Code(err) != connect.CodeResourceExhausted {
 		t.Fatalf("got %v, want ResourceExhausted", err)
 	}
 	wantState(t, e.actor("c2"), torporv1.ActorState_ACTOR_STATE_SUSPENDED)
@@ -403,7 +404,7 @@ func TestLostNodeCrashesItsActors(t *testing.T) {
 	wantState(t, a, torporv1.ActorState_ACTOR_STATE_CRASHED)
 	e.checkPlacement()
 	_, err := e.engine.Resume(e.ctx, "default", "c1", ResumeOptions{})
-	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+	if errdefs.Code(err) != connect.CodeResourceExhausted {
 		t.Fatalf("resume with only a dead node: %v", err)
 	}
 }
