@@ -16,8 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
-	"github.com/torpor-dev/torpor/internal/runtime"
-	"github.com/torpor-dev/torpor/internal/snapshot"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 )
 
 // opKey names one operation: node calls are idempotent on it.
@@ -78,28 +77,6 @@ func recordable(err error) bool {
 		return false
 	}
 	return !errors.Is(err, context.Canceled)
-}
-
-// withCode gives err the status code a caller can act on; errors that
-// already carry one keep it.
-func withCode(err error) error {
-	var ce *connect.Error
-	code := connect.CodeInternal
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ce):
-		return err
-	case errors.Is(err, snapshot.ErrDataLoss):
-		code = connect.CodeDataLoss
-	case errors.Is(err, runtime.ErrBusy), errors.Is(err, runtime.ErrNotRunning), errors.Is(err, runtime.ErrNoImage):
-		code = connect.CodeFailedPrecondition
-	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
-	}
-	return connect.NewError(code, err)
 }
 
 func errorMessage(err error) string {
@@ -264,7 +241,7 @@ func (m *slotMachine) execute(ctx context.Context, key opKey, method string, s *
 	log := m.log.With("method", method, "operation", key.operationID, "actor_uid", key.actorUID, "worker", s.name())
 	start := time.Now()
 	resp, err := fn(ctx)
-	err = withCode(err)
+	err = errdefs.ToConnect(err)
 	m.metrics.observe(method, start, err)
 	if err != nil && !recordable(err) {
 		if cerr := s.commit(nil); cerr != nil {

@@ -14,6 +14,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
 )
@@ -101,7 +102,7 @@ func (m *slotMachine) Stats(ctx context.Context, req *connect.Request[torporv1.S
 	cur := s.current()
 	st, err := m.rt.Stats(ctx, s.rt)
 	if err != nil {
-		return nil, withCode(fmt.Errorf("worker %s: stats: %w", s.name(), err))
+		return nil, errdefs.ToConnect(fmt.Errorf("worker %s: stats: %w", s.name(), err))
 	}
 	return connect.NewResponse(&torporv1.StatsResponse{Running: st.Running, ActorUid: cur.ActorUID, MemoryBytes: st.MemoryBytes}), nil
 }
