@@ -328,29 +328,20 @@ func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, cause er
 		}
 	}
 	op := a.GetStatus().GetOperation()
-	err := e.endStep(ctx, e.logger(a), func() error {
-		return e.store.InTx(ctx, func(tx store.Tx) error {
-			cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
-			if err != nil {
-				return err
-			}
-			if !sameStep(cur, a) {
-				return nil
-			}
-			reason := fmt.Sprintf("%s failed: %s", enum.Name(kindOf(op.GetKind()).done), connectMessage(cause))
-			if !running {
-				return e.crashInTx(ctx, tx, cur, reason)
-			}
-			t := transition{from: cur.GetStatus().GetState(), to: torporv1.ActorState_ACTOR_STATE_RUNNING, reason: reason + "; still running", op: op, worker: cur.GetStatus().GetWorker()}
-			cur.Status.Operation = nil
-			if err := e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING); err != nil {
-				return err
-			}
-			if _, err := tx.Actors().Update(ctx, cur); err != nil {
-				return err
-			}
-			return e.record(ctx, tx, cur.GetMetadata().GetUid(), t)
-		})
+	err := e.inSameStep(ctx, a, func(tx store.Tx, cur *torporv1.Actor) error {
+		reason := fmt.Sprintf("%s failed: %s", enum.Name(kindOf(op.GetKind()).done), connectMessage(cause))
+		if !running {
+			return e.crashInTx(ctx, tx, cur, reason)
+		}
+		t := transition{from: cur.GetStatus().GetState(), to: torporv1.ActorState_ACTOR_STATE_RUNNING, reason: reason + "; still running", op: op, worker: cur.GetStatus().GetWorker()}
+		cur.Status.Operation = nil
+		if err := e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING); err != nil {
+			return err
+		}
+		if _, err := tx.Actors().Update(ctx, cur); err != nil {
+			return err
+		}
+		return e.record(ctx, tx, cur.GetMetadata().GetUid(), t)
 	})
 	if err != nil {
 		e.logger(a).Error("record failed checkpoint", "err", err)

@@ -147,6 +147,24 @@ func sameStep(cur, a *torporv1.Actor) bool {
 		cur.GetStatus().GetOperation().GetId() == a.GetStatus().GetOperation().GetId()
 }
 
+// inSameStep runs write in a transaction, written again while the store
+// restarts (endStep), with the actor as stored, if it is still in the step
+// a was claimed for; else nothing is written over whoever moved it on.
+func (e *Engine) inSameStep(ctx context.Context, a *torporv1.Actor, write func(tx store.Tx, cur *torporv1.Actor) error) error {
+	return e.endStep(ctx, e.logger(a), func() error {
+		return e.store.InTx(ctx, func(tx store.Tx) error {
+			cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
+			if err != nil {
+				return err
+			}
+			if !sameStep(cur, a) {
+				return nil
+			}
+			return write(tx, cur)
+		})
+	})
+}
+
 // nodeLost reads the node's record: lost when it is gone or its last
 // heartbeat is older than the heartbeat timeout. A store that cannot say
 // is not taken for a lost node.

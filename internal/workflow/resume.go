@@ -477,25 +477,16 @@ func (e *Engine) snapshotSource(ctx context.Context, space, name string, known *
 func (e *Engine) failResume(ctx context.Context, a *torporv1.Actor, cause error) error {
 	e.terminate(ctx, a)
 	op := a.GetStatus().GetOperation()
-	err := e.endStep(ctx, e.logger(a), func() error {
-		return e.store.InTx(ctx, func(tx store.Tx) error {
-			cur, err := tx.Actors().Get(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName())
-			if err != nil {
+	err := e.inSameStep(ctx, a, func(tx store.Tx, cur *torporv1.Actor) error {
+		reason := "resume failed: " + connectMessage(cause)
+		if local := cur.GetStatus().GetLocalCheckpoint(); local != "" && local == op.GetSourceSnapshot() && errdefs.Code(cause) == connect.CodeDataLoss {
+			if err := tx.Snapshots().Delete(ctx, cur.GetMetadata().GetSpace(), local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
 			}
-			if !sameStep(cur, a) {
-				return nil
-			}
-			reason := "resume failed: " + connectMessage(cause)
-			if local := cur.GetStatus().GetLocalCheckpoint(); local != "" && local == op.GetSourceSnapshot() && errdefs.Code(cause) == connect.CodeDataLoss {
-				if err := tx.Snapshots().Delete(ctx, cur.GetMetadata().GetSpace(), local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
-					return err
-				}
-				cur.Status.LocalCheckpoint = ""
-				reason += fmt.Sprintf("; local checkpoint %s is unusable and was dropped, with the state it held since the latest durable snapshot", local)
-			}
-			return e.crashInTx(ctx, tx, cur, reason)
-		})
+			cur.Status.LocalCheckpoint = ""
+			reason += fmt.Sprintf("; local checkpoint %s is unusable and was dropped, with the state it held since the latest durable snapshot", local)
+		}
+		return e.crashInTx(ctx, tx, cur, reason)
 	})
 	if err != nil {
 		e.logger(a).Error("record failed resume", "err", err)
