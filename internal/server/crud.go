@@ -3,14 +3,12 @@ package server
 import (
 	"context"
 
-	"connectrpc.com/connect"
-
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
 
-// The three read paths are the same for every kind; only the collection
+// The read paths are the same for every kind; only the collection
 // differs.
 
 func get[T store.Object](ctx context.Context, c store.Collection[T], req *torporv1.GetRequest, needSpace bool) (T, error) {
@@ -23,16 +21,6 @@ func get[T store.Object](ctx context.Context, c store.Collection[T], req *torpor
 		return zero, err
 	}
 	return obj, nil
-}
-
-func del[T store.Object](ctx context.Context, c store.Collection[T], req *torporv1.DeleteRequest, needSpace bool) (*connect.Response[torporv1.DeleteResponse], error) {
-	if err := keyOf(req.GetSpace(), req.GetName(), needSpace); err != nil {
-		return nil, err
-	}
-	if err := c.Delete(ctx, req.GetSpace(), req.GetName(), req.GetUid(), req.GetVersion()); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&torporv1.DeleteResponse{}), nil
 }
 
 func list[T store.Object](ctx context.Context, c store.Collection[T], req *torporv1.ListRequest) ([]T, string, error) {
