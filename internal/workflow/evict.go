@@ -46,9 +46,9 @@ type evictionCandidate struct {
 // a victim's claim is a compare-and-set that only one of them wins. It
 // returns nil once a victim is stopped (or its stop failed, which may
 // free its worker too: the caller's claim decides), and
-// ResourceExhausted, naming why, when nothing can be evicted (counted
-// unless repeat: a request asking again).
-func (e *Engine) evictFor(ctx context.Context, a *torporv1.Actor, full *noFreeWorker, repeat bool) error {
+// ResourceExhausted, naming why, when nothing can be evicted. a may be a
+// golden build's stand-in (goldenActorPrefix, the template's uid).
+func (e *Engine) evictFor(ctx context.Context, a *torporv1.Actor, full *noFreeWorker) error {
 	start := e.now()
 	workers, err := store.ListAll(ctx, e.store.Workers(), store.ListOptions{})
 	if err != nil {
@@ -85,9 +85,6 @@ func (e *Engine) evictFor(ctx context.Context, a *torporv1.Actor, full *noFreeWo
 			e.logger(c.actor).Warn("eviction failed", "for", actorKey(a), "err", err)
 			return nil
 		}
-	}
-	if !repeat {
-		e.metrics.noEvictable.Inc()
 	}
 	if len(cands) > 0 {
 		why = "every candidate became busy or was taken by another resume"

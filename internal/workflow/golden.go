@@ -19,8 +19,9 @@ const goldenActorPrefix = "golden:"
 
 // BuildGoldens builds the golden snapshot of every PENDING template
 // revision: boot it on a free worker, wait for readiness, checkpoint FULL to
-// snapshot storage, record it. A revision waits in PENDING while no worker
-// is free.
+// snapshot storage, record it. With no free worker a build evicts an idle
+// actor as a resume does (evictFor); with none to evict the revision waits
+// in PENDING.
 func (e *Engine) BuildGoldens(ctx context.Context) error {
 	templates, err := store.ListAll(ctx, e.store.Revisions(), store.ListOptions{Filter: store.Filter{"phase": torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING.String()}})
 	if err != nil {
@@ -40,22 +41,39 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 	if err != nil {
 		return err
 	}
-	free, err := e.freeWorkers(ctx)
-	if err != nil {
-		return err
-	}
-	w, err := scheduler.Pick(free, live, scheduler.Request{SandboxClass: t.GetSpec().GetSandboxClass()})
-	var noWorker *scheduler.NoWorkerError
-	if errors.As(err, &noWorker) {
-		return e.setTemplateStatus(ctx, t, torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, "waiting for a worker: "+err.Error())
-	}
-	if err != nil {
-		return err
+	// The build's worker is claimed under the template's uid, so an
+	// eviction can reserve a worker for it as for an actor.
+	builder := &torporv1.Actor{Metadata: &torporv1.ObjectMeta{Space: t.GetMetadata().GetSpace(), Name: goldenActorPrefix + t.GetMetadata().GetName(), Uid: t.GetMetadata().GetUid()}}
+	req := scheduler.Request{SandboxClass: t.GetSpec().GetSandboxClass(), WarmFor: t.GetMetadata().GetUid()}
+	var w *torporv1.Worker
+	for evicted := false; ; evicted = true {
+		free, err := e.freeWorkers(ctx)
+		if err != nil {
+			return err
+		}
+		req.Now = e.now()
+		w, err = scheduler.Pick(free, live, req)
+		var noWorker *scheduler.NoWorkerError
+		if !errors.As(err, &noWorker) {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		// Like a resume, a build that finds no free worker makes room by
+		// evicting an idle actor, once.
+		if !evicted {
+			full := &noFreeWorker{live: live, req: req, cause: err, err: err}
+			if err = e.evictFor(ctx, builder, full); err == nil {
+				continue
+			}
+		}
+		return e.setTemplateStatus(ctx, t, torporv1.TemplatePhase_TEMPLATE_PHASE_PENDING, "waiting for a worker: "+connectMessage(err))
 	}
 	// Claim the worker and move to BUILDING together, so two replicas never
 	// build one golden twice and no worker is claimed for nothing.
 	w.Status.Actor = &torporv1.ActorRef{Space: t.GetMetadata().GetSpace(), Name: goldenActorPrefix + t.GetMetadata().GetName(), Uid: t.GetMetadata().GetUid()}
-	w.Status.WarmActorUid = ""
+	w.Status.WarmActorUid, w.Status.ReservedForActorUid, w.Status.ReserveTime = "", "", nil
 	t.Status.Phase = torporv1.TemplatePhase_TEMPLATE_PHASE_BUILDING
 	t.Status.Message = "booting on worker " + w.GetMetadata().GetName()
 	var building *torporv1.Template

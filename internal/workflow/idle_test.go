@@ -356,3 +356,27 @@ func TestHeadroomEvictsEarly(t *testing.T) {
 	}
 	e.checkPlacement()
 }
+
+// TestGoldenBuildEvicts: a template's golden build that finds every
+// worker busy evicts an idle actor, as a resume does.
+func TestGoldenBuildEvicts(t *testing.T) {
+	e := newEnv(t, 1, "n1")
+	c := e.fakeClock()
+	e.templateWithIdle("never-idle", &torporv1.IdlePolicy{})
+	if err := e.engine.BuildGoldens(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	busy := fillPool(e, c, 1, "never-idle")
+	e.templateWithIdle("later", nil)
+	if err := e.engine.BuildGoldens(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.revision("later@1").GetStatus(); got.GetPhase() != torporv1.TemplatePhase_TEMPLATE_PHASE_READY {
+		t.Fatalf("golden build with the only worker held by an idle actor: %v (%s), want READY", got.GetPhase(), got.GetMessage())
+	}
+	wantState(t, e.actor(busy[0]), torporv1.ActorState_ACTOR_STATE_SUSPENDED)
+	if !e.hasEvent(busy[0], "evicted for default/golden:later@1") {
+		t.Error("the evicted actor's events do not name the golden build")
+	}
+	e.checkPlacement()
+}

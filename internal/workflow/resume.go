@@ -38,7 +38,11 @@ type ResumeOptions struct {
 func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOptions) (a *torporv1.Actor, err error) {
 	start := e.now()
 	defer func() {
-		if !opts.Repeat || errdefs.Code(err) != connect.CodeResourceExhausted {
+		refused := errdefs.Code(err) == connect.CodeResourceExhausted
+		if refused && !opts.Repeat {
+			e.metrics.noEvictable.Inc()
+		}
+		if !refused || !opts.Repeat {
 			e.metrics.observe("resume", start, err)
 		}
 	}()
@@ -73,7 +77,7 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 		// this actor, so a second would take more than it needs.
 		var full *noFreeWorker
 		if errors.As(err, &full) && !evicted {
-			if err := e.evictFor(ctx, a, full, opts.Repeat); err != nil {
+			if err := e.evictFor(ctx, a, full); err != nil {
 				return nil, err
 			}
 			evicted = true
