@@ -14,9 +14,9 @@ import (
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
-// noFreeWorker is a resume's claim finding no free worker that fits the
-// actor; it carries what the actor needs, so an eviction can find a busy
-// worker that would. It unwraps to the ResourceExhausted answer.
+// noFreeWorker is a placement (a resume's claim, a golden build) finding
+// no free worker that fits; it carries what is needed, so an eviction can
+// find a busy worker that would. It unwraps to the answer to give.
 type noFreeWorker struct {
 	live func(string) bool
 	req  scheduler.Request
@@ -65,7 +65,8 @@ func (e *Engine) evictFor(ctx context.Context, a *torporv1.Actor, full *noFreeWo
 	for _, c := range cands {
 		idleFor := start.Sub(c.act.LastActive).Round(time.Millisecond)
 		_, err := e.stopIdle(ctx, c.actor, c.p.kind, stopCause{
-			reason:     fmt.Sprintf("evicted for %s, which found no free worker: the least recently active evictable actor (idle %s)", actorKey(a), idleFor),
+			reason: fmt.Sprintf("evicted for %s, which found no free worker: first in eviction order (priority %d, then least recently active; idle %s)",
+				actorKey(a), c.p.priority, idleFor),
 			metric:     "eviction",
 			cutoff:     start.Add(-c.p.minIdle),
 			evictedFor: a,
