@@ -1,6 +1,8 @@
 package workflow
 
 import (
+	"google.golang.org/protobuf/proto"
+
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 )
 
@@ -30,6 +32,10 @@ type RestoreInput struct {
 	SourceTemplateUID string
 	// The template the actor points at now.
 	ActorTemplateUID string
+	// SameGuest: the source's template and the actor's differ only in
+	// policies (SameGuest below), so the source's memory is the memory of
+	// a guest the actor's template would boot.
+	SameGuest bool
 	// The actor's template policy for DATA restores.
 	FromData torporv1.FromData
 	// The current template's golden snapshot; empty when not ready.
@@ -56,7 +62,9 @@ type RestorePlan struct {
 //   - same template: the source's own scope; a DATA source rides the
 //     golden when the template's policy is GOLDEN and a golden exists;
 //   - template replaced: memory never crosses templates, so DATA, or
-//     DATA_ON_GOLDEN with the new template's golden when its policy says so.
+//     DATA_ON_GOLDEN with the new template's golden when its policy says so;
+//     a revision that changes only policies is the same guest, and is
+//     treated as the same template.
 //
 // A local checkpoint's SourceTemplateUID is the template it was captured
 // under, never a durable snapshot's.
@@ -68,7 +76,7 @@ func DecideRestore(in RestoreInput) RestorePlan {
 		}
 		return RestorePlan{Scope: torporv1.RestoreScope_RESTORE_SCOPE_BOOT}
 	}
-	sameTemplate := in.SourceTemplateUID == in.ActorTemplateUID
+	sameTemplate := in.SourceTemplateUID == in.ActorTemplateUID || in.SameGuest
 	hasMemory := in.SourceScope == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL
 	if sameTemplate && hasMemory {
 		return RestorePlan{Scope: torporv1.RestoreScope_RESTORE_SCOPE_FULL, UseSource: true}
@@ -79,4 +87,20 @@ func DecideRestore(in RestoreInput) RestorePlan {
 		plan.Golden = in.Golden
 	}
 	return plan
+}
+
+// SameGuest reports whether guest state captured under template old can
+// be restored as it is under template next: they differ at most in
+// policies (idle, eviction, snapshot), which decide when and how the
+// control plane checkpoints, never what runs. Changing an idle timeout
+// must not cost an actor its memory.
+func SameGuest(old, next *torporv1.TemplateSpec) bool {
+	if old == nil || next == nil {
+		return false
+	}
+	o, n := proto.CloneOf(old), proto.CloneOf(next)
+	for _, s := range []*torporv1.TemplateSpec{o, n} {
+		s.IdlePolicy, s.SnapshotPolicy = nil, nil
+	}
+	return proto.Equal(o, n)
 }

@@ -22,29 +22,31 @@ func TestDecideRestoreAllInputs(t *testing.T) {
 	for _, src := range sources {
 		for _, scope := range scopes {
 			for _, sameTemplate := range []bool{true, false} {
-				for _, policy := range policies {
-					for _, golden := range goldens {
-						for _, force := range []bool{false, true} {
-							in := RestoreInput{
-								Source: src, SourceScope: scope,
-								SourceTemplateUID: "tmpl-a", ActorTemplateUID: "tmpl-a",
-								FromData: policy, Golden: golden, ForceBoot: force,
+				for _, sameGuest := range []bool{true, false} {
+					for _, policy := range policies {
+						for _, golden := range goldens {
+							for _, force := range []bool{false, true} {
+								in := RestoreInput{
+									Source: src, SourceScope: scope,
+									SourceTemplateUID: "tmpl-a", ActorTemplateUID: "tmpl-a",
+									FromData: policy, Golden: golden, ForceBoot: force, SameGuest: sameGuest,
+								}
+								if !sameTemplate {
+									in.ActorTemplateUID = "tmpl-b"
+								}
+								name := fmt.Sprintf("%v/%v/same=%v/guest=%v/%v/golden=%q/boot=%v", src, scope, sameTemplate, sameGuest, policy, golden, force)
+								t.Run(name, func(t *testing.T) {
+									checkPlan(t, in, DecideRestore(in))
+								})
+								count++
 							}
-							if !sameTemplate {
-								in.ActorTemplateUID = "tmpl-b"
-							}
-							name := fmt.Sprintf("%v/%v/same=%v/%v/golden=%q/boot=%v", src, scope, sameTemplate, policy, golden, force)
-							t.Run(name, func(t *testing.T) {
-								checkPlan(t, in, DecideRestore(in))
-							})
-							count++
 						}
 					}
 				}
 			}
 		}
 	}
-	if count != 3*2*2*2*2*2 {
+	if count != 3*2*2*2*2*2*2 {
 		t.Fatalf("covered %d combinations", count)
 	}
 }
@@ -57,8 +59,8 @@ func checkPlan(t *testing.T, in RestoreInput, got RestorePlan) {
 		want(t, scope == torporv1.RestoreScope_RESTORE_SCOPE_DATA_ON_GOLDEN && got.Golden == in.Golden && !got.UseSource, "a fresh actor starts from its template's golden", got)
 	case in.Source == SourceNone:
 		want(t, scope == torporv1.RestoreScope_RESTORE_SCOPE_BOOT && got.Golden == "" && !got.UseSource, "a fresh actor without golden cold-boots", got)
-	case in.SourceTemplateUID == in.ActorTemplateUID && in.SourceScope == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL:
-		want(t, scope == torporv1.RestoreScope_RESTORE_SCOPE_FULL && got.UseSource && !got.DiscardsMemory && got.Golden == "", "same template keeps a FULL source FULL", got)
+	case (in.SourceTemplateUID == in.ActorTemplateUID || in.SameGuest) && in.SourceScope == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL:
+		want(t, scope == torporv1.RestoreScope_RESTORE_SCOPE_FULL && got.UseSource && !got.DiscardsMemory && got.Golden == "", "same template (or a revision of only its policies) keeps a FULL source FULL", got)
 	default:
 		// Memory cannot be used: DATA, on the current template's golden
 		// when its policy asks for it and it exists.
@@ -77,5 +79,38 @@ func want(t *testing.T, ok bool, rule string, got RestorePlan) {
 	t.Helper()
 	if !ok {
 		t.Fatalf("%s: got %+v", rule, got)
+	}
+}
+
+// TestSameGuest: only policies may differ for a snapshot's memory to be
+// restored under another revision.
+func TestSameGuest(t *testing.T) {
+	base := func() *torporv1.TemplateSpec { return withEnv(withData(), "1") }
+	tests := []struct {
+		name   string
+		change func(*torporv1.TemplateSpec)
+		want   bool
+	}{
+		{"identical", func(*torporv1.TemplateSpec) {}, true},
+		{"idle policy", func(s *torporv1.TemplateSpec) {
+			s.IdlePolicy = &torporv1.IdlePolicy{IdleSeconds: 30, Action: torporv1.IdleAction_IDLE_ACTION_PAUSE}
+		}, true},
+		{"snapshot policy", func(s *torporv1.TemplateSpec) { s.SnapshotPolicy = &torporv1.SnapshotPolicy{Keep: 5} }, true},
+		{"env", func(s *torporv1.TemplateSpec) { s.Containers[0].Env[0].Value = "2" }, false},
+		{"image", func(s *torporv1.TemplateSpec) { s.Containers[0].Image = "other" }, false},
+		{"volume", func(s *torporv1.TemplateSpec) { s.Volumes = nil }, false},
+		{"resources", func(s *torporv1.TemplateSpec) { s.Resources = &torporv1.Resources{MemoryMb: 512} }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next := base()
+			tt.change(next)
+			if got := SameGuest(base(), next); got != tt.want {
+				t.Fatalf("SameGuest after changing %s = %v, want %v", tt.name, got, tt.want)
+			}
+		})
+	}
+	if SameGuest(nil, base()) {
+		t.Fatal("a snapshot without a recorded spec is taken for the same guest")
 	}
 }

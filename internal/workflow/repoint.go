@@ -124,7 +124,7 @@ func (e *Engine) repoint(ctx context.Context, tx store.Tx, a *torporv1.Actor, u 
 		case loss != "":
 			a.Status.AcceptedStateLoss = &torporv1.AcceptedStateLoss{Snapshot: latest, TemplateUid: next.GetMetadata().GetUid(), Loss: loss}
 			cost = "state loss accepted: " + loss
-		case snap.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL:
+		case snap.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL && !SameGuest(snap.GetTemplateSpec(), next.GetSpec()):
 			cost = "process memory will be discarded, durable data kept"
 		}
 	}
@@ -149,6 +149,9 @@ func CheckMove(snap *torporv1.Snapshot, next *torporv1.Template) (loss string, e
 	old := snap.GetTemplateSpec()
 	if o, n := old.GetSandboxClass(), next.GetSpec().GetSandboxClass(); o != n {
 		return "", fmt.Errorf("sandbox class %q differs from %q: snapshots never cross sandbox classes", n, o)
+	}
+	if SameGuest(old, next.GetSpec()) {
+		return "", nil // memory and data come back as they are
 	}
 	if err := CheckRepoint(old, next.GetSpec()); err != nil {
 		return err.Error(), nil

@@ -65,7 +65,9 @@ func TestCheckRepoint(t *testing.T) {
 func repointEnv(t *testing.T, bFromData torporv1.FromData) *env {
 	e := newEnv(t, 2, "n1")
 	e.createTemplateSpec("a", spec("gvisor", []string{"data"}, map[string][]string{"main": {"data:/data"}}), torporv1.FromData_FROM_DATA_COLD_BOOT)
-	e.createTemplateSpec("b", spec("gvisor", []string{"data"}, map[string][]string{"main": {"data:/data"}}), bFromData)
+	// b runs another program over the same layout: a's memory cannot
+	// come back under it.
+	e.createTemplateSpec("b", withEnv(spec("gvisor", []string{"data"}, map[string][]string{"main": {"data:/data"}}), "b"), bFromData)
 	a := e.createActor("c1")
 	a.Spec.Template, a.Spec.TemplateRevision = "a", 1
 	if _, err := e.store.Actors().Update(e.ctx, a); err != nil {
@@ -136,7 +138,7 @@ func TestRepointWithoutDurableDataNeedsConsent(t *testing.T) {
 	e := newEnv(t, 1, "n1")
 	e.agents["n1"].noData = true
 	e.createTemplateSpec("a", spec("gvisor", nil, map[string][]string{"main": nil}), torporv1.FromData_FROM_DATA_COLD_BOOT)
-	e.createTemplateSpec("b", spec("gvisor", nil, map[string][]string{"main": nil}), torporv1.FromData_FROM_DATA_COLD_BOOT)
+	e.createTemplateSpec("b", withEnv(spec("gvisor", nil, map[string][]string{"main": nil}), "b"), torporv1.FromData_FROM_DATA_COLD_BOOT)
 	a := e.createActor("c1")
 	a.Spec.Template, a.Spec.TemplateRevision = "a", 1
 	if _, err := e.store.Actors().Update(e.ctx, a); err != nil {

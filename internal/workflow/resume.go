@@ -182,6 +182,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 		SourceScope:       src.snap.GetScope(),
 		SourceTemplateUID: src.snap.GetTemplateUid(),
 		ActorTemplateUID:  tmpl.GetMetadata().GetUid(),
+		SameGuest:         SameGuest(src.snap.GetTemplateSpec(), tmpl.GetSpec()),
 		FromData:          tmpl.GetSpec().GetSnapshotPolicy().GetOnResume().GetFromData(),
 		Golden:            golden,
 		ForceBoot:         opts.Boot,

@@ -273,3 +273,29 @@ func TestDeleteTemplateRemovesGoldenFiles(t *testing.T) {
 		t.Fatalf("golden files at %s not removed (removed: %v)", snap.GetLocation(), e.objects.deleted)
 	}
 }
+
+// TestPolicyRevisionKeepsMemory: a revision that changes only policies (an
+// idle timeout) describes the same guest: an actor moved to it comes back
+// FULL, memory and all, and nothing is reported discarded.
+func TestPolicyRevisionKeepsMemory(t *testing.T) {
+	e := newEnv(t, 1, "n1")
+	e.createTemplateSpec("a", withEnv(withData(), "1"), torporv1.FromData_FROM_DATA_COLD_BOOT)
+	e.createActor("c1")
+	e.onRevision("c1", "a", 1)
+	e.resume("c1", ResumeOptions{})
+	e.suspend("c1")
+
+	idle := withEnv(withData(), "1")
+	idle.IdlePolicy = &torporv1.IdlePolicy{IdleSeconds: 30, Action: torporv1.IdleAction_IDLE_ACTION_SUSPEND}
+	e.createTemplateSpec("a", idle, torporv1.FromData_FROM_DATA_COLD_BOOT)
+	if err := e.moveTo("c1", "a", 2, false); err != nil {
+		t.Fatalf("move to a policy-only revision: %v", err)
+	}
+	e.resume("c1", ResumeOptions{})
+	if got := e.agents["n1"].lastRestore().GetScope(); got != torporv1.RestoreScope_RESTORE_SCOPE_FULL {
+		t.Fatalf("resume on a policy-only revision restored %v, want FULL", got)
+	}
+	if r := e.reasons("c1"); strings.Contains(r, "discarded") {
+		t.Fatalf("a policy-only move reported memory discarded: %s", r)
+	}
+}
