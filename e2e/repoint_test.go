@@ -74,7 +74,10 @@ func TestRepointWithoutDurableData(t *testing.T) {
 func TestRepointOntoGoldenTemplate(t *testing.T) {
 	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 1})
 	c.applyTemplate(counterTemplate(t, "a", nil))
+	// b runs another program over a's layout (a policy alone would keep
+	// the guest, and its memory).
 	b := c.applyTemplate(counterTemplate(t, "b", func(s *torporv1.TemplateSpec) {
+		s.Containers[0].Env = append(s.Containers[0].Env, &torporv1.EnvVar{Name: "FLAVOUR", Value: "b"})
 		s.SnapshotPolicy = &torporv1.SnapshotPolicy{OnResume: &torporv1.OnResume{FromData: torporv1.FromData_FROM_DATA_GOLDEN}}
 	}))
 	c.createActor("c1", "a")

@@ -85,3 +85,34 @@ func TestReapplyWithoutVolume(t *testing.T) {
 		t.Fatalf("history does not record the accepted loss: %s", reason)
 	}
 }
+
+// TestPolicyRevisionKeepsMemory: a new revision that changes only the idle
+// policy runs the same guest, so an actor moved to it keeps its memory (the
+// count goes on) instead of restarting for a timeout change.
+func TestPolicyRevisionKeepsMemory(t *testing.T) {
+	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 1})
+	c.applyTemplate(counterTemplate(t, "counter", nil))
+	c.createActor("c1", "counter")
+	a := c.mustResume("c1")
+	wantBody(t, a, "count=1 lines=1")
+	wantBody(t, a, "count=2 lines=2")
+	c.suspend("c1")
+
+	second := c.applyTemplate(counterTemplate(t, "counter", func(s *torporv1.TemplateSpec) {
+		s.IdlePolicy = &torporv1.IdlePolicy{IdleSeconds: 3600, Action: torporv1.IdleAction_IDLE_ACTION_SUSPEND}
+	}))
+	if second.GetStatus().GetRevision() != 2 {
+		t.Fatalf("apply with another idle policy: revision %d, want 2", second.GetStatus().GetRevision())
+	}
+	if err := c.repoint("c1", "counter", false); err != nil {
+		t.Fatal(err)
+	}
+	moved := c.mustResume("c1")
+	if moved.GetStatus().GetCurrentTemplateUid() != second.GetMetadata().GetUid() {
+		t.Fatalf("after the move the guest runs %s, want revision 2", moved.GetStatus().GetCurrentTemplate())
+	}
+	wantBody(t, moved, "count=3 lines=3")
+	if reason := c.lastReasons("c1", 2); !strings.Contains(reason, "FULL") {
+		t.Fatalf("resume on the policy-only revision: %s, want FULL", reason)
+	}
+}
