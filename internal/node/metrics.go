@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/torpor-dev/torpor/internal/version"
 )
 
 // metrics are the agent's Prometheus metrics, served at /metrics.
@@ -35,7 +37,7 @@ func newMetrics(busy func() int) *metrics {
 		Name: "torpor_node_busy_workers",
 		Help: "Worker slots of this node hosting a workload.",
 	}, func() float64 { return float64(busy()) })
-	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.operations, m.seconds, workers)
+	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.operations, m.seconds, workers, version.Collector())
 	return m
 }
 

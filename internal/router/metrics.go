@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/torpor-dev/torpor/internal/version"
 )
 
 // Results of a resume, the label of torpor_router_resumes_total.
@@ -49,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Activity reports this router sent to the control plane, by result (ok, error).",
 		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.activation, m.resumes, m.requests, m.parked, m.reports} {
+	for _, c := range []prometheus.Collector{m.activation, m.resumes, m.requests, m.parked, m.reports, version.Collector()} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register router metrics: %w", err)
 		}

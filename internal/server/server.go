@@ -23,6 +23,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/version"
 	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
@@ -106,7 +107,7 @@ func New(st store.Store, objects snapshot.ObjectStore, opts Options) *Server {
 		opts.RecoverAfter = workflow.DefaultRecoverAfter
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newWorkersCollector(st))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newWorkersCollector(st), version.Collector())
 	s := &Server{store: st, objects: objects, opts: opts, log: opts.Logger, goldens: make(chan struct{}, 1), metrics: reg}
 	s.identity = identity.NewLoader(st, s.identityConfig())
 	s.admin = adminToken{secrets: st}
