@@ -10,8 +10,14 @@ BIN := $(CURDIR)/bin
 
 all: build
 
+# The release version torpor version prints; go build itself records the
+# commit, its time and whether the tree was modified (-buildvcs=auto: in a
+# git checkout, even where GOFLAGS turns stamping off).
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null)
+VERSION_FLAGS := -buildvcs=auto -ldflags "-X github.com/torpor-dev/torpor/internal/version.version=$(VERSION)"
+
 build:
-	CGO_ENABLED=0 go build -o $(BIN)/torpor ./cmd/torpor
+	CGO_ENABLED=0 go build $(VERSION_FLAGS) -o $(BIN)/torpor ./cmd/torpor
 
 generate:
 	go build -modfile=tools/go.mod -o $(BIN)/ google.golang.org/protobuf/cmd/protoc-gen-go connectrpc.com/connect/cmd/protoc-gen-connect-go

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/version"
 )
 
 // processCommands are the process roles. Each lives in its own file and
@@ -25,6 +26,9 @@ func register(newCommand func() *cobra.Command) {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	root := cli.NewRoot()
+	root.Version = version.Get().String()
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.AddCommand(newVersionCommand())
 	for _, newCommand := range processCommands {
 		root.AddCommand(newCommand())
 	}

@@ -41,6 +41,7 @@ type nodeFlags struct {
 func newNodeCommand() *cobra.Command {
 	var cfg node.Config
 	var f nodeFlags
+	var logs logFlags
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "Run the node agent: this host's worker slots, their sandboxes and snapshots",
@@ -77,11 +78,13 @@ last snapshots.`,
 			if f.cleanup {
 				return cleanupNode(cmd.Context(), cmd.OutOrStdout(), cfg, f)
 			}
-			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			logger, err := logs.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
 			if err := completeNodeConfig(&cfg, &f, logger); err != nil {
 				return err
 			}
-			var err error
 			if cfg.Images, err = f.images.policy(""); err != nil {
 				return err
 			}
@@ -110,6 +113,7 @@ last snapshots.`,
 	flags.BoolVar(&f.egress, "egress", true, "let workloads reach networks beyond this host, masqueraded as it (turns on IPv4 forwarding); --egress=false: the host only")
 	f.images.register(flags)
 	flags.BoolVar(&f.cleanup, "cleanup", false, "remove every sandbox, mount, network namespace, veth, bridge and nftables table of the stopped node, say what was removed, and exit (suspend its actors first: running workloads are lost)")
+	logs.register(cmd.PersistentFlags(), "info")
 	return cmd
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"path/filepath"
 
@@ -26,6 +25,7 @@ func newRouterCommand() *cobra.Command {
 		stateDir      string
 		listen        string
 		metricsListen string
+		logs          logFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "router",
@@ -60,8 +60,10 @@ The router then reaches the actors of those spaces (of every space without
 revokes it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			var err error
+			logger, err := logs.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
 			if member.CAFingerprint, member.JoinToken, err = join.resolve(); err != nil {
 				return err
 			}
@@ -91,6 +93,7 @@ revokes it.`,
 	flags.DurationVar(&cfg.ParkTimeout, "park-timeout", router.DefaultParkTimeout, "how long requests wait for a free worker or an unavailable control plane before 503")
 	flags.DurationVar(&cfg.ResumeTimeout, "resume-timeout", router.DefaultResumeTimeout, "how long requests wait for a resume before 504")
 	flags.StringVar(&metricsListen, "metrics-listen", "", "separate address for /metrics and /healthz (default: on --listen, for requests naming no actor)")
+	logs.register(cmd.PersistentFlags(), "info")
 	return cmd
 }
 

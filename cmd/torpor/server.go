@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -19,6 +18,7 @@ func init() { register(newServerCommand) }
 func newServerCommand() *cobra.Command {
 	var opts server.Options
 	var images imageFlags
+	var logs logFlags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the control plane API (any number of replicas may share a PostgreSQL store)",
@@ -60,7 +60,9 @@ or put server, ca and token in the client config file
 			if opts.Images, err = images.policy(dir); err != nil {
 				return err
 			}
-			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			if opts.Logger, err = logs.logger(cmd.ErrOrStderr()); err != nil {
+				return err
+			}
 			return server.Run(cmd.Context(), opts)
 		},
 	}
@@ -78,5 +80,6 @@ or put server, ca and token in the client config file
 	flags.StringVar(&opts.CAFile, "ca-file", "", "where to write the CA certificate clients verify the server with (default <data dir>/ca.pem)")
 	flags.StringToIntVar(&opts.Headroom, "headroom", nil, "per worker pool, workers to keep free by evicting idle actors early, so a resume rarely waits for an eviction (POOL=N,...)")
 	images.register(flags)
+	logs.register(cmd.PersistentFlags(), "info")
 	return cmd
 }

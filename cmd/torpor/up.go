@@ -37,6 +37,7 @@ type upFlags struct {
 	headroom     int
 	node         nodeFlags
 	images       imageFlags
+	logs         logFlags
 }
 
 func newUpCommand() *cobra.Command {
@@ -67,11 +68,15 @@ actor, then stops. Needs root (sandboxes and network namespaces).`,
 	flags.StringVar(&f.node.cidr, "cidr", netns.DefaultCIDR, "workers' subnet")
 	flags.BoolVar(&f.node.egress, "egress", true, "let workloads reach networks beyond this host, masqueraded as it (turns on IPv4 forwarding); --egress=false: the host only")
 	f.images.register(flags)
+	f.logs.register(cmd.PersistentFlags(), "warn")
 	return cmd
 }
 
 func up(ctx context.Context, stderr io.Writer, f upFlags) error {
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger, err := f.logs.logger(stderr)
+	if err != nil {
+		return err
+	}
 	if f.dataDir == "" {
 		dir, err := cli.DataDir()
 		if err != nil {

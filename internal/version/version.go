@@ -57,7 +57,13 @@ func Get() Info {
 
 // String is the one-line form `torpor --version` prints.
 func (i Info) String() string {
-	return fmt.Sprintf("torpor %s (commit %s, built %s, %s)",
+	return fmt.Sprintf("torpor %s (commit %s of %s, %s)",
+		i.Version, orUnknown(i.Revision), orUnknown(i.Time), i.GoVersion)
+}
+
+// Long is what `torpor version` prints: one field a line.
+func (i Info) Long() string {
+	return fmt.Sprintf("version:      %s\ncommit:       %s\ncommit time:  %s\ngo:           %s\n",
 		i.Version, orUnknown(i.Revision), orUnknown(i.Time), i.GoVersion)
 }
 
