@@ -21,10 +21,8 @@ import (
 
 const ipForward = "/proc/sys/net/ipv4/ip_forward"
 
-// natTable is the nftables table (ip family) of this node's bridge.
-func (n *Network) natTable() *nftables.Table {
-	return &nftables.Table{Family: nftables.TableFamilyIPv4, Name: "torpor-" + n.bridge}
-}
+// egressChain is the masquerading chain of the bridge's table.
+const egressChain = "postrouting"
 
 // ensureEgress turns on forwarding and (re)writes the masquerade rule:
 // packets from the subnet to anywhere outside it leave with the address of
@@ -37,9 +35,9 @@ func (n *Network) ensureEgress() error {
 	if err != nil {
 		return fmt.Errorf("egress: nftables: %w", err)
 	}
-	table := c.AddTable(n.natTable())
+	table := c.AddTable(n.table())
 	chain := c.AddChain(&nftables.Chain{
-		Name: "postrouting", Table: table, Type: nftables.ChainTypeNAT,
+		Name: egressChain, Table: table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
 	})
 	// Adding an existing table or chain keeps it; flushing the chain in
@@ -59,24 +57,21 @@ func (n *Network) ensureEgress() error {
 		&expr.Masq{},
 	}})
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("egress: nftables table %s: %w", n.natTable().Name, err)
+		return fmt.Errorf("egress: nftables table %s: %w", n.table().Name, err)
 	}
 	return nil
 }
 
-// removeEgress deletes the bridge's nftables table, if there is one, and
-// says whether there was.
-func (n *Network) removeEgress() (existed bool, err error) {
+// removeEgress deletes the masquerading chain, if there is one: the
+// workloads reach only the node.
+func (n *Network) removeEgress() error {
 	c, err := nftables.New()
 	if err != nil {
-		return false, fmt.Errorf("egress: nftables: %w", err)
+		return fmt.Errorf("egress: nftables: %w", err)
 	}
-	c.DelTable(n.natTable())
-	switch err := c.Flush(); {
-	case errors.Is(err, unix.ENOENT):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("egress: delete nftables table %s: %w", n.natTable().Name, err)
+	c.DelChain(&nftables.Chain{Name: egressChain, Table: n.table()})
+	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("egress: delete chain %s of nftables table %s: %w", egressChain, n.table().Name, err)
 	}
-	return true, nil
+	return nil
 }

@@ -1,9 +1,9 @@
 // Package netns gives each worker slot of a node its own network: a named
 // network namespace holding one end of a veth pair whose other end sits on
 // the node's bridge. Every workload gets its own IP and can listen on any
-// port; the host reaches it directly at that IP. Workloads cannot reach
-// each other (the bridge ports are isolated), and reach beyond the node
-// only with Config.Egress.
+// port; the host reaches it directly at that IP, and nothing beyond the
+// host does (firewall.go). Workloads cannot reach each other (the bridge
+// ports are isolated), and reach beyond the node only with Config.Egress.
 //
 // Namespaces and links are long-lived: made once per slot, kept across node
 // agent restarts while workloads run in them (Slot adopts what exists),
@@ -171,11 +171,13 @@ func (n *Network) EnsureBridge(ctx context.Context) error {
 	if err := netlink.LinkSetUp(link); err != nil {
 		return fmt.Errorf("bridge %s: up: %w", n.bridge, err)
 	}
+	if err := n.ensureFirewall(); err != nil {
+		return err
+	}
 	if n.egress {
 		return n.ensureEgress()
 	}
-	_, err = n.removeEgress()
-	return err
+	return n.removeEgress()
 }
 
 // Slot returns slot index's network, named name for the caller's logs,
@@ -389,9 +391,9 @@ func (n *Network) RemoveAll(ctx context.Context) (removed []string, err error) {
 			removed = append(removed, "bridge "+n.bridge)
 		}
 	}
-	existed, err := n.removeEgress()
+	existed, err := n.removeTable()
 	if existed {
-		removed = append(removed, "nftables table ip "+n.natTable().Name)
+		removed = append(removed, "nftables table ip "+n.table().Name)
 	}
 	errs = append(errs, err)
 	return removed, errors.Join(errs...)

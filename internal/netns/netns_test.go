@@ -167,8 +167,8 @@ func assertNothingLeft(t *testing.T, n *Network) {
 		}
 	}
 	if c, err := nftables.New(); err == nil {
-		if _, err := c.ListTableOfFamily(n.natTable().Name, nftables.TableFamilyIPv4); err == nil {
-			t.Errorf("nftables table %s left behind", n.natTable().Name)
+		if _, err := c.ListTableOfFamily(n.table().Name, nftables.TableFamilyIPv4); err == nil {
+			t.Errorf("nftables table %s left behind", n.table().Name)
 		}
 	}
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
@@ -457,5 +457,65 @@ func TestRemoveAllSaysWhatItRemoved(t *testing.T) {
 	assertNothingLeft(t, n)
 	if removed, err := n.RemoveAll(ctx); err != nil || len(removed) > 0 {
 		t.Errorf("RemoveAll on nothing: %q, %v", removed, err)
+	}
+}
+
+// TestWorkersAreReachableFromTheHostOnly: a host that routes to the
+// workers' subnet through the node (here the outside namespace, given
+// that route) reaches the node but no worker; the node itself does. With
+// the firewall chain removed the same dial gets through, so the refusal is
+// the firewall's.
+func TestWorkersAreReachableFromTheHostOnly(t *testing.T) {
+	outside := netnstest.Outside(t)
+	n := testNetworkWith(t, true) // egress turns forwarding on
+	ctx := context.Background()
+	s, err := n.Slot(ctx, "w0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const port = 18083
+	serveIn(t, s.NetNS, port, "worker")
+	if got, err := dial(s.IP, port); err != nil || got != "worker" {
+		t.Fatalf("the node dials the worker: %q, %v", got, err)
+	}
+	fromOutside := func() (string, error) {
+		var got string
+		var err error
+		inNS(t, outside.NS, func() {
+			h, herr := netlink.NewHandle()
+			if herr != nil {
+				err = herr
+				return
+			}
+			defer h.Close()
+			_, subnet, _ := net.ParseCIDR("10.252.0.0/24")
+			if herr := h.RouteReplace(&netlink.Route{Dst: subnet, Gw: net.ParseIP(outside.NodeIP)}); herr != nil {
+				err = herr
+				return
+			}
+			got, err = dial(s.IP, port)
+		})
+		return got, err
+	}
+	if got, err := fromOutside(); err == nil {
+		t.Fatalf("a host beyond the node reached the worker (%q)", got)
+	}
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.DelChain(&nftables.Chain{Name: firewallChain, Table: n.table()})
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fromOutside(); err != nil || got != "worker" {
+		t.Fatalf("without the firewall chain, the outside host dials the worker: %q, %v; the refusal above proves nothing", got, err)
+	}
+	// Slot (every start) puts the rule back.
+	if _, err := n.Slot(ctx, "w0", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fromOutside(); err == nil {
+		t.Fatalf("after Slot, a host beyond the node reached the worker (%q)", got)
 	}
 }

@@ -23,6 +23,8 @@ import (
 type Host struct {
 	IP, NodeIP string
 	Port       int
+	// NS is the path of its network namespace.
+	NS string
 }
 
 // Addr is IP:Port.
@@ -60,7 +62,7 @@ func Outside(tb testing.TB) Host {
 	if err := netlink.LinkAdd(veth); err != nil {
 		tb.Fatal(err)
 	}
-	h := Host{IP: fmt.Sprintf("198.18.%d.%d", third, fourth+2), NodeIP: fmt.Sprintf("198.18.%d.%d", third, fourth+1), Port: 18082}
+	h := Host{IP: fmt.Sprintf("198.18.%d.%d", third, fourth+2), NodeIP: fmt.Sprintf("198.18.%d.%d", third, fourth+1), Port: 18082, NS: nsPath}
 	if err := up(hostLink, h.NodeIP); err != nil {
 		tb.Fatal(err)
 	}
