@@ -255,6 +255,10 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		// always full duplex and says so with an error, ignored.)
 		_ = http.NewResponseController(w).EnableFullDuplex()
 	}
+	if req.Method == http.MethodConnect {
+		r.serveTunnel(rec, req, key, start, &resumed)
+		return
+	}
 	r.serveActor(rec, req, key, start, &resumed)
 }
 
