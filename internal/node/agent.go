@@ -211,7 +211,7 @@ func New(cfg Config) (*Agent, error) {
 	member := newMembership(cfg, log)
 	id := &workloadIdentity{root: filepath.Join(stateDir, identityDir), log: log, workers: member}
 	m := newSlotMachine(cfg, log, d, id)
-	member.orphans = m
+	member.orphans, m.slotsChanged = m, member.slotsChanged
 	return &Agent{cfg: cfg, log: log, dirs: d, machine: m, member: member, identity: id, warm: m.warm}, nil
 }
 

@@ -910,6 +910,43 @@ func TestRestartAdoptsAndCleansUp(t *testing.T) {
 			t.Fatalf("a1's volumes were removed: %v", err)
 		}
 	})
+
+	t.Run("ASandboxThatCannotBeRemovedHoldsItsWorkerNotTheNode", func(t *testing.T) {
+		if err := n.stop(); err != nil {
+			t.Fatal(err)
+		}
+		w := runtime.Workload{ActorUID: "a4", Template: n.tmpl, Rootfs: map[string]string{"app": t.TempDir()}, Volumes: map[string]string{"data": t.TempDir()}}
+		if err := n.rt.Run(ctx, runtime.Slot{Name: n.worker(1)}, w); err != nil {
+			t.Fatal(err)
+		}
+		// The first removal and its first retry fail.
+		for range 2 {
+			n.rt.FailNext("Terminate", errors.New("runsc delete: loading container: unexpected end of JSON input"))
+		}
+		n.registry.forget(n.name, map[string]string{n.worker(0): "a1"})
+		n.start(t)
+		waitFor(t, "registration", func() bool { return n.registry.registration(n.name) != nil })
+		if got := workerNames(n.registry.registration(n.name)); !slices.Equal(got, []string{n.worker(0)}) {
+			t.Fatalf("registered workers %v, want only %s while %s is out of service", got, n.worker(0), n.worker(1))
+		}
+		if st := n.stats(t, 0); !st.GetRunning() || st.GetActorUid() != "a1" {
+			t.Fatalf("stats %v: a1 was not adopted", st)
+		}
+		waitFor(t, "the worker back in service", func() bool {
+			return slices.Equal(workerNames(n.registry.registration(n.name)), []string{n.worker(0), n.worker(1)})
+		})
+		if sandboxes, err := n.rt.Sandboxes(ctx); err != nil || !slices.Equal(sandboxes, []string{n.worker(0)}) {
+			t.Fatalf("sandboxes %v (%v), want only a1's", sandboxes, err)
+		}
+	})
+}
+
+func workerNames(reg *torporv1.RegisterNodeRequest) []string {
+	var names []string
+	for _, w := range reg.GetWorkers() {
+		names = append(names, w.GetMetadata().GetName())
+	}
+	return names
 }
 
 func TestOneAgentPerStateDir(t *testing.T) {

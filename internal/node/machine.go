@@ -32,6 +32,8 @@ type slotMachine struct {
 
 	slots  []*slot
 	byName map[string]*slot
+	// slotsChanged tells registration that a slot came back into service.
+	slotsChanged func()
 	// placing makes a claim and a removal of volumes see every slot as it
 	// is: an actor occupies one slot of the node at most (its volume
 	// directory is per actor), and its volumes go only when it occupies

@@ -44,6 +44,8 @@ type membership struct {
 	mu         sync.Mutex
 	workers    map[string]*torporv1.Worker
 	registered chan struct{}
+	// resync asks for a registration of the slots in service now.
+	resync chan struct{}
 }
 
 // orphanRemover removes workloads the control plane gave up on while the
@@ -62,7 +64,7 @@ func newMembership(cfg Config, log *slog.Logger) *membership {
 	return &membership{
 		name: cfg.Name, serverURL: strings.TrimSuffix(cfg.ServerURL, "/"), pool: cfg.Pool, labels: cfg.Labels,
 		interval: cfg.HeartbeatInterval, log: log, cert: nodeMember(cfg, log), class: cfg.Runtime.Class(),
-		registered: make(chan struct{}),
+		registered: make(chan struct{}), resync: make(chan struct{}, 1),
 	}
 }
 
@@ -95,8 +97,18 @@ func (m *membership) stayRegistered(ctx context.Context, client torporv1connect.
 		select {
 		case <-ctx.Done():
 			return
+		case <-m.resync:
+			registered = false
 		case <-time.After(m.interval):
 		}
+	}
+}
+
+// slotsChanged registers the node again, with the slots in service now.
+func (m *membership) slotsChanged() {
+	select {
+	case m.resync <- struct{}{}:
+	default:
 	}
 }
 
@@ -107,6 +119,9 @@ func (m *membership) register(ctx context.Context, client torporv1connect.NodeSe
 		SandboxClasses: []string{m.class},
 	}}
 	for _, s := range m.slots {
+		if s.outOfService.Load() {
+			continue
+		}
 		req.Workers = append(req.Workers, &torporv1.Worker{
 			Metadata: &torporv1.ObjectMeta{Name: s.name(), Space: validate.WorkerNamespace, Labels: m.labels},
 			Spec:     &torporv1.WorkerSpec{Node: m.name, Ip: s.rt.IP, Pool: m.pool, SandboxClass: m.class},

@@ -14,8 +14,10 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
 )
 
@@ -86,25 +88,25 @@ func (m *slotMachine) reconcile(ctx context.Context) error {
 			}
 		case rec.ActorUID != "":
 			log.Warn("workload did not survive the agent's restart; removing it")
-			if err := m.vacate(ctx, s, rec); err != nil {
-				return err
-			}
-			if err := s.commit(nil); err != nil {
-				return err
-			}
+			m.clearOrQuarantine(ctx, s, func(ctx context.Context) error {
+				if err := m.vacate(ctx, s, rec); err != nil {
+					return err
+				}
+				return s.commit(nil)
+			})
 		case m.warm.keepOrRewarm(ctx, s, present[s.name()]):
 		case present[s.name()]:
 			log.Warn("removing a sandbox no record knows")
-			if err := m.rt.Terminate(ctx, s.rt); err != nil {
-				return fmt.Errorf("worker %s: remove unknown sandbox: %w", s.name(), err)
-			}
+			m.clearOrQuarantine(ctx, s, func(ctx context.Context) error { return m.rt.Terminate(ctx, s.rt) })
 		}
 		delete(present, s.name())
 	}
 	for name := range present {
 		m.log.Warn("removing the sandbox of a worker this node no longer has", "worker", name)
 		if err := m.rt.Terminate(ctx, runtime.Slot{Name: name}); err != nil {
-			return fmt.Errorf("worker %s: remove sandbox: %w", name, err)
+			// No worker takes actors there: what is left waits for the
+			// next start, and the node serves meanwhile.
+			m.log.Error("could not remove the sandbox of a worker this node no longer has", "worker", name, "err", err)
 		}
 	}
 	hosted := map[string]bool{}
@@ -113,6 +115,42 @@ func (m *slotMachine) reconcile(ctx context.Context) error {
 	}
 	return m.volumes.removeStrays(hosted)
 }
+
+// clearOrQuarantine clears slot s of what a previous run left with clear.
+// A slot it fails on is held out of service, not registered as a worker,
+// while clear is retried in the background: one slot the runtime cannot
+// clean must not keep the node, and every workload it adopted, from
+// serving. The slot comes back, registered again, once clear succeeds.
+func (m *slotMachine) clearOrQuarantine(ctx context.Context, s *slot, clear func(context.Context) error) {
+	err := clear(ctx)
+	if err == nil {
+		return
+	}
+	log := m.log.With("worker", s.name())
+	log.Error("worker held out of service: what the previous run left in it cannot be removed; retrying", "err", err)
+	s.outOfService.Store(true)
+	s.lock()
+	go func() {
+		defer s.unlock()
+		backoff := quarantineRetry.Start()
+		for backoff.Wait(ctx) {
+			if err := clear(ctx); err != nil {
+				log.Warn("worker still out of service", "err", err)
+				continue
+			}
+			s.outOfService.Store(false)
+			log.Info("worker back in service")
+			if m.slotsChanged != nil {
+				m.slotsChanged()
+			}
+			return
+		}
+	}()
+}
+
+// quarantineRetry paces the cleaning of a slot held out of service; it
+// never gives up while the agent runs.
+var quarantineRetry = retry.Policy{Initial: time.Second, Max: time.Minute}
 
 // settleCapture settles a slot whose checkpoint operation began before
 // the agent restarted: a sandbox still running that has not begun saving

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -78,6 +79,10 @@ type slot struct {
 	file string
 	// sem serializes the slot's operations.
 	sem chan struct{}
+
+	// outOfService holds the slot back from registration while what a
+	// previous run left in it cannot be removed (clearOrQuarantine).
+	outOfService atomic.Bool
 
 	mu  sync.Mutex
 	rec slotRecord // the current state; on disk once committed

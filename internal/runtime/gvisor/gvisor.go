@@ -791,13 +791,20 @@ func (r *Runtime) Terminate(ctx context.Context, slot runtime.Slot) error {
 // remove deletes sandbox id of slot with everything it made. Idempotent.
 func (r *Runtime) remove(ctx context.Context, slot, id string) error {
 	dir := r.bundleDir(slot, id)
-	if _, err := os.Stat(filepath.Join(r.runscDir, id+"_sandbox:"+id+".state")); errors.Is(err, os.ErrNotExist) {
-		// runsc never recorded the sandbox: the command starting it died
-		// (with its node agent) after forking the sandbox and gofer,
-		// which runsc delete does not know.
+	if !r.recorded(id, id) {
+		// runsc never recorded the sandbox, or died writing its record:
+		// the command starting it died (with its node agent) after forking
+		// the sandbox and gofer, which runsc delete cannot reach.
 		if err := killBundleProcesses(ctx, dir); err != nil {
 			return fmt.Errorf("delete sandbox %s: %w", id, err)
 		}
+		// The killed sandbox leaves its control socket.
+		if err := os.Remove(r.socket(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("delete sandbox %s: %w", id, err)
+		}
+	}
+	if err := r.dropTornRecords(id); err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	// The containers that joined the sandbox go first, while it can
 	// still be asked to stop them; runsc keeps their state apart from the
@@ -829,6 +836,47 @@ func (r *Runtime) remove(ctx context.Context, slot, id string) error {
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove bundle of sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// socket is the control socket runsc makes for sandbox id.
+func (r *Runtime) socket(id string) string {
+	return filepath.Join(r.runscDir, "runsc-"+id+".sock")
+}
+
+// stateFile is where runsc records container id of sandbox sandboxID.
+func (r *Runtime) stateFile(id, sandboxID string) string {
+	return filepath.Join(r.runscDir, id+"_sandbox:"+sandboxID+".state")
+}
+
+// recorded says whether runsc holds a complete record of container id of
+// sandbox sandboxID.
+func (r *Runtime) recorded(id, sandboxID string) bool {
+	b, err := os.ReadFile(r.stateFile(id, sandboxID))
+	return err == nil && json.Valid(b)
+}
+
+// dropTornRecords removes the records of sandbox sandboxID's containers
+// that runsc began but never finished writing (it truncates, then writes
+// them in place, and its command died in between): runsc fails on such an
+// id for good, delete included. Their processes are the bundle's, killed
+// by then, or the sandbox's, which its own deletion stops.
+func (r *Runtime) dropTornRecords(sandboxID string) error {
+	states, err := filepath.Glob(filepath.Join(r.runscDir, "*_sandbox:"+sandboxID+".state"))
+	if err != nil {
+		return err
+	}
+	for _, state := range states {
+		id := strings.TrimSuffix(filepath.Base(state), "_sandbox:"+sandboxID+".state")
+		if r.recorded(id, sandboxID) {
+			continue
+		}
+		for _, f := range []string{state, strings.TrimSuffix(state, ".state") + ".lock"} {
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove the torn runsc record of container %s: %w", id, err)
+			}
+		}
 	}
 	return nil
 }
@@ -1146,7 +1194,7 @@ func (r *Runtime) newID(slot string) (string, error) {
 	id := slot + idSep + hex.EncodeToString(b)
 	// runsc puts a control socket named after the id under its root; a
 	// unix socket path holds at most 107 bytes.
-	if sock := filepath.Join(r.runscDir, "runsc-"+id+".sock"); len(sock) > 107 {
+	if sock := r.socket(id); len(sock) > 107 {
 		return "", fmt.Errorf("slot %s: runsc socket path %s is longer than 107 bytes: use a shorter root dir or slot name", slot, sock)
 	}
 	return id, nil

@@ -682,33 +682,80 @@ func (h *harness) terminateAllAndClose(t *testing.T) {
 	}
 }
 
-// TestSandboxRunscDoesNotHold: a sandbox whose bundle exists but which
-// runsc does not hold (its runsc command died with its agent before runsc
-// recorded it, or it exited after saving itself) is reported stopped, not
-// as an error a restarting agent would stop on, and Terminate removes it.
+// TestSandboxRunscDoesNotHold: a sandbox runsc does not hold whole (its
+// runsc command died with its agent before runsc recorded it, or while it
+// wrote the record, or it exited after saving itself) is reported stopped,
+// not as an error a restarting agent would stop on, and Terminate removes
+// it with every process it started.
 func TestSandboxRunscDoesNotHold(t *testing.T) {
-	h := newHarness(t)
-	ctx := context.Background()
-	a := h.slots[0]
-	id, err := h.rt.newID(a.Name)
+	// Short names: runsc's socket path under the test's directory is
+	// bounded.
+	tests := []struct {
+		name string
+		// make leaves slot a's sandbox in the state under test: a bundle
+		// runsc never recorded, or a running sandbox whose record is
+		// empty or half-written.
+		make func(t *testing.T, h *harness, a runtime.Slot)
+	}{
+		{"unrecorded", func(t *testing.T, h *harness, a runtime.Slot) {
+			id, err := h.rt.newID(a.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := h.rt.bundleDir(a.Name, id)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"empty", func(t *testing.T, h *harness, a runtime.Slot) {
+			tearRecord(t, h, a, func([]byte) []byte { return nil })
+		}},
+		{"torn", func(t *testing.T, h *harness, a runtime.Slot) {
+			tearRecord(t, h, a, func(b []byte) []byte { return b[:len(b)/2] })
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			ctx := context.Background()
+			a := h.slots[0]
+			tt.make(t, h, a)
+			st, err := h.rt.Stats(ctx, a)
+			if err != nil || st.Running {
+				t.Fatalf("Stats of a sandbox runsc does not hold = %+v, %v; want stopped, no error", st, err)
+			}
+			if err := h.rt.Terminate(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := h.rt.Sandboxes(ctx); err != nil || len(got) != 0 {
+				t.Fatalf("Sandboxes after Terminate = %v, %v", got, err)
+			}
+			h.terminateAllAndClose(t)
+		})
+	}
+}
+
+// tearRecord runs a workload in slot a and rewrites runsc's record of its
+// sandbox as a runsc command killed while writing it would leave it.
+func tearRecord(t *testing.T, h *harness, a runtime.Slot, tear func([]byte) []byte) {
+	t.Helper()
+	if err := h.rt.Run(context.Background(), a, h.workload(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a.IP)
+	ids, err := h.rt.bundles(a.Name)
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("bundles = %v, %v", ids, err)
+	}
+	state := h.rt.stateFile(ids[0], ids[0])
+	b, err := os.ReadFile(state)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := h.rt.bundleDir(a.Name, id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.WriteFile(state, tear(b), 0o640); err != nil {
 		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st, err := h.rt.Stats(ctx, a)
-	if err != nil || st.Running {
-		t.Fatalf("Stats of a sandbox runsc does not hold = %+v, %v; want stopped, no error", st, err)
-	}
-	if err := h.rt.Terminate(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := h.rt.Sandboxes(ctx); err != nil || len(got) != 0 {
-		t.Fatalf("Sandboxes after Terminate = %v, %v", got, err)
 	}
 }
