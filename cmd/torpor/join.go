@@ -6,7 +6,9 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -17,6 +19,7 @@ import (
 // on its first start: a join token, and the CA it pins before sending it.
 type joinFlags struct {
 	token         string
+	tokenFile     string
 	caFingerprint string
 	caFile        string
 }
@@ -24,6 +27,7 @@ type joinFlags struct {
 // register adds the flags; made names the command that makes the token.
 func (f *joinFlags) register(flags *pflag.FlagSet, made string) {
 	flags.StringVar(&f.token, "join-token", "", "join token for the first start (default $TORPOR_JOIN_TOKEN; see "+made+")")
+	flags.StringVar(&f.tokenFile, "join-token-file", "", "file holding the join token, read when no --join-token is given; a missing file is no token (a Kubernetes Secret with one key per node)")
 	flags.StringVar(&f.caFingerprint, "ca-fingerprint", "", "sha256:<hex> of the control plane's CA, printed with the join token")
 	flags.StringVar(&f.caFile, "ca", "", "file of the control plane's CA certificate (PEM), instead of --ca-fingerprint")
 }
@@ -48,6 +52,13 @@ func (f *joinFlags) resolve() (caFingerprint string, token func(context.Context)
 		caFingerprint = identity.Fingerprint(block.Bytes)
 	}
 	secret := cmp.Or(f.token, os.Getenv("TORPOR_JOIN_TOKEN"))
+	if secret == "" && f.tokenFile != "" {
+		data, err := os.ReadFile(f.tokenFile)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", nil, fmt.Errorf("--join-token-file: %w", err)
+		}
+		secret = strings.TrimSpace(string(data))
+	}
 	if secret == "" {
 		return caFingerprint, nil, nil
 	}

@@ -25,6 +25,10 @@ func TestJoinFlags(t *testing.T) {
 	if err := os.WriteFile(notPEM, []byte("junk"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	tokenFile := filepath.Join(t.TempDir(), "node-a")
+	if err := os.WriteFile(tokenFile, []byte("torpor-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name      string
 		flags     joinFlags
@@ -36,6 +40,9 @@ func TestJoinFlags(t *testing.T) {
 		{name: "token and fingerprint", flags: joinFlags{token: "torpor-t", caFingerprint: fingerprint}, want: fingerprint, wantToken: "torpor-t"},
 		{name: "token and CA file", flags: joinFlags{token: "torpor-t", caFile: caFile}, want: fingerprint, wantToken: "torpor-t"},
 		{name: "token from the environment", env: "torpor-env", flags: joinFlags{caFingerprint: fingerprint}, want: fingerprint, wantToken: "torpor-env"},
+		{name: "token from a file", flags: joinFlags{tokenFile: tokenFile, caFingerprint: fingerprint}, want: fingerprint, wantToken: "torpor-file"},
+		{name: "the flag wins over the file", flags: joinFlags{token: "torpor-t", tokenFile: tokenFile, caFingerprint: fingerprint}, want: fingerprint, wantToken: "torpor-t"},
+		{name: "missing token file: a restart on a saved certificate", flags: joinFlags{tokenFile: "/nonexistent/node-a", caFingerprint: fingerprint}, want: fingerprint},
 		{name: "no token: a restart on a saved certificate", want: ""},
 		{name: "token without a pin", flags: joinFlags{token: "torpor-t"}, want: "--ca-fingerprint", wantErr: true},
 		{name: "both pins", flags: joinFlags{caFile: caFile, caFingerprint: fingerprint}, want: "give one", wantErr: true},

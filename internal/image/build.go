@@ -22,8 +22,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// LayoutSpec describes a single-layer linux image for this machine's
-// architecture, built from files on the host.
+// LayoutSpec describes a single-layer linux image built from files on
+// the host.
 type LayoutSpec struct {
 	// Files maps an absolute guest path to the host file copied there with
 	// its permission bits.
@@ -35,6 +35,9 @@ type LayoutSpec struct {
 	Config v1.Config
 	// Tag is recorded as the image's ref.name annotation in index.json.
 	Tag string
+	// Architecture is the GOARCH the files are built for. Default this
+	// machine's.
+	Architecture string
 }
 
 // BuildLayout writes the image spec describes as the only image of a new OCI
@@ -42,72 +45,119 @@ type LayoutSpec struct {
 // manifest digest. Entries carry fixed owners and times, so the same inputs
 // always produce the same digest.
 func BuildLayout(ctx context.Context, dir string, spec LayoutSpec) (v1.Hash, error) {
-	layerTar, err := layerTar(spec)
+	img, err := spec.image(ctx)
 	if err != nil {
-		return v1.Hash{}, fmt.Errorf("image layout %s: %w", dir, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return v1.Hash{}, err
-	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	}, tarball.WithMediaType(types.OCILayer))
-	if err != nil {
-		return v1.Hash{}, fmt.Errorf("image layout %s: layer: %w", dir, err)
-	}
-	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(base, layer)
-	if err != nil {
-		return v1.Hash{}, fmt.Errorf("image layout %s: %w", dir, err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return v1.Hash{}, fmt.Errorf("image layout %s: %w", dir, err)
-	}
-	cf = cf.DeepCopy()
-	platform := hostPlatform()
-	cf.OS, cf.Architecture = platform.OS, platform.Architecture
-	cf.Config = spec.Config
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return v1.Hash{}, fmt.Errorf("image layout %s: %w", dir, err)
 	}
 	digest, err := img.Digest()
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("image layout %s: %w", dir, err)
 	}
+	err = replaceLayout(dir, func(p ocilayout.Path) error {
+		return p.AppendImage(img, ocilayout.WithAnnotations(tagAnnotation(spec.Tag)))
+	})
+	return digest, err
+}
 
-	dir = filepath.Clean(dir)
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return v1.Hash{}, fmt.Errorf("image layout %s: %w", dir, err)
+// BuildIndex writes a new OCI image layout at dir, replacing any layout
+// there, holding one multi-platform image: an index, tagged tag, of the
+// images specs describe (one per architecture; their own Tag is not
+// used). It returns the index's digest.
+func BuildIndex(ctx context.Context, dir, tag string, specs []LayoutSpec) (v1.Hash, error) {
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, spec := range specs {
+		img, err := spec.image(ctx)
+		if err != nil {
+			return v1.Hash{}, fmt.Errorf("image layout %s: %s: %w", dir, spec.platform().Architecture, err)
+		}
+		platform := spec.platform()
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &platform}})
 	}
-	// Written aside and moved into place, so a reader never sees a layout
-	// that is half old, half new.
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".tmp-")
+	digest, err := idx.Digest()
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("image layout %s: %w", dir, err)
+	}
+	err = replaceLayout(dir, func(p ocilayout.Path) error {
+		return p.AppendIndex(idx, ocilayout.WithAnnotations(tagAnnotation(tag)))
+	})
+	return digest, err
+}
+
+func tagAnnotation(tag string) map[string]string {
+	if tag == "" {
+		return nil
+	}
+	return map[string]string{RefNameAnnotation: tag}
+}
+
+func (spec LayoutSpec) platform() v1.Platform {
+	p := hostPlatform()
+	if spec.Architecture != "" {
+		p.Architecture = spec.Architecture
+	}
+	return p
+}
+
+// image builds the image spec describes.
+func (spec LayoutSpec) image(ctx context.Context) (v1.Image, error) {
+	layerTar, err := layerTar(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, fmt.Errorf("layer: %w", err)
+	}
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	platform := spec.platform()
+	cf.OS, cf.Architecture = platform.OS, platform.Architecture
+	cf.Config = spec.Config
+	return mutate.ConfigFile(img, cf)
+}
+
+// replaceLayout makes a new, empty layout aside, lets add fill it and moves
+// it to dir, so a reader never sees a layout that is half old, half new.
+func replaceLayout(dir string, add func(ocilayout.Path) error) error {
+	dir = filepath.Clean(dir)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("image layout %s: %w", dir, err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("image layout %s: %w", dir, err)
 	}
 	defer os.RemoveAll(tmp)
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return v1.Hash{}, fmt.Errorf("image layout %s: %w", dir, err)
+		return fmt.Errorf("image layout %s: %w", dir, err)
 	}
 	p, err := ocilayout.Write(tmp, empty.Index)
 	if err != nil {
-		return v1.Hash{}, fmt.Errorf("image layout %s: %w", dir, err)
+		return fmt.Errorf("image layout %s: %w", dir, err)
 	}
-	var annotations map[string]string
-	if spec.Tag != "" {
-		annotations = map[string]string{RefNameAnnotation: spec.Tag}
-	}
-	if err := p.AppendImage(img, ocilayout.WithAnnotations(annotations)); err != nil {
-		return v1.Hash{}, fmt.Errorf("image layout %s: %w", dir, err)
+	if err := add(p); err != nil {
+		return fmt.Errorf("image layout %s: %w", dir, err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return v1.Hash{}, fmt.Errorf("image layout %s: %w", dir, err)
+		return fmt.Errorf("image layout %s: %w", dir, err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
-		return v1.Hash{}, fmt.Errorf("image layout %s: %w", dir, err)
+		return fmt.Errorf("image layout %s: %w", dir, err)
 	}
-	return digest, nil
+	return nil
 }
 
 // layerTar builds the layer's tar: every file and directory of spec, with
