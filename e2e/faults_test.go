@@ -22,7 +22,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
-	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
 )
@@ -166,7 +166,7 @@ func install(t *testing.T) *installation {
 	in := &installation{t: t, pg: storetest.StartPostgres(t), serverDir: t.TempDir(), serverAddr: freeAddr(t)}
 	snapshots := filepath.Join(in.serverDir, "snapshots")
 	in.serverArgs = []string{"--store", in.pg.URL(), "--snapshots", snapshots, "--heartbeat-timeout", faultHeartbeatTimeout.String()}
-	var conn cli.Connection
+	var conn client.Connection
 	in.server, conn = serverProcess(t, in.serverDir, in.serverAddr, in.serverArgs...)
 	in.c = apiCluster(t, conn)
 	in.c.snapshotStorage = snapshots
@@ -406,11 +406,13 @@ func (w *workload) request(ctx context.Context, a *tracked) error {
 	if err != nil {
 		a.unknown++
 		a.state = torporv1.ActorState_ACTOR_STATE_UNSPECIFIED
+		// A 200 whose body was cut (the router died mid-answer) is a
+		// transport failure too.
 		cause := "transport"
-		if code != 0 {
+		if code != 0 && code != http.StatusOK {
 			cause = strconv.Itoa(code)
 		}
-		if code != 0 && code < 500 {
+		if code != 0 && code != http.StatusOK && code < 500 {
 			w.t.Errorf("%s request to %s: %v, want 200 or a retryable 5xx", w.since(), a.name, err)
 		}
 		w.count("request", cause)
