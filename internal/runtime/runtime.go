@@ -94,8 +94,12 @@ type Runtime interface {
 	// Restore in this slot of a workload that matches w (same template,
 	// actor and root filesystems, the same mounts at the same guest paths;
 	// host directories may differ and need not exist yet) uses it and
-	// skips the sandbox's boot; any other start discards it first, so
-	// warming never changes what runs, only how fast it starts. A warm
+	// skips the sandbox's boot. A runtime may let a Restore of another
+	// actor of the same shape use it too, giving the restored workload
+	// its own identity (hostname) before returning; never a Run, whose
+	// workload would start under the other name. Any other start discards
+	// it first, so warming never changes what runs, only how fast it
+	// starts. A warm
 	// slot runs nothing: Stats reports Warm, Checkpoint fails with
 	// ErrNotRunning, Sandboxes lists it and Terminate removes it. ErrBusy
 	// if a workload occupies the slot; warming again for a matching

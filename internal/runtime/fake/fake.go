@@ -47,10 +47,21 @@ type Call struct {
 type Runtime struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox // by slot name
-	warm      map[string]string   // by slot name: the shape it was warmed for
+	warm      map[string]warmed   // by slot name: what it was warmed for
 	calls     []Call
 	faults    map[string][]fault // by method, oldest first
 	gen       int
+}
+
+// warmed is what a warm slot was made for: an actor's name (its
+// hostname) and the shape of its workload.
+type warmed struct{ actor, shape string }
+
+// serves says whether a start of w (shape of) in a slot warm for wm
+// uses the warm sandbox: a restore of any actor of the shape does, as
+// gVisor's renames the restored guest; a cold boot only of the actor.
+func (wm warmed) serves(w runtime.Workload, shape string, restore bool) bool {
+	return wm.shape == shape && (restore || wm.actor == w.Actor)
 }
 
 type sandbox struct {
@@ -85,7 +96,7 @@ var _ runtime.Runtime = (*Runtime)(nil)
 
 // New returns an empty fake runtime.
 func New() *Runtime {
-	return &Runtime{sandboxes: map[string]*sandbox{}, warm: map[string]string{}, faults: map[string][]fault{}}
+	return &Runtime{sandboxes: map[string]*sandbox{}, warm: map[string]warmed{}, faults: map[string][]fault{}}
 }
 
 // FailNext makes the next call of method (e.g. "Restore") return err
@@ -210,7 +221,8 @@ func (f *Runtime) Run(ctx context.Context, slot runtime.Slot, w runtime.Workload
 }
 
 // Warm implements runtime.Runtime. What a warm slot was made for is the
-// workload's shape (see shapeOf); a start of the same shape uses it.
+// actor and its workload's shape (see shapeOf); a restore of the same
+// shape uses it, a run only of the same actor too.
 func (f *Runtime) Warm(ctx context.Context, slot runtime.Slot, w runtime.Workload) error {
 	if err := f.enter(ctx, Call{Method: "Warm", Slot: slot.Name, ActorUID: w.ActorUID}); err != nil {
 		return err
@@ -227,11 +239,11 @@ func (f *Runtime) Warm(ctx context.Context, slot runtime.Slot, w runtime.Workloa
 	if sb, ok := f.sandboxes[slot.Name]; ok {
 		return fmt.Errorf("slot %s: warm for actor %s: %w (sandbox %s)", slot.Name, w.ActorUID, runtime.ErrBusy, sb.id)
 	}
-	f.warm[slot.Name] = shapeOf(w, c)
+	f.warm[slot.Name] = warmed{w.Actor, shapeOf(c)}
 	return nil
 }
 
-// Warmed returns whether slot is warm for a workload of w's shape.
+// Warmed returns whether slot is warm for w's actor and shape.
 func (f *Runtime) Warmed(slot string, w runtime.Workload) bool {
 	c, err := w.CheckShape()
 	if err != nil {
@@ -239,13 +251,13 @@ func (f *Runtime) Warmed(slot string, w runtime.Workload) bool {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	shape, ok := f.warm[slot]
-	return ok && shape == shapeOf(w, c)
+	wm, ok := f.warm[slot]
+	return ok && wm.serves(w, shapeOf(c), false)
 }
 
-// shapeOf is what a warm sandbox fixes of a workload: everything its
-// containers' specs hold but the host directories of mounts.
-func shapeOf(w runtime.Workload, containers []runtime.Checked) string {
+// shapeOf is what a warm sandbox fixes of a workload's containers:
+// everything their specs hold but the host directories of mounts.
+func shapeOf(containers []runtime.Checked) string {
 	type mount struct {
 		Guest    string
 		ReadOnly bool
@@ -263,10 +275,7 @@ func shapeOf(w runtime.Workload, containers []runtime.Checked) string {
 		}
 		shape = append(shape, container{c.Rootfs, c.Container, mounts})
 	}
-	b, _ := json.Marshal(struct {
-		Actor      string
-		Containers []container
-	}{w.Actor, shape})
+	b, _ := json.Marshal(shape)
 	return string(b)
 }
 
@@ -309,11 +318,11 @@ func (f *Runtime) start(slot runtime.Slot, w runtime.Workload, img *image) error
 	if sb, ok := f.sandboxes[slot.Name]; ok {
 		return fmt.Errorf("slot %s: start actor %s: %w (sandbox %s)", slot.Name, w.ActorUID, runtime.ErrBusy, sb.id)
 	}
-	if shape, ok := f.warm[slot.Name]; ok {
+	if wm, ok := f.warm[slot.Name]; ok {
 		delete(f.warm, slot.Name)
 		for i := len(f.calls) - 1; i >= 0; i-- {
 			if call := &f.calls[i]; call.Slot == slot.Name && (call.Method == "Run" || call.Method == "Restore") {
-				call.Warm = shape == shapeOf(w, c)
+				call.Warm = wm.serves(w, shapeOf(c), img != nil)
 				break
 			}
 		}

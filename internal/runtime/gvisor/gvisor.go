@@ -6,6 +6,7 @@
 // Layout under Config.RootDir:
 //
 //	runsc/                          runsc --root: its container state
+//	sethostname                     the program that sets a hostname (hostname.go)
 //	slots/<slot>/<sandbox>/         one sandbox's bundle: its first container's
 //	    config.json                 OCI spec
 //	    name                        the container's name
@@ -13,6 +14,7 @@
 //	    upper/ work/                that overlay's private layers
 //	    console.log                 workload stdout/stderr and runsc errors
 //	    warm.json                   only while the sandbox is warm (below)
+//	    hostname                    the hostname the guest keeps (hostname.go)
 //	    mnt/<i>/                    warm sandboxes: where the i-th bind
 //	                                mount's host directory is mounted
 //	    containers/<name>/          the bundle of each further container
@@ -170,6 +172,9 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("gvisor config: root dir: %w", err)
 		}
 	}
+	if err := r.writeHostnameProgram(); err != nil {
+		return nil, fmt.Errorf("gvisor config: root dir: %w", err)
+	}
 	return r, nil
 }
 
@@ -230,7 +235,7 @@ func (r *Runtime) start(ctx context.Context, slot runtime.Slot, w runtime.Worklo
 		return fmt.Errorf("%s actor %s: %w", verb, w.ActorUID, err)
 	}
 	log := r.log.With("slot", slot.Name, "actor_uid", w.ActorUID)
-	if len(warm) == 1 && r.matches(slot, warm[0], w, containers) {
+	if len(warm) == 1 && r.matches(slot, warm[0], w, containers, imageDir != "") {
 		began := time.Now()
 		err := r.activate(ctx, slot, w, warm[0], containers, imageDir)
 		if err == nil {
@@ -315,7 +320,10 @@ func (r *Runtime) launch(ctx context.Context, slot runtime.Slot, w runtime.Workl
 	if err := r.detached(ctx, filepath.Join(dir, "console.log"), startArgs(dir, id, imageDir)...); err != nil {
 		return err
 	}
-	return r.join(ctx, slot, w, containers, id, imageDir)
+	if err := r.join(ctx, slot, w, containers, id, imageDir); err != nil {
+		return err
+	}
+	return r.nameRestored(ctx, slot.Name, id, w.Actor, hostnameOf(w.Actor), imageDir)
 }
 
 // startArgs is the runsc command that creates and starts container id of
@@ -455,8 +463,10 @@ func warmSpec(w runtime.Workload, containers []runtime.Checked, dir, netnsPath s
 	return specJSON(buildSpec(w, c, filepath.Join(dir, "rootfs"), netnsPath, annotations(containers, 0, filepath.Base(dir))))
 }
 
-// matches says whether the warm sandbox id of slot was made for w.
-func (r *Runtime) matches(slot runtime.Slot, id string, w runtime.Workload, containers []runtime.Checked) bool {
+// matches says whether the warm sandbox id of slot was made for w, or,
+// for a restore (anyActor), for any actor of w's shape: the restore
+// then sets the hostname (see hostname.go).
+func (r *Runtime) matches(slot runtime.Slot, id string, w runtime.Workload, containers []runtime.Checked, anyActor bool) bool {
 	dir := r.bundleDir(slot.Name, id)
 	var rec warmRecord
 	if err := readJSONFile(filepath.Join(dir, warmFile), &rec); err != nil || rec.Rootfs != containers[0].Rootfs {
@@ -465,6 +475,13 @@ func (r *Runtime) matches(slot runtime.Slot, id string, w runtime.Workload, cont
 	have, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return false
+	}
+	if anyActor && canRename() {
+		var spec ociSpec
+		if err := json.Unmarshal(have, &spec); err != nil {
+			return false
+		}
+		w.Actor = spec.Hostname
 	}
 	want, err := warmSpec(w, containers, dir, slot.NetNS)
 	return err == nil && bytes.Equal(have, want)
@@ -495,7 +512,7 @@ func (r *Runtime) Warm(ctx context.Context, slot runtime.Slot, w runtime.Workloa
 	if len(active) > 0 {
 		return fmt.Errorf("slot %s: warm for actor %s: %w (sandbox %s)", slot.Name, w.ActorUID, runtime.ErrBusy, active[0])
 	}
-	if len(warm) == 1 && r.matches(slot, warm[0], w, containers) {
+	if len(warm) == 1 && r.matches(slot, warm[0], w, containers, false) {
 		return nil
 	}
 	for _, id := range warm {
@@ -583,6 +600,13 @@ func (r *Runtime) activate(ctx context.Context, slot runtime.Slot, w runtime.Wor
 	if err := r.join(ctx, slot, w, containers, id, imageDir); err != nil {
 		return err
 	}
+	var spec ociSpec
+	if err := readJSONFile(filepath.Join(dir, "config.json"), &spec); err != nil {
+		return err
+	}
+	if err := r.nameRestored(ctx, slot.Name, id, w.Actor, spec.Hostname, imageDir); err != nil {
+		return err
+	}
 	return os.Remove(filepath.Join(dir, warmFile))
 }
 
@@ -636,6 +660,10 @@ func (r *Runtime) Checkpoint(ctx context.Context, slot runtime.Slot, imageDir st
 	id := ids[0]
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return fmt.Errorf("slot %s: checkpoint: image dir: %w", slot.Name, err)
+	}
+	// Before the capture: an image is complete only with it.
+	if err := keepPinned(r.bundleDir(slot.Name, id), abs); err != nil {
+		return fmt.Errorf("slot %s: checkpoint: %w", slot.Name, err)
 	}
 	args := []string{"checkpoint", "--compression=none", "--image-path=" + abs}
 	if leaveRunning {
@@ -1115,6 +1143,10 @@ func (r *Runtime) Close(ctx context.Context) error {
 	for unix.Unmount(nullNS, unix.MNT_DETACH) == nil {
 	}
 	if err := os.Remove(nullNS); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("gvisor: close: %w", err)
+	}
+	// New writes it again.
+	if err := os.Remove(r.hostnameProgramPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("gvisor: close: %w", err)
 	}
 	return nil

@@ -89,10 +89,6 @@ func buildSpec(w runtime.Workload, c runtime.Checked, rootfs, netns string, anno
 		}
 		mounts = append(mounts, ociMount{Destination: m.Guest, Type: "bind", Source: m.Host, Options: []string{"rbind", mode}})
 	}
-	hostname := ""
-	if validHostname(w.Actor) {
-		hostname = w.Actor
-	}
 	return ociSpec{
 		Version: "1.0.0",
 		Process: ociProcess{
@@ -108,13 +104,22 @@ func buildSpec(w runtime.Workload, c runtime.Checked, rootfs, netns string, anno
 		// Writable: writes land in runsc's in-memory root overlay (part of
 		// the checkpoint), never in rootfs.
 		Root:     ociRoot{Path: rootfs},
-		Hostname: hostname,
+		Hostname: hostnameOf(w.Actor),
 		Mounts:   mounts,
 		Linux: ociLinux{Namespaces: []ociNamespace{
 			{Type: "pid"}, {Type: "network", Path: netns}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"},
 		}},
 		Annotations: annotations,
 	}
+}
+
+// hostnameOf is the hostname of actor's sandboxes: its name, if that is
+// a hostname (a golden build's stand-in is not), else none.
+func hostnameOf(actor string) string {
+	if validHostname(actor) {
+		return actor
+	}
+	return ""
 }
 
 // validHostname accepts DNS-1123 labels, which actor names are.

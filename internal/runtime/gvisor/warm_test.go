@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -204,4 +205,108 @@ func mountOptions(t testing.TB, dir string) []string {
 		}
 	}
 	return opts
+}
+
+// TestRestoreOfAnotherActorInWarmSlot restores one actor into a slot
+// warmed for another of the same template: the warm sandbox serves it,
+// and the restored guest has its own actor's hostname, not the one the
+// sandbox was made with. The name is then pinned in the guest: the next
+// image records it and keeps it in another actor's warm sandbox without
+// a rename, and a restore of that image as another actor (a fork) gets
+// that actor's name. A cold boot never uses another actor's sandbox.
+func TestRestoreOfAnotherActorInWarmSlot(t *testing.T) {
+	if !canRename() {
+		t.Fatalf("no program to set a hostname on %s: a warm sandbox serves only its own actor here", goruntime.GOARCH)
+	}
+	h := newHarness(t)
+	ctx := context.Background()
+	a, b := h.slots[0], h.slots[1]
+	w := h.workload(t)
+	other := w
+	other.ActorUID, other.Actor = "actor-uid-2", "other"
+	hostnameIs := func(s runtime.Slot, want string) {
+		t.Helper()
+		if err := h.rt.Exec(ctx, s, "main", []string{"/bin/counter", "hostname", want}); err != nil {
+			t.Fatalf("hostname in %s: %v", s.Name, err)
+		}
+	}
+	// restoreWarm restores wl from img into s, warm for warmFor, and
+	// checks the warm sandbox is the one running.
+	restoreWarm := func(s runtime.Slot, warmFor, wl runtime.Workload, img string) {
+		t.Helper()
+		if err := h.rt.Warm(ctx, s, warmFor); err != nil {
+			t.Fatal(err)
+		}
+		_, warm, err := h.rt.sandboxes(s.Name)
+		if err != nil || len(warm) != 1 {
+			t.Fatalf("warm sandboxes = %v, %v", warm, err)
+		}
+		if err := h.rt.Restore(ctx, s, wl, img); err != nil {
+			t.Fatal(err)
+		}
+		if active, _, err := h.rt.sandboxes(s.Name); err != nil || !slices.Equal(active, warm) {
+			t.Fatalf("running %v, %v; want the warm sandbox %v", active, err, warm)
+		}
+		waitReady(t, s.IP)
+	}
+	if err := h.rt.Run(ctx, a, w); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a.IP)
+	request(t, a.IP)
+	img := filepath.Join(t.TempDir(), "image")
+	if err := h.rt.Checkpoint(ctx, a, img, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := pinned(img); got != "" {
+		t.Fatalf("image of a booted guest pins hostname %q, want none", got)
+	}
+
+	restoreWarm(b, other, w, img)
+	hostnameIs(b, "counter")
+	if got, want := request(t, b.IP), "count=2 volume=2 rootfs=2 greeting=hello"; got != want {
+		t.Fatalf("after the restore: %q, want %q", got, want)
+	}
+	pinnedImg := filepath.Join(t.TempDir(), "pinned")
+	if err := h.rt.Checkpoint(ctx, b, pinnedImg, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := pinned(pinnedImg); got != "counter" {
+		t.Fatalf("image pins hostname %q, want counter", got)
+	}
+
+	// Pinned: another warm sandbox keeps the name without a rename.
+	restoreWarm(a, other, w, pinnedImg)
+	hostnameIs(a, "counter")
+	if err := h.rt.Terminate(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	// A fork of the pinned image in a sandbox made for it is renamed.
+	fork := other
+	fork.Actor = "fork"
+	if err := h.rt.Restore(ctx, a, fork, pinnedImg); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a.IP)
+	hostnameIs(a, "fork")
+	if err := h.rt.Terminate(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+
+	// A cold boot discards a sandbox warm for another actor.
+	if err := h.rt.Warm(ctx, a, other); err != nil {
+		t.Fatal(err)
+	}
+	_, warm, err := h.rt.sandboxes(a.Name)
+	if err != nil || len(warm) != 1 {
+		t.Fatalf("warm sandboxes = %v, %v", warm, err)
+	}
+	if err := h.rt.Run(ctx, a, w); err != nil {
+		t.Fatal(err)
+	}
+	if active, _, err := h.rt.sandboxes(a.Name); err != nil || len(active) != 1 || active[0] == warm[0] {
+		t.Fatalf("running %v, %v; want a new sandbox, not %v", active, err, warm)
+	}
+	waitReady(t, a.IP)
+	hostnameIs(a, "counter")
 }

@@ -359,7 +359,8 @@ func Conformance(t *testing.T, env Env) {
 			if err := rt.Warm(ctx, b, warmFor); err != nil {
 				t.Fatal(err)
 			}
-			// The start does not use it, and does not fail for it.
+			// The start does not fail for it (a restore of another
+			// actor may use it: Runtime.Warm).
 			if err := rt.Restore(ctx, b, w, img); err != nil {
 				t.Fatalf("Restore in a slot warm for %s: %v", name, err)
 			}

@@ -17,13 +17,23 @@ const (
 	rootfsLog = "/state.log"      // the root filesystem (sandbox overlay)
 )
 
-// Run as "counter exit N" it exits with status N at once: a command for
-// exec tests. Otherwise it serves on $PORT (default 8080).
+// Run as "counter exit N" it exits with status N at once, as "counter
+// hostname NAME" with status 0 if the hostname is NAME (else 1, printing
+// it): commands for exec tests. Otherwise it serves on $PORT (default
+// 8080).
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == "exit" {
 		code, _ := strconv.Atoi(os.Args[2])
 		fmt.Printf("exiting with %d\n", code)
 		os.Exit(code)
+	}
+	if len(os.Args) == 3 && os.Args[1] == "hostname" {
+		name, err := os.Hostname()
+		if err != nil || name != os.Args[2] {
+			fmt.Printf("hostname %q (%v), want %q\n", name, err, os.Args[2])
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	port := os.Getenv("PORT")
 	if port == "" {
