@@ -93,7 +93,9 @@ func sethostnameELF(arch string) []byte {
 }
 
 // hostnameProgramPath is where New writes hostnameProgram.
-func (r *Runtime) hostnameProgramPath() string { return filepath.Join(filepath.Dir(r.slotsDir), "sethostname") }
+func (r *Runtime) hostnameProgramPath() string {
+	return filepath.Join(filepath.Dir(r.slotsDir), "sethostname")
+}
 
 // writeHostnameProgram puts hostnameProgram where setHostname runs it from.
 func (r *Runtime) writeHostnameProgram() error {
