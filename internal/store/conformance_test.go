@@ -152,6 +152,11 @@ func testEveryKind(t *testing.T, b backend) {
 				TemplateUid: "t-uid", Location: "file:///snapshots/x", SizeBytes: 1 << 20, Node: "node-1", HasData: true,
 			})
 		}},
+		{"snapshot tag", func(t *testing.T) {
+			roundTrip(t, ctx, s.Tags(), &torporv1.SnapshotTag{
+				Metadata: meta("default", "prepared"), Snapshot: "snap-1", Actor: "web", Scope: torporv1.SnapshotTagScope_SNAPSHOT_TAG_SCOPE_PUBLISHED,
+			})
+		}},
 		{"node", func(t *testing.T) {
 			roundTrip(t, ctx, s.Nodes(), &torporv1.Node{
 				Metadata: meta("", "node-1"), Address: "10.0.0.1:7443", SandboxClasses: []string{"gvisor"},
@@ -513,10 +518,19 @@ func testListFilters(t *testing.T, b backend) {
 	}
 	for _, sn := range []*torporv1.Snapshot{
 		{Metadata: meta("s1", "snap-1"), ActorUid: "uid-a", Node: "node-1", TemplateUid: "uid-base-1"},
-		{Metadata: meta("s1", "snap-2"), ActorUid: "uid-a", TemplateUid: "uid-base-2"},
+		{Metadata: meta("s1", "snap-2"), ActorUid: "uid-a", TemplateUid: "uid-base-2", Location: "s1/uid-a/snap-2"},
 		{Metadata: meta("s1", "snap-3"), ActorUid: "uid-b", Node: "node-1", TemplateUid: "uid-base-1"},
+		// A fork in another space shares snap-2's files.
+		{Metadata: meta("s2", "snap-4"), ActorUid: "uid-f", TemplateUid: "uid-base-2", Location: "s1/uid-a/snap-2", ForkedFrom: "s1/snap-2"},
 	} {
 		mustCreate(t, ctx, s.Snapshots(), sn)
+	}
+	for _, tag := range []*torporv1.SnapshotTag{
+		{Metadata: meta("s1", "v1"), Snapshot: "snap-2"},
+		{Metadata: meta("s1", "v2"), Snapshot: "snap-2"},
+		{Metadata: meta("s2", "v1"), Snapshot: "snap-4"},
+	} {
+		mustCreate(t, ctx, s.Tags(), tag)
 	}
 	ready := &torporv1.Template{Metadata: meta("s1", "python"), Status: &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY}}
 	mustCreate(t, ctx, s.Templates(), ready)
@@ -535,6 +549,7 @@ func testListFilters(t *testing.T, b backend) {
 		"snapshots": func(o store.ListOptions) []string { return listAll(t, ctx, s.Snapshots(), o) },
 		"templates": func(o store.ListOptions) []string { return listAll(t, ctx, s.Templates(), o) },
 		"revisions": func(o store.ListOptions) []string { return listAll(t, ctx, s.Revisions(), o) },
+		"tags":      func(o store.ListOptions) []string { return listAll(t, ctx, s.Tags(), o) },
 	}
 	actors := listers["actors"]
 	cases := []struct {
@@ -560,6 +575,9 @@ func testListFilters(t *testing.T, b backend) {
 		{"snapshots by actor", "snapshots", store.ListOptions{Filter: store.Filter{"actor_uid": "uid-a"}}, []string{"s1/snap-1", "s1/snap-2"}},
 		{"snapshots by node", "snapshots", store.ListOptions{Filter: store.Filter{"node": "node-1"}}, []string{"s1/snap-1", "s1/snap-3"}},
 		{"snapshots by template revision", "snapshots", store.ListOptions{Filter: store.Filter{"template_uid": "uid-base-1"}}, []string{"s1/snap-1", "s1/snap-3"}},
+		{"snapshots by location, across spaces", "snapshots", store.ListOptions{Filter: store.Filter{"location": "s1/uid-a/snap-2"}}, []string{"s1/snap-2", "s2/snap-4"}},
+		{"tags of a snapshot", "tags", store.ListOptions{Space: "s1", Filter: store.Filter{"snapshot": "snap-2"}}, []string{"s1/v1", "s1/v2"}},
+		{"tags of another space's snapshot", "tags", store.ListOptions{Space: "s2", Filter: store.Filter{"snapshot": "snap-2"}}, nil},
 		{"templates by phase", "templates", store.ListOptions{Filter: store.Filter{"phase": "READY"}}, []string{"s1/python"}},
 		{"revisions by phase", "revisions", store.ListOptions{Filter: store.Filter{"phase": "PENDING"}}, []string{"s1/base@2", "s1/python@1"}},
 		{"revisions of a template", "revisions", store.ListOptions{Filter: store.Filter{"template": "base"}}, []string{"s1/base@1", "s1/base@2"}},

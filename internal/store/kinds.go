@@ -40,6 +40,12 @@ var (
 		textColumn("actor_uid", (*torporv1.Snapshot).GetActorUid),
 		textColumn("node", (*torporv1.Snapshot).GetNode),
 		textColumn("template_uid", (*torporv1.Snapshot).GetTemplateUid),
+		// Forks share their source's files: a location's files may go only
+		// when no record names it.
+		textColumn("location", (*torporv1.Snapshot).GetLocation),
+	)
+	tagKind = newKind("snapshot tag", "snapshot_tags",
+		textColumn("snapshot", (*torporv1.SnapshotTag).GetSnapshot),
 	)
 	nodeKind = newKind[*torporv1.Node]("node", "nodes")
 )

@@ -34,6 +34,7 @@ type migration struct {
 var codeMigrations = []migration{
 	{version: 2, name: "default_space", apply: createDefaultSpace},
 	{version: 5, name: "first_revisions", apply: firstRevisions},
+	{version: 7, name: "snapshot_tags", apply: snapshotTags},
 }
 
 func createDefaultSpace(ctx context.Context, tx *sql.Tx, _ *dialect) error {
@@ -76,7 +77,52 @@ func firstRevisions(ctx context.Context, tx *sql.Tx, _ *dialect) error {
 	if err != nil {
 		return err
 	}
-	return rewriteAll(ctx, v.Snapshots(), func(*torporv1.Snapshot) error { return nil })
+	// Only the column this step added is written: the snapshot kind has
+	// columns of later steps, which do not exist yet.
+	return setColumn(ctx, tx, v.Snapshots(), "template_uid", (*torporv1.Snapshot).GetTemplateUid)
+}
+
+// setColumn fills one indexed column of c's table from each record.
+func setColumn[T Object](ctx context.Context, tx *sql.Tx, c Collection[T], column string, value func(T) string) error {
+	table := c.(*collection[T]).kind.table
+	for obj, err := range All(ctx, c, ListOptions{}) {
+		if err != nil {
+			return err
+		}
+		m := obj.GetMetadata()
+		if _, err := tx.ExecContext(ctx, "UPDATE "+table+" SET "+column+" = $1 WHERE space = $2 AND name = $3", value(obj), m.GetSpace(), m.GetName()); err != nil {
+			return fmt.Errorf("%s %s/%s: set %s: %w", table, m.GetSpace(), m.GetName(), column, err)
+		}
+	}
+	return nil
+}
+
+// snapshotTagsDDL: snapshot tags (SnapshotTag, indexed by the snapshot
+// they name), and snapshots indexed by location, which forks share.
+const snapshotTagsDDL = `
+CREATE TABLE snapshot_tags (
+    space       {{text}} NOT NULL,
+    name        {{text}} NOT NULL,
+    uid         {{text}} NOT NULL UNIQUE,
+    version     BIGINT NOT NULL,
+    create_time {{time}} NOT NULL,
+    update_time {{time}} NOT NULL,
+    data        {{bytes}} NOT NULL,
+    snapshot    {{text}} NOT NULL,
+    PRIMARY KEY (space, name)
+);
+CREATE INDEX snapshot_tags_snapshot ON snapshot_tags (snapshot, space, name);
+
+ALTER TABLE snapshots ADD COLUMN location {{text}} NOT NULL DEFAULT '';
+CREATE INDEX snapshots_location ON snapshots (location, space, name);
+`
+
+// snapshotTags adds tags and indexes existing snapshots by location.
+func snapshotTags(ctx context.Context, tx *sql.Tx, d *dialect) error {
+	if _, err := tx.ExecContext(ctx, d.ddl.Replace(snapshotTagsDDL)); err != nil {
+		return err
+	}
+	return setColumn(ctx, tx, newView(executor{read: tx, write: tx}).Snapshots(), "location", (*torporv1.Snapshot).GetLocation)
 }
 
 // rewriteAll applies change to every record of c and writes it back.

@@ -38,7 +38,7 @@ func TestMigrateToRevisions(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Snapshots().Create(ctx, &torporv1.Snapshot{Metadata: &torporv1.ObjectMeta{Space: "default", Name: "s1"}, TemplateUid: uid, TemplateName: "counter"}); err != nil {
+	if _, err := st.Snapshots().Create(ctx, &torporv1.Snapshot{Metadata: &torporv1.ObjectMeta{Space: "default", Name: "s1"}, TemplateUid: uid, TemplateName: "counter", Location: "default/a1/s1"}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -51,6 +51,9 @@ func TestMigrateToRevisions(t *testing.T) {
 	for _, stmt := range []string{
 		"DROP TABLE template_revisions",
 		"DROP TABLE actor_activity",
+		"DROP TABLE snapshot_tags",
+		"DROP INDEX snapshots_location",
+		"ALTER TABLE snapshots DROP COLUMN location",
 		"DROP INDEX snapshots_template_uid",
 		"ALTER TABLE snapshots DROP COLUMN template_uid",
 		"UPDATE actors SET template = 'counter'",
@@ -89,5 +92,10 @@ func TestMigrateToRevisions(t *testing.T) {
 	snaps, _, err := st.Snapshots().List(ctx, store.ListOptions{Filter: store.Filter{"template_uid": uid}})
 	if err != nil || len(snaps) != 1 {
 		t.Fatalf("snapshots under counter@1: %v %v", snaps, err)
+	}
+	// Step 7 indexes the snapshots by location, which forks share.
+	snaps, _, err = st.Snapshots().List(ctx, store.ListOptions{Filter: store.Filter{"location": "default/a1/s1"}})
+	if err != nil || len(snaps) != 1 {
+		t.Fatalf("snapshots at default/a1/s1: %v %v", snaps, err)
 	}
 }

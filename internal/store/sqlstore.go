@@ -32,6 +32,7 @@ type view struct {
 	actors    *collection[*torporv1.Actor]
 	workers   *collection[*torporv1.Worker]
 	snapshots *collection[*torporv1.Snapshot]
+	tags      *collection[*torporv1.SnapshotTag]
 	nodes     *collection[*torporv1.Node]
 }
 
@@ -44,6 +45,7 @@ func newView(ex executor) *view {
 		actors:    &collection[*torporv1.Actor]{kind: actorKind, ex: ex},
 		workers:   &collection[*torporv1.Worker]{kind: workerKind, ex: ex},
 		snapshots: &collection[*torporv1.Snapshot]{kind: snapshotKind, ex: ex},
+		tags:      &collection[*torporv1.SnapshotTag]{kind: tagKind, ex: ex},
 		nodes:     &collection[*torporv1.Node]{kind: nodeKind, ex: ex},
 	}
 }
@@ -54,6 +56,7 @@ func (v *view) Revisions() Collection[*torporv1.Template] { return v.revisions }
 func (v *view) Actors() Collection[*torporv1.Actor]       { return v.actors }
 func (v *view) Workers() Collection[*torporv1.Worker]     { return v.workers }
 func (v *view) Snapshots() Collection[*torporv1.Snapshot] { return v.snapshots }
+func (v *view) Tags() Collection[*torporv1.SnapshotTag]   { return v.tags }
 func (v *view) Nodes() Collection[*torporv1.Node]         { return v.nodes }
 
 // sqlStore is the Store of both backends; only the dialect and the

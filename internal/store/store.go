@@ -80,7 +80,8 @@ type Event struct {
 //
 // Indexed filter fields: actors "state", "template" (the revision's name,
 // "NAME@REV"), "worker" (namespace/name); workers "node", "pool", "actor"
-// (actor uid, "" for free); snapshots "actor_uid", "node", "template_uid";
+// (actor uid, "" for free); snapshots "actor_uid", "node", "template_uid",
+// "location"; snapshot tags "snapshot";
 // templates "phase"; template revisions "phase", "template" (the template's
 // name); nodes none.
 type Tx interface {
@@ -94,6 +95,8 @@ type Tx interface {
 	Actors() Collection[*torporv1.Actor]
 	Workers() Collection[*torporv1.Worker]
 	Snapshots() Collection[*torporv1.Snapshot]
+	// Tags names snapshots, per space (SnapshotTag).
+	Tags() Collection[*torporv1.SnapshotTag]
 	Nodes() Collection[*torporv1.Node]
 	// AppendEvent records one actor history entry.
 	AppendEvent(ctx context.Context, ev Event) error

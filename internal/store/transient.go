@@ -124,6 +124,9 @@ func (s *sqlStore) Workers() Collection[*torporv1.Worker] {
 func (s *sqlStore) Snapshots() Collection[*torporv1.Snapshot] {
 	return retrying[*torporv1.Snapshot]{s.view.snapshots}
 }
+func (s *sqlStore) Tags() Collection[*torporv1.SnapshotTag] {
+	return retrying[*torporv1.SnapshotTag]{s.view.tags}
+}
 func (s *sqlStore) Nodes() Collection[*torporv1.Node] { return retrying[*torporv1.Node]{s.view.nodes} }
 
 func (s *sqlStore) AppendEvent(ctx context.Context, ev Event) error {

@@ -380,13 +380,16 @@ func (x *Operation) GetWorker() string {
 }
 
 type Workload struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Space         string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
-	Actor         string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
-	ActorUid      string                 `protobuf:"bytes,3,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
-	TemplateName  string                 `protobuf:"bytes,4,opt,name=template_name,json=templateName,proto3" json:"template_name,omitempty"`
-	TemplateUid   string                 `protobuf:"bytes,5,opt,name=template_uid,json=templateUid,proto3" json:"template_uid,omitempty"`
-	Template      *TemplateSpec          `protobuf:"bytes,6,opt,name=template,proto3" json:"template,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Space        string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	Actor        string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	ActorUid     string                 `protobuf:"bytes,3,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	TemplateName string                 `protobuf:"bytes,4,opt,name=template_name,json=templateName,proto3" json:"template_name,omitempty"`
+	TemplateUid  string                 `protobuf:"bytes,5,opt,name=template_uid,json=templateUid,proto3" json:"template_uid,omitempty"`
+	Template     *TemplateSpec          `protobuf:"bytes,6,opt,name=template,proto3" json:"template,omitempty"`
+	// Set when this restore starts a fork ("SPACE/ACTOR"): the actor whose
+	// snapshot it restores. The node tells the guest (identity files).
+	ForkedFrom    string `protobuf:"bytes,7,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -461,6 +464,13 @@ func (x *Workload) GetTemplate() *TemplateSpec {
 		return x.Template
 	}
 	return nil
+}
+
+func (x *Workload) GetForkedFrom() string {
+	if x != nil {
+		return x.ForkedFrom
+	}
+	return ""
 }
 
 type RunRequest struct {
@@ -1104,14 +1114,16 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\tOperation\x12\x1b\n" +
 	"\tactor_uid\x18\x01 \x01(\tR\bactorUid\x12!\n" +
 	"\foperation_id\x18\x02 \x01(\tR\voperationId\x12\x16\n" +
-	"\x06worker\x18\x03 \x01(\tR\x06worker\"\xd0\x01\n" +
+	"\x06worker\x18\x03 \x01(\tR\x06worker\"\xf1\x01\n" +
 	"\bWorkload\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x1b\n" +
 	"\tactor_uid\x18\x03 \x01(\tR\bactorUid\x12#\n" +
 	"\rtemplate_name\x18\x04 \x01(\tR\ftemplateName\x12!\n" +
 	"\ftemplate_uid\x18\x05 \x01(\tR\vtemplateUid\x123\n" +
-	"\btemplate\x18\x06 \x01(\v2\x17.torpor.v1.TemplateSpecR\btemplate\"c\n" +
+	"\btemplate\x18\x06 \x01(\v2\x17.torpor.v1.TemplateSpecR\btemplate\x12\x1f\n" +
+	"\vforked_from\x18\a \x01(\tR\n" +
+	"forkedFrom\"c\n" +
 	"\n" +
 	"RunRequest\x12$\n" +
 	"\x02op\x18\x01 \x01(\v2\x14.torpor.v1.OperationR\x02op\x12/\n" +

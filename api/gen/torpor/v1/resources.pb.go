@@ -408,6 +408,10 @@ const (
 	OperationKind_OPERATION_KIND_SUSPEND     OperationKind = 2
 	OperationKind_OPERATION_KIND_PAUSE       OperationKind = 3
 	OperationKind_OPERATION_KIND_DELETE      OperationKind = 4
+	// Revert of a RUNNING actor: its workload is stopped without a
+	// checkpoint (SUSPENDING), and the actor is left SUSPENDED at
+	// target_snapshot, which its resume then restores.
+	OperationKind_OPERATION_KIND_REVERT OperationKind = 5
 )
 
 // Enum value maps for OperationKind.
@@ -418,6 +422,7 @@ var (
 		2: "OPERATION_KIND_SUSPEND",
 		3: "OPERATION_KIND_PAUSE",
 		4: "OPERATION_KIND_DELETE",
+		5: "OPERATION_KIND_REVERT",
 	}
 	OperationKind_value = map[string]int32{
 		"OPERATION_KIND_UNSPECIFIED": 0,
@@ -425,6 +430,7 @@ var (
 		"OPERATION_KIND_SUSPEND":     2,
 		"OPERATION_KIND_PAUSE":       3,
 		"OPERATION_KIND_DELETE":      4,
+		"OPERATION_KIND_REVERT":      5,
 	}
 )
 
@@ -453,6 +459,57 @@ func (x OperationKind) Number() protoreflect.EnumNumber {
 // Deprecated: Use OperationKind.Descriptor instead.
 func (OperationKind) EnumDescriptor() ([]byte, []int) {
 	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{7}
+}
+
+type SnapshotTagScope int32
+
+const (
+	SnapshotTagScope_SNAPSHOT_TAG_SCOPE_UNSPECIFIED SnapshotTagScope = 0
+	// Usable in its own space only (the default).
+	SnapshotTagScope_SNAPSHOT_TAG_SCOPE_SPACE SnapshotTagScope = 1
+	// Usable from any space, by anyone allowed to create actors there.
+	SnapshotTagScope_SNAPSHOT_TAG_SCOPE_PUBLISHED SnapshotTagScope = 2
+)
+
+// Enum value maps for SnapshotTagScope.
+var (
+	SnapshotTagScope_name = map[int32]string{
+		0: "SNAPSHOT_TAG_SCOPE_UNSPECIFIED",
+		1: "SNAPSHOT_TAG_SCOPE_SPACE",
+		2: "SNAPSHOT_TAG_SCOPE_PUBLISHED",
+	}
+	SnapshotTagScope_value = map[string]int32{
+		"SNAPSHOT_TAG_SCOPE_UNSPECIFIED": 0,
+		"SNAPSHOT_TAG_SCOPE_SPACE":       1,
+		"SNAPSHOT_TAG_SCOPE_PUBLISHED":   2,
+	}
+)
+
+func (x SnapshotTagScope) Enum() *SnapshotTagScope {
+	p := new(SnapshotTagScope)
+	*p = x
+	return p
+}
+
+func (x SnapshotTagScope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SnapshotTagScope) Descriptor() protoreflect.EnumDescriptor {
+	return file_torpor_v1_resources_proto_enumTypes[8].Descriptor()
+}
+
+func (SnapshotTagScope) Type() protoreflect.EnumType {
+	return &file_torpor_v1_resources_proto_enumTypes[8]
+}
+
+func (x SnapshotTagScope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SnapshotTagScope.Descriptor instead.
+func (SnapshotTagScope) EnumDescriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{8}
 }
 
 // ObjectMeta is carried by every stored record. uid and version are set by
@@ -2503,9 +2560,15 @@ type Snapshot struct {
 	HasData bool `protobuf:"varint,12,opt,name=has_data,json=hasData,proto3" json:"has_data,omitempty"`
 	// The node that wrote the snapshot; it keeps a copy in its cache, so a
 	// resume prefers it.
-	OriginNode    string `protobuf:"bytes,13,opt,name=origin_node,json=originNode,proto3" json:"origin_node,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OriginNode string `protobuf:"bytes,13,opt,name=origin_node,json=originNode,proto3" json:"origin_node,omitempty"`
+	// Set on a fork's first snapshot ("SPACE/SNAPSHOT"): the snapshot it was
+	// forked from, whose files (location) it shares instead of a copy. The
+	// files stay while any record names their location.
+	ForkedFrom string `protobuf:"bytes,14,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
+	// With forked_from: the actor ("SPACE/NAME") that snapshot belonged to.
+	ForkedFromActor string `protobuf:"bytes,15,opt,name=forked_from_actor,json=forkedFromActor,proto3" json:"forked_from_actor,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
@@ -2629,6 +2692,94 @@ func (x *Snapshot) GetOriginNode() string {
 	return ""
 }
 
+func (x *Snapshot) GetForkedFrom() string {
+	if x != nil {
+		return x.ForkedFrom
+	}
+	return ""
+}
+
+func (x *Snapshot) GetForkedFromActor() string {
+	if x != nil {
+		return x.ForkedFromActor
+	}
+	return ""
+}
+
+// SnapshotTag is a space's name for one of its snapshots: a tagged
+// snapshot is kept by retention until untagged, and actors can be forked
+// from it (CreateActorRequest.from).
+type SnapshotTag struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// metadata.space is the snapshot's space; metadata.name the tag.
+	Metadata *ObjectMeta `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// The snapshot's name in the tag's space.
+	Snapshot string `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// The actor the snapshot belongs to ("NAME") when tagged.
+	Actor         string           `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	Scope         SnapshotTagScope `protobuf:"varint,4,opt,name=scope,proto3,enum=torpor.v1.SnapshotTagScope" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotTag) Reset() {
+	*x = SnapshotTag{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotTag) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotTag) ProtoMessage() {}
+
+func (x *SnapshotTag) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotTag.ProtoReflect.Descriptor instead.
+func (*SnapshotTag) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SnapshotTag) GetMetadata() *ObjectMeta {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *SnapshotTag) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+func (x *SnapshotTag) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *SnapshotTag) GetScope() SnapshotTagScope {
+	if x != nil {
+		return x.Scope
+	}
+	return SnapshotTagScope_SNAPSHOT_TAG_SCOPE_UNSPECIFIED
+}
+
 // Node is a host running the node agent. Workers name their node.
 type Node struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -2643,7 +2794,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[29]
+	mi := &file_torpor_v1_resources_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2806,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[29]
+	mi := &file_torpor_v1_resources_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2819,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{29}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -2868,7 +3019,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x16reserved_for_actor_uid\x18\x03 \x01(\tR\x13reservedForActorUid\x12=\n" +
 	"\freserve_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vreserveTime\x12F\n" +
 	"\x11actor_last_active\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0factorLastActive\x12&\n" +
-	"\x0factor_in_flight\x18\x06 \x01(\x05R\ractorInFlight\"\xe3\x03\n" +
+	"\x0factor_in_flight\x18\x06 \x01(\x05R\ractorInFlight\"\xb0\x04\n" +
 	"\bSnapshot\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1d\n" +
@@ -2886,7 +3037,15 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x04node\x18\v \x01(\tR\x04node\x12\x19\n" +
 	"\bhas_data\x18\f \x01(\bR\ahasData\x12\x1f\n" +
 	"\vorigin_node\x18\r \x01(\tR\n" +
-	"originNode\"\xbf\x01\n" +
+	"originNode\x12\x1f\n" +
+	"\vforked_from\x18\x0e \x01(\tR\n" +
+	"forkedFrom\x12*\n" +
+	"\x11forked_from_actor\x18\x0f \x01(\tR\x0fforkedFromActor\"\xa5\x01\n" +
+	"\vSnapshotTag\x121\n" +
+	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x1a\n" +
+	"\bsnapshot\x18\x02 \x01(\tR\bsnapshot\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x121\n" +
+	"\x05scope\x18\x04 \x01(\x0e2\x1b.torpor.v1.SnapshotTagScopeR\x05scope\"\xbf\x01\n" +
 	"\x04Node\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12A\n" +
@@ -2931,13 +3090,18 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x13ACTOR_STATE_PAUSING\x10\x05\x12\x16\n" +
 	"\x12ACTOR_STATE_PAUSED\x10\x06\x12\x17\n" +
 	"\x13ACTOR_STATE_CRASHED\x10\a\x12\x18\n" +
-	"\x14ACTOR_STATE_DELETING\x10\b*\x9b\x01\n" +
+	"\x14ACTOR_STATE_DELETING\x10\b*\xb6\x01\n" +
 	"\rOperationKind\x12\x1e\n" +
 	"\x1aOPERATION_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15OPERATION_KIND_RESUME\x10\x01\x12\x1a\n" +
 	"\x16OPERATION_KIND_SUSPEND\x10\x02\x12\x18\n" +
 	"\x14OPERATION_KIND_PAUSE\x10\x03\x12\x19\n" +
-	"\x15OPERATION_KIND_DELETE\x10\x04B9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
+	"\x15OPERATION_KIND_DELETE\x10\x04\x12\x19\n" +
+	"\x15OPERATION_KIND_REVERT\x10\x05*v\n" +
+	"\x10SnapshotTagScope\x12\"\n" +
+	"\x1eSNAPSHOT_TAG_SCOPE_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18SNAPSHOT_TAG_SCOPE_SPACE\x10\x01\x12 \n" +
+	"\x1cSNAPSHOT_TAG_SCOPE_PUBLISHED\x10\x02B9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
 
 var (
 	file_torpor_v1_resources_proto_rawDescOnce sync.Once
@@ -2951,8 +3115,8 @@ func file_torpor_v1_resources_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_resources_proto_rawDescData
 }
 
-var file_torpor_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_torpor_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_torpor_v1_resources_proto_goTypes = []any{
 	(VolumeKind)(0),               // 0: torpor.v1.VolumeKind
 	(SnapshotScope)(0),            // 1: torpor.v1.SnapshotScope
@@ -2962,98 +3126,102 @@ var file_torpor_v1_resources_proto_goTypes = []any{
 	(TemplatePhase)(0),            // 5: torpor.v1.TemplatePhase
 	(ActorState)(0),               // 6: torpor.v1.ActorState
 	(OperationKind)(0),            // 7: torpor.v1.OperationKind
-	(*ObjectMeta)(nil),            // 8: torpor.v1.ObjectMeta
-	(*Space)(nil),                 // 9: torpor.v1.Space
-	(*Template)(nil),              // 10: torpor.v1.Template
-	(*TemplateSpec)(nil),          // 11: torpor.v1.TemplateSpec
-	(*Container)(nil),             // 12: torpor.v1.Container
-	(*EnvVar)(nil),                // 13: torpor.v1.EnvVar
-	(*Probe)(nil),                 // 14: torpor.v1.Probe
-	(*HTTPGetAction)(nil),         // 15: torpor.v1.HTTPGetAction
-	(*TCPSocketAction)(nil),       // 16: torpor.v1.TCPSocketAction
-	(*ExecAction)(nil),            // 17: torpor.v1.ExecAction
-	(*Mount)(nil),                 // 18: torpor.v1.Mount
-	(*Volume)(nil),                // 19: torpor.v1.Volume
-	(*Resources)(nil),             // 20: torpor.v1.Resources
-	(*SnapshotPolicy)(nil),        // 21: torpor.v1.SnapshotPolicy
-	(*OnResume)(nil),              // 22: torpor.v1.OnResume
-	(*IdlePolicy)(nil),            // 23: torpor.v1.IdlePolicy
-	(*EvictionPolicy)(nil),        // 24: torpor.v1.EvictionPolicy
-	(*TemplateStatus)(nil),        // 25: torpor.v1.TemplateStatus
-	(*Actor)(nil),                 // 26: torpor.v1.Actor
-	(*ActorSpec)(nil),             // 27: torpor.v1.ActorSpec
-	(*WorkerRef)(nil),             // 28: torpor.v1.WorkerRef
-	(*ActorStatus)(nil),           // 29: torpor.v1.ActorStatus
-	(*AcceptedStateLoss)(nil),     // 30: torpor.v1.AcceptedStateLoss
-	(*ActorOperation)(nil),        // 31: torpor.v1.ActorOperation
-	(*Worker)(nil),                // 32: torpor.v1.Worker
-	(*WorkerSpec)(nil),            // 33: torpor.v1.WorkerSpec
-	(*ActorRef)(nil),              // 34: torpor.v1.ActorRef
-	(*WorkerStatus)(nil),          // 35: torpor.v1.WorkerStatus
-	(*Snapshot)(nil),              // 36: torpor.v1.Snapshot
-	(*Node)(nil),                  // 37: torpor.v1.Node
-	nil,                           // 38: torpor.v1.ObjectMeta.LabelsEntry
-	nil,                           // 39: torpor.v1.ActorSpec.WorkerSelectorEntry
-	(*timestamppb.Timestamp)(nil), // 40: google.protobuf.Timestamp
+	(SnapshotTagScope)(0),         // 8: torpor.v1.SnapshotTagScope
+	(*ObjectMeta)(nil),            // 9: torpor.v1.ObjectMeta
+	(*Space)(nil),                 // 10: torpor.v1.Space
+	(*Template)(nil),              // 11: torpor.v1.Template
+	(*TemplateSpec)(nil),          // 12: torpor.v1.TemplateSpec
+	(*Container)(nil),             // 13: torpor.v1.Container
+	(*EnvVar)(nil),                // 14: torpor.v1.EnvVar
+	(*Probe)(nil),                 // 15: torpor.v1.Probe
+	(*HTTPGetAction)(nil),         // 16: torpor.v1.HTTPGetAction
+	(*TCPSocketAction)(nil),       // 17: torpor.v1.TCPSocketAction
+	(*ExecAction)(nil),            // 18: torpor.v1.ExecAction
+	(*Mount)(nil),                 // 19: torpor.v1.Mount
+	(*Volume)(nil),                // 20: torpor.v1.Volume
+	(*Resources)(nil),             // 21: torpor.v1.Resources
+	(*SnapshotPolicy)(nil),        // 22: torpor.v1.SnapshotPolicy
+	(*OnResume)(nil),              // 23: torpor.v1.OnResume
+	(*IdlePolicy)(nil),            // 24: torpor.v1.IdlePolicy
+	(*EvictionPolicy)(nil),        // 25: torpor.v1.EvictionPolicy
+	(*TemplateStatus)(nil),        // 26: torpor.v1.TemplateStatus
+	(*Actor)(nil),                 // 27: torpor.v1.Actor
+	(*ActorSpec)(nil),             // 28: torpor.v1.ActorSpec
+	(*WorkerRef)(nil),             // 29: torpor.v1.WorkerRef
+	(*ActorStatus)(nil),           // 30: torpor.v1.ActorStatus
+	(*AcceptedStateLoss)(nil),     // 31: torpor.v1.AcceptedStateLoss
+	(*ActorOperation)(nil),        // 32: torpor.v1.ActorOperation
+	(*Worker)(nil),                // 33: torpor.v1.Worker
+	(*WorkerSpec)(nil),            // 34: torpor.v1.WorkerSpec
+	(*ActorRef)(nil),              // 35: torpor.v1.ActorRef
+	(*WorkerStatus)(nil),          // 36: torpor.v1.WorkerStatus
+	(*Snapshot)(nil),              // 37: torpor.v1.Snapshot
+	(*SnapshotTag)(nil),           // 38: torpor.v1.SnapshotTag
+	(*Node)(nil),                  // 39: torpor.v1.Node
+	nil,                           // 40: torpor.v1.ObjectMeta.LabelsEntry
+	nil,                           // 41: torpor.v1.ActorSpec.WorkerSelectorEntry
+	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
 }
 var file_torpor_v1_resources_proto_depIdxs = []int32{
-	40, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
-	40, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
-	38, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
-	8,  // 3: torpor.v1.Space.metadata:type_name -> torpor.v1.ObjectMeta
-	8,  // 4: torpor.v1.Template.metadata:type_name -> torpor.v1.ObjectMeta
-	11, // 5: torpor.v1.Template.spec:type_name -> torpor.v1.TemplateSpec
-	25, // 6: torpor.v1.Template.status:type_name -> torpor.v1.TemplateStatus
-	12, // 7: torpor.v1.TemplateSpec.containers:type_name -> torpor.v1.Container
-	19, // 8: torpor.v1.TemplateSpec.volumes:type_name -> torpor.v1.Volume
-	20, // 9: torpor.v1.TemplateSpec.resources:type_name -> torpor.v1.Resources
-	21, // 10: torpor.v1.TemplateSpec.snapshot_policy:type_name -> torpor.v1.SnapshotPolicy
-	23, // 11: torpor.v1.TemplateSpec.idle_policy:type_name -> torpor.v1.IdlePolicy
-	13, // 12: torpor.v1.Container.env:type_name -> torpor.v1.EnvVar
-	14, // 13: torpor.v1.Container.readiness_probe:type_name -> torpor.v1.Probe
-	18, // 14: torpor.v1.Container.mounts:type_name -> torpor.v1.Mount
-	15, // 15: torpor.v1.Probe.http_get:type_name -> torpor.v1.HTTPGetAction
-	16, // 16: torpor.v1.Probe.tcp_socket:type_name -> torpor.v1.TCPSocketAction
-	17, // 17: torpor.v1.Probe.exec:type_name -> torpor.v1.ExecAction
+	42, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
+	42, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
+	40, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
+	9,  // 3: torpor.v1.Space.metadata:type_name -> torpor.v1.ObjectMeta
+	9,  // 4: torpor.v1.Template.metadata:type_name -> torpor.v1.ObjectMeta
+	12, // 5: torpor.v1.Template.spec:type_name -> torpor.v1.TemplateSpec
+	26, // 6: torpor.v1.Template.status:type_name -> torpor.v1.TemplateStatus
+	13, // 7: torpor.v1.TemplateSpec.containers:type_name -> torpor.v1.Container
+	20, // 8: torpor.v1.TemplateSpec.volumes:type_name -> torpor.v1.Volume
+	21, // 9: torpor.v1.TemplateSpec.resources:type_name -> torpor.v1.Resources
+	22, // 10: torpor.v1.TemplateSpec.snapshot_policy:type_name -> torpor.v1.SnapshotPolicy
+	24, // 11: torpor.v1.TemplateSpec.idle_policy:type_name -> torpor.v1.IdlePolicy
+	14, // 12: torpor.v1.Container.env:type_name -> torpor.v1.EnvVar
+	15, // 13: torpor.v1.Container.readiness_probe:type_name -> torpor.v1.Probe
+	19, // 14: torpor.v1.Container.mounts:type_name -> torpor.v1.Mount
+	16, // 15: torpor.v1.Probe.http_get:type_name -> torpor.v1.HTTPGetAction
+	17, // 16: torpor.v1.Probe.tcp_socket:type_name -> torpor.v1.TCPSocketAction
+	18, // 17: torpor.v1.Probe.exec:type_name -> torpor.v1.ExecAction
 	0,  // 18: torpor.v1.Volume.kind:type_name -> torpor.v1.VolumeKind
 	1,  // 19: torpor.v1.SnapshotPolicy.on_pause:type_name -> torpor.v1.SnapshotScope
 	1,  // 20: torpor.v1.SnapshotPolicy.on_commit:type_name -> torpor.v1.SnapshotScope
-	22, // 21: torpor.v1.SnapshotPolicy.on_resume:type_name -> torpor.v1.OnResume
+	23, // 21: torpor.v1.SnapshotPolicy.on_resume:type_name -> torpor.v1.OnResume
 	3,  // 22: torpor.v1.OnResume.from_data:type_name -> torpor.v1.FromData
 	4,  // 23: torpor.v1.IdlePolicy.action:type_name -> torpor.v1.IdleAction
-	24, // 24: torpor.v1.IdlePolicy.eviction:type_name -> torpor.v1.EvictionPolicy
+	25, // 24: torpor.v1.IdlePolicy.eviction:type_name -> torpor.v1.EvictionPolicy
 	5,  // 25: torpor.v1.TemplateStatus.phase:type_name -> torpor.v1.TemplatePhase
-	8,  // 26: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
-	27, // 27: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
-	29, // 28: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
-	39, // 29: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
+	9,  // 26: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
+	28, // 27: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
+	30, // 28: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
+	41, // 29: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
 	6,  // 30: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
-	28, // 31: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
-	31, // 32: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
-	40, // 33: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
-	11, // 34: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
-	30, // 35: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
+	29, // 31: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
+	32, // 32: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
+	42, // 33: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
+	12, // 34: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
+	31, // 35: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
 	7,  // 36: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
-	40, // 37: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
+	42, // 37: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
 	2,  // 38: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
 	1,  // 39: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
 	6,  // 40: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
-	8,  // 41: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
-	33, // 42: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
-	35, // 43: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
-	34, // 44: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
-	40, // 45: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
-	40, // 46: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
-	8,  // 47: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
+	9,  // 41: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
+	34, // 42: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
+	36, // 43: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
+	35, // 44: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
+	42, // 45: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
+	42, // 46: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
+	9,  // 47: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
 	1,  // 48: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
-	11, // 49: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
-	8,  // 50: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
-	40, // 51: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	12, // 49: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
+	9,  // 50: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
+	8,  // 51: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
+	9,  // 52: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
+	42, // 53: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_resources_proto_init() }
@@ -3066,8 +3234,8 @@ func file_torpor_v1_resources_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_resources_proto_rawDesc), len(file_torpor_v1_resources_proto_rawDesc)),
-			NumEnums:      8,
-			NumMessages:   32,
+			NumEnums:      9,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1103,10 +1103,17 @@ func (x *ListActorEventsResponse) GetEvents() []*ActorEvent {
 }
 
 type CreateActorRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Actor         *Actor                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Actor *Actor                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Fork: the new actor starts from another's snapshot (memory and files)
+	// with its own identity. actor.spec.template may be left empty for the
+	// snapshot's own revision (same space only).
+	From *ForkSource `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	// Accept a fork whose template loses some of the snapshot's state (see
+	// UpdateActorRequest.allow_state_loss).
+	AllowStateLoss bool `protobuf:"varint,3,opt,name=allow_state_loss,json=allowStateLoss,proto3" json:"allow_state_loss,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateActorRequest) Reset() {
@@ -1146,6 +1153,137 @@ func (x *CreateActorRequest) GetActor() *Actor {
 	return nil
 }
 
+func (x *CreateActorRequest) GetFrom() *ForkSource {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *CreateActorRequest) GetAllowStateLoss() bool {
+	if x != nil {
+		return x.AllowStateLoss
+	}
+	return false
+}
+
+// ForkSource names the state a new actor is forked from: exactly one of
+// actor (in the new actor's space: its latest snapshot; a RUNNING actor
+// is suspended for the fork and resumed) and tag ("TAG" in the new
+// actor's space or "SPACE/TAG", which must be published).
+type ForkSource struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Actor         string                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	Tag           string                 `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSource) Reset() {
+	*x = ForkSource{}
+	mi := &file_torpor_v1_services_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSource) ProtoMessage() {}
+
+func (x *ForkSource) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSource.ProtoReflect.Descriptor instead.
+func (*ForkSource) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ForkSource) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ForkSource) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+type RevertActorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The snapshot to go back to; empty: the latest durable snapshot.
+	Snapshot      string `protobuf:"bytes,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevertActorRequest) Reset() {
+	*x = RevertActorRequest{}
+	mi := &file_torpor_v1_services_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevertActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevertActorRequest) ProtoMessage() {}
+
+func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevertActorRequest.ProtoReflect.Descriptor instead.
+func (*RevertActorRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RevertActorRequest) GetSpace() string {
+	if x != nil {
+		return x.Space
+	}
+	return ""
+}
+
+func (x *RevertActorRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevertActorRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
 type ListActorsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Actors        []*Actor               `protobuf:"bytes,1,rep,name=actors,proto3" json:"actors,omitempty"`
@@ -1156,7 +1294,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[20]
+	mi := &file_torpor_v1_services_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1306,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[20]
+	mi := &file_torpor_v1_services_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1319,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -1221,7 +1359,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[21]
+	mi := &file_torpor_v1_services_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1371,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[21]
+	mi := &file_torpor_v1_services_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1384,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateActorRequest) GetActor() *Actor {
@@ -1279,7 +1417,7 @@ type CreateWorkerRequest struct {
 
 func (x *CreateWorkerRequest) Reset() {
 	*x = CreateWorkerRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[22]
+	mi := &file_torpor_v1_services_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1429,7 @@ func (x *CreateWorkerRequest) String() string {
 func (*CreateWorkerRequest) ProtoMessage() {}
 
 func (x *CreateWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[22]
+	mi := &file_torpor_v1_services_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1442,7 @@ func (x *CreateWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkerRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateWorkerRequest) GetWorker() *Worker {
@@ -1324,7 +1462,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[23]
+	mi := &file_torpor_v1_services_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1474,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[23]
+	mi := &file_torpor_v1_services_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1487,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -1366,6 +1504,127 @@ func (x *ListWorkersResponse) GetNextPageToken() string {
 	return ""
 }
 
+type TagSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	// The tag.
+	Name          string           `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Snapshot      string           `protobuf:"bytes,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Scope         SnapshotTagScope `protobuf:"varint,4,opt,name=scope,proto3,enum=torpor.v1.SnapshotTagScope" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TagSnapshotRequest) Reset() {
+	*x = TagSnapshotRequest{}
+	mi := &file_torpor_v1_services_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TagSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TagSnapshotRequest) ProtoMessage() {}
+
+func (x *TagSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TagSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*TagSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *TagSnapshotRequest) GetSpace() string {
+	if x != nil {
+		return x.Space
+	}
+	return ""
+}
+
+func (x *TagSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TagSnapshotRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+func (x *TagSnapshotRequest) GetScope() SnapshotTagScope {
+	if x != nil {
+		return x.Scope
+	}
+	return SnapshotTagScope_SNAPSHOT_TAG_SCOPE_UNSPECIFIED
+}
+
+type ListSnapshotTagsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tags          []*SnapshotTag         `protobuf:"bytes,1,rep,name=tags,proto3" json:"tags,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotTagsResponse) Reset() {
+	*x = ListSnapshotTagsResponse{}
+	mi := &file_torpor_v1_services_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotTagsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotTagsResponse) ProtoMessage() {}
+
+func (x *ListSnapshotTagsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotTagsResponse.ProtoReflect.Descriptor instead.
+func (*ListSnapshotTagsResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListSnapshotTagsResponse) GetTags() []*SnapshotTag {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *ListSnapshotTagsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type ListSnapshotsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Snapshots     []*Snapshot            `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
@@ -1376,7 +1635,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[24]
+	mi := &file_torpor_v1_services_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1647,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[24]
+	mi := &file_torpor_v1_services_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1660,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -1494,9 +1753,19 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\vduration_ms\x18\a \x01(\x03R\n" +
 	"durationMs\"H\n" +
 	"\x17ListActorEventsResponse\x12-\n" +
-	"\x06events\x18\x01 \x03(\v2\x15.torpor.v1.ActorEventR\x06events\"<\n" +
+	"\x06events\x18\x01 \x03(\v2\x15.torpor.v1.ActorEventR\x06events\"\x91\x01\n" +
 	"\x12CreateActorRequest\x12&\n" +
-	"\x05actor\x18\x01 \x01(\v2\x10.torpor.v1.ActorR\x05actor\"f\n" +
+	"\x05actor\x18\x01 \x01(\v2\x10.torpor.v1.ActorR\x05actor\x12)\n" +
+	"\x04from\x18\x02 \x01(\v2\x15.torpor.v1.ForkSourceR\x04from\x12(\n" +
+	"\x10allow_state_loss\x18\x03 \x01(\bR\x0eallowStateLoss\"4\n" +
+	"\n" +
+	"ForkSource\x12\x14\n" +
+	"\x05actor\x18\x01 \x01(\tR\x05actor\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\"Z\n" +
+	"\x12RevertActorRequest\x12\x14\n" +
+	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\bsnapshot\x18\x03 \x01(\tR\bsnapshot\"f\n" +
 	"\x12ListActorsResponse\x12(\n" +
 	"\x06actors\x18\x01 \x03(\v2\x10.torpor.v1.ActorR\x06actors\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa3\x01\n" +
@@ -1509,6 +1778,14 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\x06worker\x18\x01 \x01(\v2\x11.torpor.v1.WorkerR\x06worker\"j\n" +
 	"\x13ListWorkersResponse\x12+\n" +
 	"\aworkers\x18\x01 \x03(\v2\x11.torpor.v1.WorkerR\aworkers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8d\x01\n" +
+	"\x12TagSnapshotRequest\x12\x14\n" +
+	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\bsnapshot\x18\x03 \x01(\tR\bsnapshot\x121\n" +
+	"\x05scope\x18\x04 \x01(\x0e2\x1b.torpor.v1.SnapshotTagScopeR\x05scope\"n\n" +
+	"\x18ListSnapshotTagsResponse\x12*\n" +
+	"\x04tags\x18\x01 \x03(\v2\x16.torpor.v1.SnapshotTagR\x04tags\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"r\n" +
 	"\x15ListSnapshotsResponse\x121\n" +
 	"\tsnapshots\x18\x01 \x03(\v2\x13.torpor.v1.SnapshotR\tsnapshots\x12&\n" +
@@ -1526,7 +1803,7 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\x0eDeleteTemplate\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse\x12X\n" +
 	"\x15ListTemplateRevisions\x12\x15.torpor.v1.GetRequest\x1a(.torpor.v1.ListTemplateRevisionsResponse\x12=\n" +
 	"\x0fRebuildTemplate\x12\x15.torpor.v1.GetRequest\x1a\x13.torpor.v1.Template\x12X\n" +
-	"\x0fRolloutTemplate\x12!.torpor.v1.RolloutTemplateRequest\x1a\".torpor.v1.RolloutTemplateResponse2\xa1\x05\n" +
+	"\x0fRolloutTemplate\x12!.torpor.v1.RolloutTemplateRequest\x1a\".torpor.v1.RolloutTemplateResponse2\xe1\x05\n" +
 	"\fActorService\x12>\n" +
 	"\vCreateActor\x12\x1d.torpor.v1.CreateActorRequest\x1a\x10.torpor.v1.Actor\x123\n" +
 	"\bGetActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x12C\n" +
@@ -1538,17 +1815,21 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\fSuspendActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x125\n" +
 	"\n" +
 	"PauseActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x12L\n" +
-	"\x0fListActorEvents\x12\x15.torpor.v1.GetRequest\x1a\".torpor.v1.ListActorEventsResponse\x12U\n" +
+	"\x0fListActorEvents\x12\x15.torpor.v1.GetRequest\x1a\".torpor.v1.ListActorEventsResponse\x12>\n" +
+	"\vRevertActor\x12\x1d.torpor.v1.RevertActorRequest\x1a\x10.torpor.v1.Actor\x12U\n" +
 	"\x0eReportActivity\x12 .torpor.v1.ReportActivityRequest\x1a!.torpor.v1.ReportActivityResponse2\x95\x02\n" +
 	"\rWorkerService\x12A\n" +
 	"\fCreateWorker\x12\x1e.torpor.v1.CreateWorkerRequest\x1a\x11.torpor.v1.Worker\x125\n" +
 	"\tGetWorker\x12\x15.torpor.v1.GetRequest\x1a\x11.torpor.v1.Worker\x12E\n" +
 	"\vListWorkers\x12\x16.torpor.v1.ListRequest\x1a\x1e.torpor.v1.ListWorkersResponse\x12C\n" +
-	"\fDeleteWorker\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse2\xde\x01\n" +
+	"\fDeleteWorker\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse2\xbb\x03\n" +
 	"\x0fSnapshotService\x129\n" +
 	"\vGetSnapshot\x12\x15.torpor.v1.GetRequest\x1a\x13.torpor.v1.Snapshot\x12I\n" +
 	"\rListSnapshots\x12\x16.torpor.v1.ListRequest\x1a .torpor.v1.ListSnapshotsResponse\x12E\n" +
-	"\x0eDeleteSnapshot\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponseB9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
+	"\x0eDeleteSnapshot\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse\x12D\n" +
+	"\vTagSnapshot\x12\x1d.torpor.v1.TagSnapshotRequest\x1a\x16.torpor.v1.SnapshotTag\x12O\n" +
+	"\x10ListSnapshotTags\x12\x16.torpor.v1.ListRequest\x1a#.torpor.v1.ListSnapshotTagsResponse\x12D\n" +
+	"\rUntagSnapshot\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponseB9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
 
 var (
 	file_torpor_v1_services_proto_rawDescOnce sync.Once
@@ -1562,7 +1843,7 @@ func file_torpor_v1_services_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_services_proto_rawDescData
 }
 
-var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_torpor_v1_services_proto_goTypes = []any{
 	(*GetRequest)(nil),                    // 0: torpor.v1.GetRequest
 	(*ListRequest)(nil),                   // 1: torpor.v1.ListRequest
@@ -1584,103 +1865,120 @@ var file_torpor_v1_services_proto_goTypes = []any{
 	(*ActorEvent)(nil),                    // 17: torpor.v1.ActorEvent
 	(*ListActorEventsResponse)(nil),       // 18: torpor.v1.ListActorEventsResponse
 	(*CreateActorRequest)(nil),            // 19: torpor.v1.CreateActorRequest
-	(*ListActorsResponse)(nil),            // 20: torpor.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),            // 21: torpor.v1.UpdateActorRequest
-	(*CreateWorkerRequest)(nil),           // 22: torpor.v1.CreateWorkerRequest
-	(*ListWorkersResponse)(nil),           // 23: torpor.v1.ListWorkersResponse
-	(*ListSnapshotsResponse)(nil),         // 24: torpor.v1.ListSnapshotsResponse
-	(*Space)(nil),                         // 25: torpor.v1.Space
-	(*Template)(nil),                      // 26: torpor.v1.Template
-	(*timestamppb.Timestamp)(nil),         // 27: google.protobuf.Timestamp
-	(ActorState)(0),                       // 28: torpor.v1.ActorState
-	(*Actor)(nil),                         // 29: torpor.v1.Actor
-	(*fieldmaskpb.FieldMask)(nil),         // 30: google.protobuf.FieldMask
-	(*Worker)(nil),                        // 31: torpor.v1.Worker
-	(*Snapshot)(nil),                      // 32: torpor.v1.Snapshot
+	(*ForkSource)(nil),                    // 20: torpor.v1.ForkSource
+	(*RevertActorRequest)(nil),            // 21: torpor.v1.RevertActorRequest
+	(*ListActorsResponse)(nil),            // 22: torpor.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),            // 23: torpor.v1.UpdateActorRequest
+	(*CreateWorkerRequest)(nil),           // 24: torpor.v1.CreateWorkerRequest
+	(*ListWorkersResponse)(nil),           // 25: torpor.v1.ListWorkersResponse
+	(*TagSnapshotRequest)(nil),            // 26: torpor.v1.TagSnapshotRequest
+	(*ListSnapshotTagsResponse)(nil),      // 27: torpor.v1.ListSnapshotTagsResponse
+	(*ListSnapshotsResponse)(nil),         // 28: torpor.v1.ListSnapshotsResponse
+	(*Space)(nil),                         // 29: torpor.v1.Space
+	(*Template)(nil),                      // 30: torpor.v1.Template
+	(*timestamppb.Timestamp)(nil),         // 31: google.protobuf.Timestamp
+	(ActorState)(0),                       // 32: torpor.v1.ActorState
+	(*Actor)(nil),                         // 33: torpor.v1.Actor
+	(*fieldmaskpb.FieldMask)(nil),         // 34: google.protobuf.FieldMask
+	(*Worker)(nil),                        // 35: torpor.v1.Worker
+	(SnapshotTagScope)(0),                 // 36: torpor.v1.SnapshotTagScope
+	(*SnapshotTag)(nil),                   // 37: torpor.v1.SnapshotTag
+	(*Snapshot)(nil),                      // 38: torpor.v1.Snapshot
 }
 var file_torpor_v1_services_proto_depIdxs = []int32{
-	25, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
-	25, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
+	29, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
+	29, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
 	7,  // 2: torpor.v1.ListTemplateRevisionsResponse.revisions:type_name -> torpor.v1.TemplateRevision
-	26, // 3: torpor.v1.TemplateRevision.template:type_name -> torpor.v1.Template
-	26, // 4: torpor.v1.RolloutTemplateResponse.template:type_name -> torpor.v1.Template
+	30, // 3: torpor.v1.TemplateRevision.template:type_name -> torpor.v1.Template
+	30, // 4: torpor.v1.RolloutTemplateResponse.template:type_name -> torpor.v1.Template
 	10, // 5: torpor.v1.RolloutTemplateResponse.results:type_name -> torpor.v1.RolloutResult
-	26, // 6: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
-	26, // 7: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
+	30, // 6: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
+	30, // 7: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
 	14, // 8: torpor.v1.ReportActivityRequest.actors:type_name -> torpor.v1.ActorActivity
-	27, // 9: torpor.v1.ActorActivity.last_active:type_name -> google.protobuf.Timestamp
-	27, // 10: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
-	28, // 11: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
-	28, // 12: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
+	31, // 9: torpor.v1.ActorActivity.last_active:type_name -> google.protobuf.Timestamp
+	31, // 10: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
+	32, // 11: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
+	32, // 12: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
 	17, // 13: torpor.v1.ListActorEventsResponse.events:type_name -> torpor.v1.ActorEvent
-	29, // 14: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
-	29, // 15: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
-	29, // 16: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
-	30, // 17: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
-	31, // 18: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
-	31, // 19: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
-	32, // 20: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
-	4,  // 21: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
-	0,  // 22: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
-	1,  // 23: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
-	2,  // 24: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
-	11, // 25: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
-	0,  // 26: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
-	1,  // 27: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
-	2,  // 28: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
-	0,  // 29: torpor.v1.TemplateService.ListTemplateRevisions:input_type -> torpor.v1.GetRequest
-	0,  // 30: torpor.v1.TemplateService.RebuildTemplate:input_type -> torpor.v1.GetRequest
-	8,  // 31: torpor.v1.TemplateService.RolloutTemplate:input_type -> torpor.v1.RolloutTemplateRequest
-	19, // 32: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
-	0,  // 33: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
-	1,  // 34: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
-	21, // 35: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
-	2,  // 36: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
-	16, // 37: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
-	0,  // 38: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
-	0,  // 39: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
-	0,  // 40: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
-	13, // 41: torpor.v1.ActorService.ReportActivity:input_type -> torpor.v1.ReportActivityRequest
-	22, // 42: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
-	0,  // 43: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
-	1,  // 44: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
-	2,  // 45: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
-	0,  // 46: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
-	1,  // 47: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
-	2,  // 48: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
-	25, // 49: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
-	25, // 50: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
-	5,  // 51: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
-	3,  // 52: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
-	26, // 53: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
-	26, // 54: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
-	12, // 55: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
-	3,  // 56: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
-	6,  // 57: torpor.v1.TemplateService.ListTemplateRevisions:output_type -> torpor.v1.ListTemplateRevisionsResponse
-	26, // 58: torpor.v1.TemplateService.RebuildTemplate:output_type -> torpor.v1.Template
-	9,  // 59: torpor.v1.TemplateService.RolloutTemplate:output_type -> torpor.v1.RolloutTemplateResponse
-	29, // 60: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
-	29, // 61: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
-	20, // 62: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
-	29, // 63: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
-	3,  // 64: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
-	29, // 65: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
-	29, // 66: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
-	29, // 67: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
-	18, // 68: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
-	15, // 69: torpor.v1.ActorService.ReportActivity:output_type -> torpor.v1.ReportActivityResponse
-	31, // 70: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
-	31, // 71: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
-	23, // 72: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
-	3,  // 73: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
-	32, // 74: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
-	24, // 75: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
-	3,  // 76: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
-	49, // [49:77] is the sub-list for method output_type
-	21, // [21:49] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	33, // 14: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
+	20, // 15: torpor.v1.CreateActorRequest.from:type_name -> torpor.v1.ForkSource
+	33, // 16: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
+	33, // 17: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
+	34, // 18: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
+	35, // 19: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
+	35, // 20: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
+	36, // 21: torpor.v1.TagSnapshotRequest.scope:type_name -> torpor.v1.SnapshotTagScope
+	37, // 22: torpor.v1.ListSnapshotTagsResponse.tags:type_name -> torpor.v1.SnapshotTag
+	38, // 23: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
+	4,  // 24: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
+	0,  // 25: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
+	1,  // 26: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
+	2,  // 27: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
+	11, // 28: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
+	0,  // 29: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
+	1,  // 30: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
+	2,  // 31: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
+	0,  // 32: torpor.v1.TemplateService.ListTemplateRevisions:input_type -> torpor.v1.GetRequest
+	0,  // 33: torpor.v1.TemplateService.RebuildTemplate:input_type -> torpor.v1.GetRequest
+	8,  // 34: torpor.v1.TemplateService.RolloutTemplate:input_type -> torpor.v1.RolloutTemplateRequest
+	19, // 35: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
+	0,  // 36: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
+	1,  // 37: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
+	23, // 38: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
+	2,  // 39: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
+	16, // 40: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
+	0,  // 41: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
+	0,  // 42: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
+	0,  // 43: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
+	21, // 44: torpor.v1.ActorService.RevertActor:input_type -> torpor.v1.RevertActorRequest
+	13, // 45: torpor.v1.ActorService.ReportActivity:input_type -> torpor.v1.ReportActivityRequest
+	24, // 46: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
+	0,  // 47: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
+	1,  // 48: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
+	2,  // 49: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
+	0,  // 50: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
+	1,  // 51: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
+	2,  // 52: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
+	26, // 53: torpor.v1.SnapshotService.TagSnapshot:input_type -> torpor.v1.TagSnapshotRequest
+	1,  // 54: torpor.v1.SnapshotService.ListSnapshotTags:input_type -> torpor.v1.ListRequest
+	2,  // 55: torpor.v1.SnapshotService.UntagSnapshot:input_type -> torpor.v1.DeleteRequest
+	29, // 56: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
+	29, // 57: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
+	5,  // 58: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
+	3,  // 59: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
+	30, // 60: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
+	30, // 61: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
+	12, // 62: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
+	3,  // 63: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
+	6,  // 64: torpor.v1.TemplateService.ListTemplateRevisions:output_type -> torpor.v1.ListTemplateRevisionsResponse
+	30, // 65: torpor.v1.TemplateService.RebuildTemplate:output_type -> torpor.v1.Template
+	9,  // 66: torpor.v1.TemplateService.RolloutTemplate:output_type -> torpor.v1.RolloutTemplateResponse
+	33, // 67: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
+	33, // 68: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
+	22, // 69: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
+	33, // 70: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
+	3,  // 71: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
+	33, // 72: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
+	33, // 73: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
+	33, // 74: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
+	18, // 75: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
+	33, // 76: torpor.v1.ActorService.RevertActor:output_type -> torpor.v1.Actor
+	15, // 77: torpor.v1.ActorService.ReportActivity:output_type -> torpor.v1.ReportActivityResponse
+	35, // 78: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
+	35, // 79: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
+	25, // 80: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
+	3,  // 81: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
+	38, // 82: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
+	28, // 83: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
+	3,  // 84: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
+	37, // 85: torpor.v1.SnapshotService.TagSnapshot:output_type -> torpor.v1.SnapshotTag
+	27, // 86: torpor.v1.SnapshotService.ListSnapshotTags:output_type -> torpor.v1.ListSnapshotTagsResponse
+	3,  // 87: torpor.v1.SnapshotService.UntagSnapshot:output_type -> torpor.v1.DeleteResponse
+	56, // [56:88] is the sub-list for method output_type
+	24, // [24:56] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_services_proto_init() }
@@ -1695,7 +1993,7 @@ func file_torpor_v1_services_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_services_proto_rawDesc), len(file_torpor_v1_services_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -96,6 +96,9 @@ const (
 	// ActorServiceListActorEventsProcedure is the fully-qualified name of the ActorService's
 	// ListActorEvents RPC.
 	ActorServiceListActorEventsProcedure = "/torpor.v1.ActorService/ListActorEvents"
+	// ActorServiceRevertActorProcedure is the fully-qualified name of the ActorService's RevertActor
+	// RPC.
+	ActorServiceRevertActorProcedure = "/torpor.v1.ActorService/RevertActor"
 	// ActorServiceReportActivityProcedure is the fully-qualified name of the ActorService's
 	// ReportActivity RPC.
 	ActorServiceReportActivityProcedure = "/torpor.v1.ActorService/ReportActivity"
@@ -119,6 +122,15 @@ const (
 	// SnapshotServiceDeleteSnapshotProcedure is the fully-qualified name of the SnapshotService's
 	// DeleteSnapshot RPC.
 	SnapshotServiceDeleteSnapshotProcedure = "/torpor.v1.SnapshotService/DeleteSnapshot"
+	// SnapshotServiceTagSnapshotProcedure is the fully-qualified name of the SnapshotService's
+	// TagSnapshot RPC.
+	SnapshotServiceTagSnapshotProcedure = "/torpor.v1.SnapshotService/TagSnapshot"
+	// SnapshotServiceListSnapshotTagsProcedure is the fully-qualified name of the SnapshotService's
+	// ListSnapshotTags RPC.
+	SnapshotServiceListSnapshotTagsProcedure = "/torpor.v1.SnapshotService/ListSnapshotTags"
+	// SnapshotServiceUntagSnapshotProcedure is the fully-qualified name of the SnapshotService's
+	// UntagSnapshot RPC.
+	SnapshotServiceUntagSnapshotProcedure = "/torpor.v1.SnapshotService/UntagSnapshot"
 )
 
 // SpaceServiceClient is a client for the torpor.v1.SpaceService service.
@@ -544,6 +556,11 @@ type ActorServiceClient interface {
 	// PauseActor checkpoints on the node and frees the worker.
 	PauseActor(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error)
 	ListActorEvents(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListActorEventsResponse], error)
+	// RevertActor brings a RUNNING, PAUSED or CRASHED actor back to one of
+	// its snapshots (default: the latest durable one), discarding newer
+	// state: its running workload or local checkpoint and newer snapshots
+	// that no tag keeps. It ends RUNNING. Events record it.
+	RevertActor(context.Context, *connect.Request[v1.RevertActorRequest]) (*connect.Response[v1.Actor], error)
 	// ReportActivity records the traffic a router served, in batches: the
 	// activity the idle policy and eviction go by. Routers only.
 	ReportActivity(context.Context, *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error)
@@ -614,6 +631,12 @@ func NewActorServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(actorServiceMethods.ByName("ListActorEvents")),
 			connect.WithClientOptions(opts...),
 		),
+		revertActor: connect.NewClient[v1.RevertActorRequest, v1.Actor](
+			httpClient,
+			baseURL+ActorServiceRevertActorProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("RevertActor")),
+			connect.WithClientOptions(opts...),
+		),
 		reportActivity: connect.NewClient[v1.ReportActivityRequest, v1.ReportActivityResponse](
 			httpClient,
 			baseURL+ActorServiceReportActivityProcedure,
@@ -634,6 +657,7 @@ type actorServiceClient struct {
 	suspendActor    *connect.Client[v1.GetRequest, v1.Actor]
 	pauseActor      *connect.Client[v1.GetRequest, v1.Actor]
 	listActorEvents *connect.Client[v1.GetRequest, v1.ListActorEventsResponse]
+	revertActor     *connect.Client[v1.RevertActorRequest, v1.Actor]
 	reportActivity  *connect.Client[v1.ReportActivityRequest, v1.ReportActivityResponse]
 }
 
@@ -682,6 +706,11 @@ func (c *actorServiceClient) ListActorEvents(ctx context.Context, req *connect.R
 	return c.listActorEvents.CallUnary(ctx, req)
 }
 
+// RevertActor calls torpor.v1.ActorService.RevertActor.
+func (c *actorServiceClient) RevertActor(ctx context.Context, req *connect.Request[v1.RevertActorRequest]) (*connect.Response[v1.Actor], error) {
+	return c.revertActor.CallUnary(ctx, req)
+}
+
 // ReportActivity calls torpor.v1.ActorService.ReportActivity.
 func (c *actorServiceClient) ReportActivity(ctx context.Context, req *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error) {
 	return c.reportActivity.CallUnary(ctx, req)
@@ -704,6 +733,11 @@ type ActorServiceHandler interface {
 	// PauseActor checkpoints on the node and frees the worker.
 	PauseActor(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Actor], error)
 	ListActorEvents(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListActorEventsResponse], error)
+	// RevertActor brings a RUNNING, PAUSED or CRASHED actor back to one of
+	// its snapshots (default: the latest durable one), discarding newer
+	// state: its running workload or local checkpoint and newer snapshots
+	// that no tag keeps. It ends RUNNING. Events record it.
+	RevertActor(context.Context, *connect.Request[v1.RevertActorRequest]) (*connect.Response[v1.Actor], error)
 	// ReportActivity records the traffic a router served, in batches: the
 	// activity the idle policy and eviction go by. Routers only.
 	ReportActivity(context.Context, *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error)
@@ -770,6 +804,12 @@ func NewActorServiceHandler(svc ActorServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(actorServiceMethods.ByName("ListActorEvents")),
 		connect.WithHandlerOptions(opts...),
 	)
+	actorServiceRevertActorHandler := connect.NewUnaryHandler(
+		ActorServiceRevertActorProcedure,
+		svc.RevertActor,
+		connect.WithSchema(actorServiceMethods.ByName("RevertActor")),
+		connect.WithHandlerOptions(opts...),
+	)
 	actorServiceReportActivityHandler := connect.NewUnaryHandler(
 		ActorServiceReportActivityProcedure,
 		svc.ReportActivity,
@@ -796,6 +836,8 @@ func NewActorServiceHandler(svc ActorServiceHandler, opts ...connect.HandlerOpti
 			actorServicePauseActorHandler.ServeHTTP(w, r)
 		case ActorServiceListActorEventsProcedure:
 			actorServiceListActorEventsHandler.ServeHTTP(w, r)
+		case ActorServiceRevertActorProcedure:
+			actorServiceRevertActorHandler.ServeHTTP(w, r)
 		case ActorServiceReportActivityProcedure:
 			actorServiceReportActivityHandler.ServeHTTP(w, r)
 		default:
@@ -841,6 +883,10 @@ func (UnimplementedActorServiceHandler) PauseActor(context.Context, *connect.Req
 
 func (UnimplementedActorServiceHandler) ListActorEvents(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ListActorEventsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.ListActorEvents is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) RevertActor(context.Context, *connect.Request[v1.RevertActorRequest]) (*connect.Response[v1.Actor], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.RevertActor is not implemented"))
 }
 
 func (UnimplementedActorServiceHandler) ReportActivity(context.Context, *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error) {
@@ -999,7 +1045,15 @@ func (UnimplementedWorkerServiceHandler) DeleteWorker(context.Context, *connect.
 type SnapshotServiceClient interface {
 	GetSnapshot(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Snapshot], error)
 	ListSnapshots(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListSnapshotsResponse], error)
+	// DeleteSnapshot refuses a snapshot an actor points at or a tag keeps.
 	DeleteSnapshot(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	// TagSnapshot names a durable snapshot of an actor in the space; the
+	// tag keeps it from retention. AlreadyExists if the tag exists.
+	TagSnapshot(context.Context, *connect.Request[v1.TagSnapshotRequest]) (*connect.Response[v1.SnapshotTag], error)
+	ListSnapshotTags(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListSnapshotTagsResponse], error)
+	// UntagSnapshot removes a tag; retention may then collect the snapshot
+	// (at once when its actor is gone).
+	UntagSnapshot(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
 }
 
 // NewSnapshotServiceClient constructs a client for the torpor.v1.SnapshotService service. By
@@ -1031,14 +1085,35 @@ func NewSnapshotServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(snapshotServiceMethods.ByName("DeleteSnapshot")),
 			connect.WithClientOptions(opts...),
 		),
+		tagSnapshot: connect.NewClient[v1.TagSnapshotRequest, v1.SnapshotTag](
+			httpClient,
+			baseURL+SnapshotServiceTagSnapshotProcedure,
+			connect.WithSchema(snapshotServiceMethods.ByName("TagSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		listSnapshotTags: connect.NewClient[v1.ListRequest, v1.ListSnapshotTagsResponse](
+			httpClient,
+			baseURL+SnapshotServiceListSnapshotTagsProcedure,
+			connect.WithSchema(snapshotServiceMethods.ByName("ListSnapshotTags")),
+			connect.WithClientOptions(opts...),
+		),
+		untagSnapshot: connect.NewClient[v1.DeleteRequest, v1.DeleteResponse](
+			httpClient,
+			baseURL+SnapshotServiceUntagSnapshotProcedure,
+			connect.WithSchema(snapshotServiceMethods.ByName("UntagSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // snapshotServiceClient implements SnapshotServiceClient.
 type snapshotServiceClient struct {
-	getSnapshot    *connect.Client[v1.GetRequest, v1.Snapshot]
-	listSnapshots  *connect.Client[v1.ListRequest, v1.ListSnapshotsResponse]
-	deleteSnapshot *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	getSnapshot      *connect.Client[v1.GetRequest, v1.Snapshot]
+	listSnapshots    *connect.Client[v1.ListRequest, v1.ListSnapshotsResponse]
+	deleteSnapshot   *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	tagSnapshot      *connect.Client[v1.TagSnapshotRequest, v1.SnapshotTag]
+	listSnapshotTags *connect.Client[v1.ListRequest, v1.ListSnapshotTagsResponse]
+	untagSnapshot    *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
 }
 
 // GetSnapshot calls torpor.v1.SnapshotService.GetSnapshot.
@@ -1056,11 +1131,34 @@ func (c *snapshotServiceClient) DeleteSnapshot(ctx context.Context, req *connect
 	return c.deleteSnapshot.CallUnary(ctx, req)
 }
 
+// TagSnapshot calls torpor.v1.SnapshotService.TagSnapshot.
+func (c *snapshotServiceClient) TagSnapshot(ctx context.Context, req *connect.Request[v1.TagSnapshotRequest]) (*connect.Response[v1.SnapshotTag], error) {
+	return c.tagSnapshot.CallUnary(ctx, req)
+}
+
+// ListSnapshotTags calls torpor.v1.SnapshotService.ListSnapshotTags.
+func (c *snapshotServiceClient) ListSnapshotTags(ctx context.Context, req *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListSnapshotTagsResponse], error) {
+	return c.listSnapshotTags.CallUnary(ctx, req)
+}
+
+// UntagSnapshot calls torpor.v1.SnapshotService.UntagSnapshot.
+func (c *snapshotServiceClient) UntagSnapshot(ctx context.Context, req *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
+	return c.untagSnapshot.CallUnary(ctx, req)
+}
+
 // SnapshotServiceHandler is an implementation of the torpor.v1.SnapshotService service.
 type SnapshotServiceHandler interface {
 	GetSnapshot(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Snapshot], error)
 	ListSnapshots(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListSnapshotsResponse], error)
+	// DeleteSnapshot refuses a snapshot an actor points at or a tag keeps.
 	DeleteSnapshot(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	// TagSnapshot names a durable snapshot of an actor in the space; the
+	// tag keeps it from retention. AlreadyExists if the tag exists.
+	TagSnapshot(context.Context, *connect.Request[v1.TagSnapshotRequest]) (*connect.Response[v1.SnapshotTag], error)
+	ListSnapshotTags(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListSnapshotTagsResponse], error)
+	// UntagSnapshot removes a tag; retention may then collect the snapshot
+	// (at once when its actor is gone).
+	UntagSnapshot(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
 }
 
 // NewSnapshotServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1088,6 +1186,24 @@ func NewSnapshotServiceHandler(svc SnapshotServiceHandler, opts ...connect.Handl
 		connect.WithSchema(snapshotServiceMethods.ByName("DeleteSnapshot")),
 		connect.WithHandlerOptions(opts...),
 	)
+	snapshotServiceTagSnapshotHandler := connect.NewUnaryHandler(
+		SnapshotServiceTagSnapshotProcedure,
+		svc.TagSnapshot,
+		connect.WithSchema(snapshotServiceMethods.ByName("TagSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	snapshotServiceListSnapshotTagsHandler := connect.NewUnaryHandler(
+		SnapshotServiceListSnapshotTagsProcedure,
+		svc.ListSnapshotTags,
+		connect.WithSchema(snapshotServiceMethods.ByName("ListSnapshotTags")),
+		connect.WithHandlerOptions(opts...),
+	)
+	snapshotServiceUntagSnapshotHandler := connect.NewUnaryHandler(
+		SnapshotServiceUntagSnapshotProcedure,
+		svc.UntagSnapshot,
+		connect.WithSchema(snapshotServiceMethods.ByName("UntagSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/torpor.v1.SnapshotService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SnapshotServiceGetSnapshotProcedure:
@@ -1096,6 +1212,12 @@ func NewSnapshotServiceHandler(svc SnapshotServiceHandler, opts ...connect.Handl
 			snapshotServiceListSnapshotsHandler.ServeHTTP(w, r)
 		case SnapshotServiceDeleteSnapshotProcedure:
 			snapshotServiceDeleteSnapshotHandler.ServeHTTP(w, r)
+		case SnapshotServiceTagSnapshotProcedure:
+			snapshotServiceTagSnapshotHandler.ServeHTTP(w, r)
+		case SnapshotServiceListSnapshotTagsProcedure:
+			snapshotServiceListSnapshotTagsHandler.ServeHTTP(w, r)
+		case SnapshotServiceUntagSnapshotProcedure:
+			snapshotServiceUntagSnapshotHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1115,4 +1237,16 @@ func (UnimplementedSnapshotServiceHandler) ListSnapshots(context.Context, *conne
 
 func (UnimplementedSnapshotServiceHandler) DeleteSnapshot(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.SnapshotService.DeleteSnapshot is not implemented"))
+}
+
+func (UnimplementedSnapshotServiceHandler) TagSnapshot(context.Context, *connect.Request[v1.TagSnapshotRequest]) (*connect.Response[v1.SnapshotTag], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.SnapshotService.TagSnapshot is not implemented"))
+}
+
+func (UnimplementedSnapshotServiceHandler) ListSnapshotTags(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListSnapshotTagsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.SnapshotService.ListSnapshotTags is not implemented"))
+}
+
+func (UnimplementedSnapshotServiceHandler) UntagSnapshot(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.SnapshotService.UntagSnapshot is not implemented"))
 }
