@@ -6,7 +6,7 @@ VERSITYGW_VERSION := v1.8.0
 TOOLS := go tool -modfile=tools/go.mod
 BIN := $(CURDIR)/bin
 
-.PHONY: all build generate runsc s3server images up lint test fuzz bench clean
+.PHONY: all build generate runsc s3server images up lint test fuzz bench clean dist image
 
 all: build
 
@@ -18,6 +18,27 @@ VERSION_FLAGS := -buildvcs=auto -ldflags "-X github.com/torpor-dev/torpor/intern
 
 build:
 	CGO_ENABLED=0 go build $(VERSION_FLAGS) -o $(BIN)/torpor ./cmd/torpor
+
+# Release binaries: torpor and runsc, static, for each of DIST_ARCHES
+# (linux), under $(DIST)/linux-<arch>/. go install cannot write
+# cross-compiled binaries to GOBIN, so runsc is built into a GOPATH of its
+# own (sharing the module and build caches) and copied out.
+DIST := $(CURDIR)/dist
+DIST_ARCHES := amd64 arm64
+dist:
+	set -e; for arch in $(DIST_ARCHES); do \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch go build -trimpath $(VERSION_FLAGS) -o $(DIST)/linux-$$arch/torpor ./cmd/torpor; \
+	  gopath=$$(mktemp -d); \
+	  GOPATH=$$gopath GOMODCACHE=$$(go env GOMODCACHE) GOBIN= CGO_ENABLED=0 GOOS=linux GOARCH=$$arch \
+	    go install -trimpath -ldflags="-s -w" gvisor.dev/gvisor/runsc@$(GVISOR_VERSION); \
+	  cp $$(find $$gopath/bin -name runsc -type f) $(DIST)/linux-$$arch/runsc; \
+	  chmod -R u+w $$gopath; rm -rf $$gopath; \
+	done
+
+# The torpor container image (torpor and runsc, every DIST_ARCHES) as an
+# OCI image layout at $(DIST)/image, built without a container engine.
+image: dist
+	go run ./deploy/mkimage -dist $(DIST) -out $(DIST)/image -tag $(or $(VERSION),latest) -arch $(shell echo $(DIST_ARCHES) | tr ' ' ',')
 
 generate:
 	go build -modfile=tools/go.mod -o $(BIN)/ google.golang.org/protobuf/cmd/protoc-gen-go connectrpc.com/connect/cmd/protoc-gen-connect-go
@@ -69,4 +90,4 @@ bench: build runsc s3server images
 	go test -run '^$$' -bench . -benchtime 2s ./...
 
 clean:
-	rm -rf $(BIN) examples/counter/image examples/pod/image
+	rm -rf $(BIN) $(DIST) examples/counter/image examples/pod/image
