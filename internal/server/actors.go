@@ -25,6 +25,9 @@ func (s *actorService) CreateActor(ctx context.Context, req *connect.Request[tor
 	if a == nil {
 		return nil, invalidArgument("actor", "required")
 	}
+	if req.Msg.GetFrom() != nil {
+		return s.forkActor(ctx, req.Msg)
+	}
 	if err := validate.Actor(a); err != nil {
 		return nil, err
 	}

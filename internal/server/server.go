@@ -142,7 +142,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(torporv1connect.NewTemplateServiceHandler(&templateService{store: s.store, engine: s.engine, created: s.wakeGoldens, images: s.opts.Images}, opts...))
 	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store, engine: s.engine}, opts...))
-	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store}, opts...))
+	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine}, opts...))
 	ids := s.newIdentityService()
 	mux.Handle(ids.handler(opts...))
@@ -218,15 +218,12 @@ func (s *Server) every(ctx context.Context, period time.Duration, what string, f
 // to a checkpoint still in progress.
 func (s *Server) sweepOrphans(ctx context.Context) error {
 	removed, err := snapshot.SweepOrphans(ctx, s.objects, func(ctx context.Context, location string) (bool, error) {
-		space, _, name, err := snapshot.ParseLocation(location)
-		if err != nil {
+		if _, _, _, err := snapshot.ParseLocation(location); err != nil {
 			return true, nil // not ours to judge: keep it
 		}
-		rec, err := s.store.Snapshots().Get(ctx, space, name)
-		if errors.Is(err, store.ErrNotFound) {
-			return false, nil
-		}
-		return err == nil && rec.GetLocation() == location, err
+		// Any record: forks' records name their source's location.
+		recs, _, err := s.store.Snapshots().List(ctx, store.ListOptions{PageSize: 1, Filter: store.Filter{"location": location}})
+		return len(recs) > 0, err
 	}, 24*time.Hour)
 	if len(removed) > 0 {
 		s.log.Info("removed orphaned snapshots", "count", len(removed))

@@ -2,14 +2,19 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
-type snapshotService struct{ store store.Store }
+type snapshotService struct {
+	store  store.Store
+	engine *workflow.Engine
+}
 
 func (s *snapshotService) GetSnapshot(ctx context.Context, req *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Snapshot], error) {
 	snap, err := get(ctx, s.store.Snapshots(), req.Msg, true)
@@ -27,8 +32,11 @@ func (s *snapshotService) ListSnapshots(ctx context.Context, req *connect.Reques
 	return connect.NewResponse(&torporv1.ListSnapshotsResponse{Snapshots: items, NextPageToken: next}), nil
 }
 
-// DeleteSnapshot refuses to remove a snapshot an actor still points at:
-// the actor's state would be lost (invariant 5).
+// DeleteSnapshot refuses to remove a snapshot an actor still points at
+// (the actor's state would be lost, invariant 5) or a tag keeps. It
+// deletes the record as read, so a tag or fork committed meanwhile makes
+// it fail. The files go with the orphan sweep, once no record (a fork's
+// included) names them.
 func (s *snapshotService) DeleteSnapshot(ctx context.Context, req *connect.Request[torporv1.DeleteRequest]) (*connect.Response[torporv1.DeleteResponse], error) {
 	m := req.Msg
 	if err := keyOf(m.GetSpace(), m.GetName(), true); err != nil {
@@ -47,7 +55,17 @@ func (s *snapshotService) DeleteSnapshot(ctx context.Context, req *connect.Reque
 		case a.GetMetadata().GetUid() == snap.GetActorUid() && pointsAt(a.GetStatus(), snap.GetMetadata().GetName()):
 			return failedPrecondition("snapshot %s/%s is the current state of actor %s", m.GetSpace(), m.GetName(), a.GetMetadata().GetName())
 		}
-		return tx.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), m.GetVersion())
+		tags, _, err := tx.Tags().List(ctx, store.ListOptions{Space: m.GetSpace(), PageSize: 1, Filter: store.Filter{"snapshot": m.GetName()}})
+		if err != nil {
+			return err
+		}
+		if len(tags) > 0 {
+			return failedPrecondition("snapshot %s/%s is tagged %s: untag it first", m.GetSpace(), m.GetName(), tags[0].GetMetadata().GetName())
+		}
+		if (m.GetUid() != "" && m.GetUid() != snap.GetMetadata().GetUid()) || (m.GetVersion() != 0 && m.GetVersion() != snap.GetMetadata().GetVersion()) {
+			return connect.NewError(connect.CodeAborted, fmt.Errorf("snapshot %s/%s does not match the given uid or version", m.GetSpace(), m.GetName()))
+		}
+		return tx.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), snap.GetMetadata().GetUid(), snap.GetMetadata().GetVersion())
 	})
 	if err != nil {
 		return nil, err

@@ -351,9 +351,11 @@ func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, cause er
 
 // expiring applies retention to the actor's durable snapshots once
 // latest is committed as its newest: it keeps the newest K (its template's
-// keep) and returns the older ones. An actor's snapshots are only created
-// by its checkpoints, one at a time, so the list read before the
-// finalize's transaction is the list at its commit.
+// keep) and returns the older ones that no tag keeps. An actor's
+// snapshots are only created by its checkpoints, one at a time, so the
+// list read before the finalize's transaction is the list at its commit;
+// a tag or fork made since bumps a snapshot's version, which expireInTx
+// compare-and-sets.
 func (e *Engine) expiring(ctx context.Context, a *torporv1.Actor, latest *torporv1.Snapshot) ([]*torporv1.Snapshot, error) {
 	keep := int(a.GetStatus().GetCurrentTemplateSpec().GetSnapshotPolicy().GetKeep())
 	if keep <= 0 {
@@ -370,7 +372,17 @@ func (e *Engine) expiring(ctx context.Context, a *torporv1.Actor, latest *torpor
 		}
 	}
 	// latest sorts last (names sort by creation time) and is kept.
-	return durable[:max(len(durable)+1-keep, 0)], nil
+	var expire []*torporv1.Snapshot
+	for _, s := range durable[:max(len(durable)+1-keep, 0)] {
+		kept, err := tagged(ctx, e.store, s)
+		if err != nil {
+			return nil, err
+		}
+		if !kept {
+			expire = append(expire, s)
+		}
+	}
+	return expire, nil
 }
 
 // expireInTx deletes the records of expired snapshots within the
@@ -381,10 +393,12 @@ func expireInTx(ctx context.Context, tx store.Tx, expire []*torporv1.Snapshot) (
 	var expired []*torporv1.Snapshot
 	for _, s := range expire {
 		m := s.GetMetadata()
-		err := tx.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), 0)
+		err := tx.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), m.GetVersion())
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			continue // removed meanwhile, with its files
+		case errors.Is(err, store.ErrConflict):
+			continue // tagged or forked since it was read: the next retention decides again
 		case err != nil:
 			return nil, err
 		}
@@ -399,20 +413,25 @@ func (e *Engine) actorSnapshots(ctx context.Context, a *torporv1.Actor) ([]*torp
 	return store.ListAll(ctx, e.store.Snapshots(), store.ListOptions{Space: a.GetMetadata().GetSpace(), Filter: store.Filter{"actor_uid": a.GetMetadata().GetUid()}})
 }
 
-// removeSnapshot deletes a snapshot's record, then its files. Local
+// removeSnapshot deletes a snapshot's record as it was read (a tag or
+// fork since makes it fail with ErrConflict), then its files. Local
 // checkpoints' files belong to their node, which evicts them.
 func (e *Engine) removeSnapshot(ctx context.Context, s *torporv1.Snapshot) error {
 	m := s.GetMetadata()
-	if err := e.store.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := e.store.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), m.GetVersion()); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
 	return e.removeSnapshotFiles(ctx, s)
 }
 
-// removeSnapshotFiles removes the files of a snapshot whose record is gone.
+// removeSnapshotFiles removes the files of a snapshot whose record is
+// gone, unless another record (a fork's, or its source's) names them.
 func (e *Engine) removeSnapshotFiles(ctx context.Context, s *torporv1.Snapshot) error {
 	if s.GetNode() != "" || e.objects == nil {
 		return nil
+	}
+	if shared, err := e.shared(ctx, s); err != nil || shared {
+		return err
 	}
 	return e.objects.DeleteSnapshot(ctx, s.GetLocation())
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
-// Delete removes an actor that holds no worker, with all its snapshots.
+// Delete removes an actor that holds no worker, with all its snapshots
+// but those a tag keeps (untagging one of a deleted actor removes it).
 // The DELETING intent is committed first, so a crash mid-way is finished by
 // Recover.
 func (e *Engine) Delete(ctx context.Context, space, name string) (err error) {
@@ -60,6 +61,12 @@ func (e *Engine) driveDelete(ctx context.Context, a *torporv1.Actor) error {
 		return err
 	}
 	for _, s := range snaps {
+		if kept, err := tagged(ctx, e.store, s); err != nil || kept {
+			if err != nil {
+				return fmt.Errorf("delete actor %s: %w", actorKey(a), err)
+			}
+			continue
+		}
 		if err := e.removeSnapshot(ctx, s); err != nil {
 			return fmt.Errorf("delete actor %s: remove snapshot %s: %w", actorKey(a), s.GetMetadata().GetName(), err)
 		}

@@ -62,6 +62,10 @@ func (e *Engine) redrive(ctx context.Context, a *torporv1.Actor) error {
 	case torporv1.ActorState_ACTOR_STATE_RESUMING:
 		_, err = e.driveResume(ctx, a, nil)
 	case torporv1.ActorState_ACTOR_STATE_SUSPENDING, torporv1.ActorState_ACTOR_STATE_PAUSING:
+		if a.GetStatus().GetOperation().GetKind() == torporv1.OperationKind_OPERATION_KIND_REVERT {
+			_, err = e.driveDiscard(ctx, a)
+			break
+		}
 		_, err = e.driveCheckpoint(ctx, a)
 	case torporv1.ActorState_ACTOR_STATE_DELETING:
 		err = e.driveDelete(ctx, a)

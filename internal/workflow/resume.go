@@ -448,30 +448,34 @@ func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor, source *tor
 	}
 	req := &torporv1.RestoreRequest{Op: nodeOp, Workload: workload, Scope: op.GetRestoreScope()}
 	space := a.GetMetadata().GetSpace()
-	if req.Snapshot, err = e.snapshotSource(ctx, space, op.GetSourceSnapshot(), source); err != nil {
+	var snap *torporv1.Snapshot
+	if req.Snapshot, snap, err = e.snapshotSource(ctx, space, op.GetSourceSnapshot(), source); err != nil {
 		return err
 	}
-	if req.Golden, err = e.snapshotSource(ctx, space, op.GetGoldenSnapshot(), nil); err != nil {
+	// A fork's first snapshot is another actor's state: the guest is
+	// told (node identity files), so it can renew what must be unique.
+	workload.ForkedFrom = snap.GetForkedFromActor()
+	if req.Golden, _, err = e.snapshotSource(ctx, space, op.GetGoldenSnapshot(), nil); err != nil {
 		return err
 	}
 	_, err = agent.Restore(ctx, connect.NewRequest(req))
 	return err
 }
 
-// snapshotSource is where the node finds snapshot name: from known when
-// that is its record, read from the store otherwise.
-func (e *Engine) snapshotSource(ctx context.Context, space, name string, known *torporv1.Snapshot) (*torporv1.SnapshotSource, error) {
+// snapshotSource is where the node finds snapshot name, and its record:
+// known when that is it, read from the store otherwise.
+func (e *Engine) snapshotSource(ctx context.Context, space, name string, known *torporv1.Snapshot) (*torporv1.SnapshotSource, *torporv1.Snapshot, error) {
 	if name == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	snap := known
 	if m := known.GetMetadata(); m.GetSpace() != space || m.GetName() != name {
 		var err error
 		if snap, err = e.store.Snapshots().Get(ctx, space, name); err != nil {
-			return nil, fmt.Errorf("snapshot %s/%s: %w", space, name, err)
+			return nil, nil, fmt.Errorf("snapshot %s/%s: %w", space, name, err)
 		}
 	}
-	return &torporv1.SnapshotSource{Location: snap.GetLocation(), ManifestDigest: snap.GetManifestDigest(), Node: snap.GetNode()}, nil
+	return &torporv1.SnapshotSource{Location: snap.GetLocation(), ManifestDigest: snap.GetManifestDigest(), Node: snap.GetNode()}, snap, nil
 }
 
 // failResume records a failed resume: the actor becomes CRASHED with the

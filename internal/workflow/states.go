@@ -14,14 +14,18 @@ import (
 // is created SUSPENDED; every later change of its state is one of these
 // moves, made by setState.
 var transitions = map[torporv1.ActorState][]torporv1.ActorState{
-	// A resume claims a worker; deleting needs none held.
+	// A resume claims a worker; deleting needs none held. A revert sets a
+	// PAUSED or CRASHED actor back to one of its snapshots, discarding the
+	// local checkpoint or the crash: SUSPENDED, until it resumes from it.
 	torporv1.ActorState_ACTOR_STATE_SUSPENDED: {torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_DELETING},
-	torporv1.ActorState_ACTOR_STATE_PAUSED:    {torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_DELETING},
-	torporv1.ActorState_ACTOR_STATE_CRASHED:   {torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_DELETING},
+	torporv1.ActorState_ACTOR_STATE_PAUSED:    {torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_DELETING, torporv1.ActorState_ACTOR_STATE_SUSPENDED},
+	torporv1.ActorState_ACTOR_STATE_CRASHED:   {torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_DELETING, torporv1.ActorState_ACTOR_STATE_SUSPENDED},
 	torporv1.ActorState_ACTOR_STATE_RESUMING:  {torporv1.ActorState_ACTOR_STATE_RUNNING, torporv1.ActorState_ACTOR_STATE_CRASHED},
 	torporv1.ActorState_ACTOR_STATE_RUNNING:   {torporv1.ActorState_ACTOR_STATE_SUSPENDING, torporv1.ActorState_ACTOR_STATE_PAUSING, torporv1.ActorState_ACTOR_STATE_CRASHED},
 	// A checkpoint that fails with the workload still running, or an idle
-	// stop cancelled before the node was called, returns to RUNNING.
+	// stop cancelled before the node was called, returns to RUNNING. A
+	// revert of a RUNNING actor stops its workload through SUSPENDING
+	// without a checkpoint (OPERATION_KIND_REVERT).
 	torporv1.ActorState_ACTOR_STATE_SUSPENDING: {torporv1.ActorState_ACTOR_STATE_SUSPENDED, torporv1.ActorState_ACTOR_STATE_RUNNING, torporv1.ActorState_ACTOR_STATE_CRASHED},
 	torporv1.ActorState_ACTOR_STATE_PAUSING:    {torporv1.ActorState_ACTOR_STATE_PAUSED, torporv1.ActorState_ACTOR_STATE_RUNNING, torporv1.ActorState_ACTOR_STATE_CRASHED},
 	// DELETING ends with the record's removal, not another state.

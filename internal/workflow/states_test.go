@@ -33,6 +33,7 @@ func TestTransitions(t *testing.T) {
 		{suspended, resuming}: true, {suspended, deleting}: true,
 		{paused, resuming}: true, {paused, deleting}: true,
 		{crashed, resuming}: true, {crashed, deleting}: true,
+		{paused, suspended}: true, {crashed, suspended}: true, // a revert
 		{resuming, running}: true, {resuming, crashed}: true,
 		{running, suspending}: true, {running, pausing}: true, {running, crashed}: true,
 		{suspending, suspended}: true, {suspending, running}: true, {suspending, crashed}: true,
