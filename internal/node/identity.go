@@ -8,6 +8,17 @@ package node
 //	cert.pem  the certificate, then its chain (PEM)
 //	key.pem   its private key (PKCS#8 PEM, mode 0600)
 //	ca.pem    the CA certificates to verify peers with (PEM)
+//	actor.env who the workload is, KEY=VALUE lines: TORPOR_SPACE,
+//	          TORPOR_ACTOR (also the sandbox's hostname), TORPOR_ACTOR_UID,
+//	          and TORPOR_FORKED_FROM ("SPACE/ACTOR") when this start
+//	          restores another actor's snapshot: a fork's first start
+//
+// A restored guest runs on with the memory of the actor it was captured
+// from; a fork's memory still holds its source's name and uid. Files
+// are the guest's way to learn who it is now: a guest that keeps
+// something that must be unique per actor rereads actor.env (cheaply, on
+// each request, or when cert.pem changes: every start replaces it) and
+// resets it when TORPOR_ACTOR_UID is not the one it knew.
 //
 // The files are on the host, not in the sandbox, so a restored actor never
 // sees the certificate frozen in its snapshot: the directory is refilled
@@ -56,9 +67,10 @@ const IdentityMountPath = "/run/torpor/identity"
 
 // The identity files a workload finds at IdentityMountPath.
 const (
-	IdentityCertFile = "cert.pem"
-	IdentityKeyFile  = "key.pem"
-	IdentityCAFile   = "ca.pem"
+	IdentityCertFile  = "cert.pem"
+	IdentityKeyFile   = "key.pem"
+	IdentityCAFile    = "ca.pem"
+	IdentityActorFile = "actor.env"
 )
 
 // goldenActorPrefix names the workload of a golden build (the control
@@ -178,6 +190,9 @@ func (id *workloadIdentity) prepare(ctx context.Context, s *slot, w *torporv1.Wo
 	if isGolden(w) {
 		return mounts, nil
 	}
+	if err := id.write(s, []identityFile{{IdentityActorFile, actorEnv(w), 0o644}}); err != nil {
+		return nil, fmt.Errorf("worker %s: identity: %w", s.name(), err)
+	}
 	key, csr, err := identity.NewCSR()
 	if err != nil {
 		return nil, fmt.Errorf("actor %s/%s: identity key: %w", w.GetSpace(), w.GetActor(), err)
@@ -236,6 +251,16 @@ func (id *workloadIdentity) mint(ctx context.Context, s *slot, w *torporv1.Workl
 	id.log.Debug("minted workload certificate", "worker", s.name(), "actor_uid", w.GetActorUid(),
 		"spiffe_id", resp.Msg.GetSpiffeId(), "serial", tlsCert.Leaf.SerialNumber.Text(16), "expires", tlsCert.Leaf.NotAfter)
 	return tlsCert.Leaf.NotAfter, nil
+}
+
+// actorEnv is the content of IdentityActorFile for w. Names are DNS
+// labels and uids hex and dashes: no quoting is needed.
+func actorEnv(w *torporv1.Workload) []byte {
+	env := fmt.Sprintf("TORPOR_SPACE=%s\nTORPOR_ACTOR=%s\nTORPOR_ACTOR_UID=%s\n", w.GetSpace(), w.GetActor(), w.GetActorUid())
+	if w.GetForkedFrom() != "" {
+		env += "TORPOR_FORKED_FROM=" + w.GetForkedFrom() + "\n"
+	}
+	return []byte(env)
 }
 
 type identityFile struct {

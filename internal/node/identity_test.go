@@ -314,8 +314,11 @@ func checkIdentity(t *testing.T, files map[string][]byte, actorUID string) *x509
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	if want := []string{IdentityCAFile, IdentityCertFile, IdentityKeyFile}; !slices.Equal(names, want) {
+	if want := []string{IdentityActorFile, IdentityCAFile, IdentityCertFile, IdentityKeyFile}; !slices.Equal(names, want) {
 		t.Fatalf("identity files %v, want %v", names, want)
+	}
+	if env, want := string(files[IdentityActorFile]), "TORPOR_SPACE=s\nTORPOR_ACTOR=actor-"+actorUID+"\nTORPOR_ACTOR_UID="+actorUID+"\n"; !strings.HasPrefix(env, want) {
+		t.Fatalf("actor.env %q, want it to start %q", env, want)
 	}
 	pair, err := tls.X509KeyPair(files[IdentityCertFile], files[IdentityKeyFile])
 	if err != nil {
@@ -415,6 +418,44 @@ func TestIdentityFollowsTheActor(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantNoIdentity(t, n, 1, "after the terminate")
+}
+
+// TestIdentityTellsAFork: a restore of another actor's snapshot (a
+// fork's first start) gets the fork's own certificate and names its
+// source in actor.env; the source's own starts do not.
+func TestIdentityTellsAFork(t *testing.T) {
+	plane := newAuthorizingPlane(t, 0)
+	n, witness := newIdentityNode(t, plane)
+	ctx := context.Background()
+
+	plane.place(t, "a1", n.worker(0))
+	if _, err := n.run(ctx, "a1", "op-run", 0); err != nil {
+		t.Fatal(err)
+	}
+	if env := string(witness.last(t, "a1").files[IdentityActorFile]); strings.Contains(env, "TORPOR_FORKED_FROM") {
+		t.Fatalf("a first run says it is a fork: %q", env)
+	}
+	snap := n.checkpointFull(t, "a1", "op-suspend", 0)
+
+	plane.place(t, "a2", n.worker(1))
+	fork := n.workload("a2")
+	fork.ForkedFrom = "s/actor-a1"
+	if err := n.restore(ctx, fork, "op-fork", 1, torporv1.RestoreScope_RESTORE_SCOPE_FULL, snap, nil); err != nil {
+		t.Fatal(err)
+	}
+	started := witness.last(t, "a2")
+	checkIdentity(t, started.files, "a2")
+	if env := string(started.files[IdentityActorFile]); !strings.HasSuffix(env, "TORPOR_FORKED_FROM=s/actor-a1\n") {
+		t.Fatalf("the fork's actor.env %q does not name its source", env)
+	}
+
+	bad := n.workload("a3")
+	bad.ForkedFrom = "s/x\nTORPOR_ACTOR=a1"
+	plane.place(t, "a3", n.worker(0))
+	err := n.restore(ctx, bad, "op-bad", 0, torporv1.RestoreScope_RESTORE_SCOPE_FULL, snap, nil)
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "workload.forkedFrom") {
+		t.Fatalf("a forkedFrom that is not SPACE/ACTOR: %v, want InvalidArgument naming workload.forkedFrom", err)
+	}
 }
 
 // TestIdentityRenewed: a running workload's certificate is replaced

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -62,6 +64,13 @@ func validateWorkload(op *torporv1.Operation, w *torporv1.Workload) error {
 	}
 	if err := validate.TemplateSpec("workload.template", w.GetTemplate(), image.IsPinned); err != nil {
 		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	// It is written into the guest's actor.env, one value a line.
+	if from := w.GetForkedFrom(); from != "" {
+		space, name, _ := strings.Cut(from, "/")
+		if err := errors.Join(validate.Name("workload.forkedFrom", space), validate.Name("workload.forkedFrom", name)); err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
 	}
 	return nil
 }
