@@ -51,6 +51,7 @@ func newActorCommand(a *app) *cobra.Command {
 		newActorCheckpointCommand(a, "pause", "paused", "Checkpoint an actor on its node and free its worker (resumes there fastest)",
 			func(c *clients) actorStep { return c.actors.PauseActor }),
 		newActorEventsCommand(a),
+		newActorRevertCommand(a),
 	)
 	return noun
 }
@@ -72,17 +73,28 @@ func newActorCreateCommand(a *app) *cobra.Command {
 	var spec torporv1.ActorSpec
 	var tf templateFlag
 	var wait time.Duration
+	var fork forkFlags
 	cmd := &cobra.Command{
-		Use:   "create NAME --template TEMPLATE[@REV]",
+		Use:   "create NAME (--template TEMPLATE[@REV] | --from ACTOR | --from-tag [SPACE/]TAG)",
 		Short: "Create an actor (it starts suspended and resumes on its first request)",
 		Long: "Create an actor on a template revision (default: the latest). It stays on that\n" +
 			"revision until moved. A revision whose golden build failed is refused; one still\n" +
 			"building is accepted, and its actors cold-boot until the golden snapshot is ready\n" +
-			"(--wait waits for it instead).",
+			"(--wait waits for it instead).\n\n" +
+			forkHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := tf.into(&spec); err != nil {
+			from, err := fork.source()
+			if err != nil {
 				return err
+			}
+			if tf.ref == "" && from == nil {
+				return errors.New("give --template, or --from or --from-tag to fork")
+			}
+			if tf.ref != "" {
+				if err := tf.into(&spec); err != nil {
+					return err
+				}
 			}
 			c, err := a.clients()
 			if err != nil {
@@ -91,12 +103,15 @@ func newActorCreateCommand(a *app) *cobra.Command {
 			actor, err := call(cmd.Context(), c.actors.CreateActor, &torporv1.CreateActorRequest{Actor: &torporv1.Actor{
 				Metadata: &torporv1.ObjectMeta{Space: a.space, Name: args[0]},
 				Spec:     &spec,
-			}})
+			}, From: from, AllowStateLoss: fork.allowStateLoss})
 			if err != nil {
 				return err
 			}
 			if err := actorKind.printChanged(cmd.OutOrStdout(), a.output, actor, "created"); err != nil {
 				return err
+			}
+			if from != nil {
+				return nil // it restores its snapshot, not the golden
 			}
 			rev := validate.RevisionName(actor.GetSpec().GetTemplate(), actor.GetSpec().GetTemplateRevision())
 			t, err := call(cmd.Context(), c.templates.GetTemplate, &torporv1.GetRequest{Space: a.space, Name: rev})
@@ -112,11 +127,11 @@ func newActorCreateCommand(a *app) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&tf.ref, "template", "", "template in the actor's space: NAME (its latest revision) or NAME@REV")
+	cmd.Flags().StringVar(&tf.ref, "template", "", "template in the actor's space: NAME (its latest revision) or NAME@REV; with --from, default: the snapshot's revision")
 	cmd.Flags().StringToStringVar(&spec.WorkerSelector, "selector", nil, "labels a worker must carry to host the actor (k=v,...)")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the revision's golden snapshot, printing its progress")
 	cmd.Flags().Lookup("wait").NoOptDefVal = "5m"
-	_ = cmd.MarkFlagRequired("template") // the flag exists: cannot fail
+	fork.register(cmd)
 	return cmd
 }
 

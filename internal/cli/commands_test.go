@@ -208,7 +208,7 @@ func TestActorCommands(t *testing.T) {
 	if !proto.Equal(a1.GetSpec(), wantSpec) {
 		t.Errorf("stored spec %v, want %v", a1.GetSpec(), wantSpec)
 	}
-	if msg := fails(t, url, "actor", "create", "a2"); !strings.Contains(msg, `"template" not set`) {
+	if msg := fails(t, url, "actor", "create", "a2"); !strings.Contains(msg, "give --template, or --from or --from-tag to fork") {
 		t.Errorf("create without --template: %q", msg)
 	}
 

@@ -35,5 +35,7 @@ var snapshotKind = &kind[*torporv1.Snapshot]{
 
 // Snapshots are written by checkpoints only, so there is no create.
 func newSnapshotCommand(a *app) *cobra.Command {
-	return snapshotKind.nounCommand(a, "Inspect and delete snapshots")
+	noun := snapshotKind.nounCommand(a, "Inspect, tag and delete snapshots")
+	noun.AddCommand(newSnapshotTagCommands(a)...)
+	return noun
 }
