@@ -28,7 +28,7 @@ func (m *slotMachine) Run(ctx context.Context, req *connect.Request[torporv1.Run
 		return nil, err
 	}
 	return operate(ctx, m, "Run", op, func(ctx context.Context, s *slot) (*torporv1.RunResponse, error) {
-		if err := m.start(ctx, s, op, w, noSource); err != nil {
+		if _, err := m.start(ctx, s, op, w, noSource); err != nil {
 			return nil, err
 		}
 		return &torporv1.RunResponse{WorkerIp: s.rt.IP}, nil
@@ -48,10 +48,11 @@ func (m *slotMachine) Restore(ctx context.Context, req *connect.Request[torporv1
 	}
 	return operate(ctx, m, "Restore", op, func(ctx context.Context, s *slot) (*torporv1.RestoreResponse, error) {
 		began := time.Now()
-		if err := m.start(ctx, s, op, w, func(ctx context.Context) (bootSource, func(), error) { return m.snapshots.source(ctx, msg) }); err != nil {
+		warm, err := m.start(ctx, s, op, w, func(ctx context.Context) (bootSource, func(), error) { return m.snapshots.source(ctx, msg) })
+		if err != nil {
 			return nil, err
 		}
-		return &torporv1.RestoreResponse{WorkerIp: s.rt.IP, DurationMs: time.Since(began).Milliseconds()}, nil
+		return &torporv1.RestoreResponse{WorkerIp: s.rt.IP, DurationMs: time.Since(began).Milliseconds(), Warm: warm}, nil
 	})
 }
 
@@ -131,24 +132,25 @@ type bootSource struct {
 func noSource(context.Context) (bootSource, func(), error) { return bootSource{}, func() {}, nil }
 
 // start claims the slot for the actor, boots it from source and waits for
-// it to be ready. On failure the slot is left free (or, if its sandbox
-// would not stop, stopping).
-func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) error {
+// it to be ready, reporting whether it started in a sandbox made ahead.
+// On failure the slot is left free (or, if its sandbox would not stop,
+// stopping).
+func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) (warm bool, err error) {
 	claimed, err := m.claim(s, op, w)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if err := m.boot(ctx, s, w, source); err != nil {
+	if warm, err = m.boot(ctx, s, w, source); err != nil {
 		ctx, cancel := cleanupContext(ctx)
 		defer cancel()
 		if verr := m.vacate(ctx, s, claimed); verr != nil {
 			m.log.Error("cleaning up after a failed start", "worker", s.name(), "actor_uid", w.GetActorUid(), "err", verr)
 		}
-		return err
+		return false, err
 	}
 	running, err := occupied(phaseRunning, op, w)
 	if err != nil {
-		return err
+		return false, err
 	}
 	s.stage(running)
 	m.identity.keep(s, w)
@@ -156,7 +158,13 @@ func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation
 	// unrecorded removes the workload, and the retry restores it again
 	// from its source, which may be a local checkpoint.
 	s.afterCommit(func() { m.ops.Go(func() { m.snapshots.dropLocal(context.WithoutCancel(ctx), w) }) })
-	return nil
+	return warm, nil
+}
+
+// warmStarts is a runtime that tells whether a slot's workload started
+// in a sandbox made ahead.
+type warmStarts interface {
+	StartedWarm(slot runtime.Slot) bool
 }
 
 // claim reserves the slot for the actor. An actor occupies one slot of
@@ -185,27 +193,27 @@ func (m *slotMachine) claim(s *slot, op *torporv1.Operation, w *torporv1.Workloa
 	return rec, nil
 }
 
-func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) error {
+func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) (warm bool, err error) {
 	steps := startSteps()
 	rootfs, images, err := m.images.unpack(ctx, w)
 	if err != nil {
-		return err
+		return false, err
 	}
 	steps.done("unpack")
 	src, release, err := source(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer release()
 	steps.done("fetch")
 	volumes, err := prepareVolumes(ctx, m.volumes.dir(w.GetActorUid()), durableVolumes(w.GetTemplate()), src.data)
 	if err != nil {
-		return fmt.Errorf("actor %s/%s: durable volumes: %w", w.GetSpace(), w.GetActor(), err)
+		return false, fmt.Errorf("actor %s/%s: durable volumes: %w", w.GetSpace(), w.GetActor(), err)
 	}
 	steps.done("volumes")
 	identityMounts, err := m.identity.prepare(ctx, s, w)
 	if err != nil {
-		return err
+		return false, err
 	}
 	steps.done("identity")
 	rw := runtime.Workload{
@@ -218,15 +226,18 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 		err = m.rt.Restore(ctx, s.rt, rw, src.memory)
 	}
 	if err != nil {
-		return fmt.Errorf("actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
+		return false, fmt.Errorf("actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 	}
 	steps.done("start")
+	if ws, ok := m.rt.(warmStarts); ok {
+		warm = ws.StartedWarm(s.rt)
+	}
 	if err := m.probes.waitReady(ctx, s, w); err != nil {
-		return err
+		return false, err
 	}
 	steps.done("ready")
-	m.log.Debug("start steps", append([]any{"worker", s.name(), "actor_uid", w.GetActorUid(), "restore", src.memory != ""}, steps.attrs...)...)
-	return nil
+	m.log.Debug("start steps", append([]any{"worker", s.name(), "actor_uid", w.GetActorUid(), "restore", src.memory != "", "warm", warm}, steps.attrs...)...)
+	return warm, nil
 }
 
 // cleanupContext gives the cleanup after a failure its own time: the

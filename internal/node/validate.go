@@ -75,6 +75,24 @@ func validateWorkload(op *torporv1.Operation, w *torporv1.Workload) error {
 	return nil
 }
 
+// validateWarm checks a request to warm a worker for a template: its
+// workload names no actor, and its template is checked as a start's.
+func validateWarm(req *torporv1.WarmRequest) error {
+	w := req.GetWorkload()
+	switch {
+	case req.GetWorker() == "":
+		return invalid("worker", "required")
+	case w == nil:
+		return invalid("workload", "required")
+	case w.GetActorUid() != "" || w.GetActor() != "":
+		return invalid("workload", "names actor %q (%s): a warm-up is for a template's next actor, whichever it is", w.GetActor(), w.GetActorUid())
+	}
+	if err := validate.TemplateSpec("workload.template", w.GetTemplate(), image.IsPinned); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return nil
+}
+
 func validateSource(field string, src *torporv1.SnapshotSource) error {
 	if src == nil {
 		return invalid(field, "required")

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -14,13 +15,17 @@ import (
 
 // Warm slots. A restore into a slot whose sandbox the runtime made ahead
 // of time skips the sandbox's boot (runtime.Runtime.Warm). A warm sandbox
-// is made for one workload shape, the actor's name included, so the agent
-// warms a slot for the actor most likely to come back to it: the one that
-// was just suspended or paused out of it. Warming runs after the
-// operation that emptied the slot, under the slot's lock, so it never
-// overlaps another operation on the slot; a start that finds the slot
-// warm for another workload discards it in the runtime, transparently.
-// The slot record remembers the workload while the slot stays free, so a
+// is made for one workload shape; a restore of any actor of that
+// template uses it (the runtime gives the guest its own name), a cold
+// boot only of the actor it was made for. The agent warms a slot for the
+// actor that was just suspended or paused out of it, which is warm for
+// the actor and its template alike, and, when the control plane asks
+// (Warm, for TemplateSpec.warm_workers), a free slot for a template's
+// next actor, with no actor's name. Warming runs after the operation
+// that emptied the slot, under the slot's lock, so it never overlaps
+// another operation on the slot; a start that finds the slot warm for
+// another workload discards it in the runtime, transparently. The slot
+// record remembers the workload while the slot stays free, so a
 // restarted agent keeps a warm sandbox it finds (reconcile) or makes it
 // again.
 
@@ -170,4 +175,24 @@ func warmFor(body []byte) string {
 		return ""
 	}
 	return w.GetActorUid()
+}
+
+// Warm warms a free worker for a template's next actor, in the
+// background (see the NodeAgentService).
+func (m *slotMachine) Warm(ctx context.Context, req *connect.Request[torporv1.WarmRequest]) (*connect.Response[torporv1.WarmResponse], error) {
+	if err := validateWarm(req.Msg); err != nil {
+		return nil, err
+	}
+	s, err := m.slot(req.Msg.GetWorker())
+	if err != nil {
+		return nil, err
+	}
+	if m.warm.off {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("node %s does not warm workers (warming is off)", m.node))
+	}
+	if cur := s.current(); cur.ActorUID != "" {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s: not warming it for template %s", s.name(), cur.ActorUID, req.Msg.GetWorkload().GetTemplateName()))
+	}
+	m.warm.later(ctx, s, req.Msg.GetWorkload())
+	return connect.NewResponse(&torporv1.WarmResponse{}), nil
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -176,5 +177,98 @@ func TestNoWarm(t *testing.T) {
 	n.restoreFull(t, "a1", "op-resume", 0, snap)
 	if n.calls("Warm", 0) != 0 || n.lastStart(t, 0).Warm {
 		t.Fatalf("calls %v, want no warm-up", n.rt.Calls())
+	}
+}
+
+// warmForTemplate asks the agent to warm worker for the fake node's
+// template, with no actor.
+func (n *fakeNode) warmForTemplate(worker int) error {
+	w := n.workload("")
+	w.Actor = ""
+	_, err := n.client.Warm(context.Background(), connect.NewRequest(&torporv1.WarmRequest{Worker: n.worker(worker), Workload: w}))
+	return err
+}
+
+// TestWarmForTheTemplate: a worker warmed for a template (no actor)
+// serves the restore of any of its actors, which reports it, and a
+// restore into a worker another actor of the template left warm does
+// too; a cold boot uses neither. Busy workers, actors named in the
+// request, and a node with warming off are refused, naming why.
+func TestWarmForTheTemplate(t *testing.T) {
+	n := newFakeNode(t)
+	ctx := context.Background()
+	if _, err := n.run(ctx, "a1", "op-run", 0); err != nil {
+		t.Fatal(err)
+	}
+	n.touch(t, 0, 2)
+	snap := n.suspend(t, "a1", "op-suspend", 0)
+	if err := n.warmForTemplate(1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "worker 1 to be warm", func() bool { return n.warm(t, 1) })
+	resp, err := n.client.Restore(ctx, connect.NewRequest(&torporv1.RestoreRequest{
+		Op: op("a1", "op-resume", n.worker(1)), Workload: n.workload("a1"),
+		Scope: torporv1.RestoreScope_RESTORE_SCOPE_FULL, Snapshot: snap,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := n.lastStart(t, 1); !c.Warm || !resp.Msg.GetWarm() {
+		t.Fatalf("restore %+v, response warm=%v: want it in the sandbox warmed for the template", c, resp.Msg.GetWarm())
+	}
+	if st := n.stats(t, 1); st.GetActorUid() != "a1" || st.GetMemoryBytes() != 2 {
+		t.Fatalf("stats %v, want a1 with its memory", st)
+	}
+
+	// Worker 0, which a1 left warm, serves another actor's restore too.
+	waitFor(t, "worker 0 to be warm for a1", func() bool { return n.warm(t, 0) })
+	snap2 := n.suspend(t, "a1", "op-suspend-2", 1)
+	moved := n.workload("a1")
+	moved.ActorUid, moved.Actor = "a2", "actor-a2"
+	if _, err := n.client.Restore(ctx, connect.NewRequest(&torporv1.RestoreRequest{
+		Op: op("a2", "op-fork", n.worker(0)), Workload: moved,
+		Scope: torporv1.RestoreScope_RESTORE_SCOPE_FULL, Snapshot: snap2,
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if c := n.lastStart(t, 0); !c.Warm {
+		t.Fatalf("a2's restore %+v, want it in the sandbox a1 left warm", c)
+	}
+
+	// A cold boot does not use a sandbox warmed for the template.
+	waitFor(t, "worker 1 to be warm for a1", func() bool { return n.warm(t, 1) })
+	if err := n.terminate(ctx, "a1", "op-term", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.warmForTemplate(1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "worker 1 to be warm for the template", func() bool { return n.warm(t, 1) })
+	if _, err := n.run(ctx, "a3", "op-run-a3", 1); err != nil {
+		t.Fatal(err)
+	}
+	if c := n.lastStart(t, 1); c.Warm {
+		t.Fatalf("a3's cold boot %+v used the sandbox warmed with no actor's name", c)
+	}
+
+	for _, tt := range []struct {
+		name string
+		err  error
+		code connect.Code
+		says string
+	}{
+		{"busy worker", n.warmForTemplate(1), connect.CodeFailedPrecondition, "hosts actor a3"},
+		{"actor named", func() error {
+			_, err := n.client.Warm(ctx, connect.NewRequest(&torporv1.WarmRequest{Worker: n.worker(1), Workload: n.workload("a4")}))
+			return err
+		}(), connect.CodeInvalidArgument, "workload"},
+	} {
+		if connect.CodeOf(tt.err) != tt.code || !strings.Contains(tt.err.Error(), tt.says) {
+			t.Errorf("%s: %v, want %v mentioning %q", tt.name, tt.err, tt.code, tt.says)
+		}
+	}
+	off := newFakeNode(t, func(c *Config) { c.NoWarm = true })
+	if err := off.warmForTemplate(0); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "warming is off") {
+		t.Errorf("warm on a node with warming off: %v, want FailedPrecondition saying so", err)
 	}
 }

@@ -630,3 +630,9 @@ func (f *fakeAgent) Stats(_ context.Context, req *connect.Request[torporv1.Stats
 	}
 	return connect.NewResponse(resp), nil
 }
+
+// Warm answers as a node with warming off: these tests' templates want
+// no warm workers.
+func (f *fakeAgent) Warm(context.Context, *connect.Request[torporv1.WarmRequest]) (*connect.Response[torporv1.WarmResponse], error) {
+	return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("the router tests' node does not warm workers"))
+}

@@ -71,6 +71,8 @@ type sandbox struct {
 	memory  int64
 	started time.Time
 	crashed bool
+	// startedWarm: it started in a warm sandbox.
+	startedWarm bool
 }
 
 // spec is what a restore must match, as runsc checks the OCI spec of
@@ -318,11 +320,13 @@ func (f *Runtime) start(slot runtime.Slot, w runtime.Workload, img *image) error
 	if sb, ok := f.sandboxes[slot.Name]; ok {
 		return fmt.Errorf("slot %s: start actor %s: %w (sandbox %s)", slot.Name, w.ActorUID, runtime.ErrBusy, sb.id)
 	}
+	startedWarm := false
 	if wm, ok := f.warm[slot.Name]; ok {
 		delete(f.warm, slot.Name)
+		startedWarm = wm.serves(w, shapeOf(c), img != nil)
 		for i := len(f.calls) - 1; i >= 0; i-- {
 			if call := &f.calls[i]; call.Slot == slot.Name && (call.Method == "Run" || call.Method == "Restore") {
-				call.Warm = wm.serves(w, shapeOf(c), img != nil)
+				call.Warm = startedWarm
 				break
 			}
 		}
@@ -336,9 +340,18 @@ func (f *Runtime) start(slot runtime.Slot, w runtime.Workload, img *image) error
 	}
 	f.gen++
 	f.sandboxes[slot.Name] = &sandbox{
-		id: fmt.Sprintf("%s_%d", slot.Name, f.gen), w: w, spec: sp, memory: memory, started: time.Now(),
+		id: fmt.Sprintf("%s_%d", slot.Name, f.gen), w: w, spec: sp, memory: memory, started: time.Now(), startedWarm: startedWarm,
 	}
 	return nil
+}
+
+// StartedWarm reports whether slot's workload started in the slot's
+// warm sandbox.
+func (f *Runtime) StartedWarm(slot runtime.Slot) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.sandboxes[slot.Name]
+	return ok && sb.startedWarm
 }
 
 func specOf(containers []runtime.Checked) spec {

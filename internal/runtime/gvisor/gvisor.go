@@ -607,7 +607,22 @@ func (r *Runtime) activate(ctx context.Context, slot runtime.Slot, w runtime.Wor
 	if err := r.nameRestored(ctx, slot.Name, id, w.Actor, spec.Hostname, imageDir); err != nil {
 		return err
 	}
-	return os.Remove(filepath.Join(dir, warmFile))
+	return os.Rename(filepath.Join(dir, warmFile), filepath.Join(dir, startedWarmFile))
+}
+
+// startedWarmFile marks the bundle of a sandbox that was warm when its
+// workload started (StartedWarm).
+const startedWarmFile = "started-warm"
+
+// StartedWarm reports whether slot's workload started in a sandbox made
+// ahead (Warm).
+func (r *Runtime) StartedWarm(slot runtime.Slot) bool {
+	active, _, err := r.sandboxes(slot.Name)
+	if err != nil || len(active) != 1 {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(r.bundleDir(slot.Name, active[0]), startedWarmFile))
+	return err == nil
 }
 
 // bindOnto mounts m's host directory (recursively) at target, read-only if

@@ -317,6 +317,95 @@ func (x *ListNodesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type WarmRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// The template's workload; no actor (space, template and its spec).
+	Workload      *Workload `protobuf:"bytes,2,opt,name=workload,proto3" json:"workload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WarmRequest) Reset() {
+	*x = WarmRequest{}
+	mi := &file_torpor_v1_node_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WarmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WarmRequest) ProtoMessage() {}
+
+func (x *WarmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
+func (*WarmRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WarmRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *WarmRequest) GetWorkload() *Workload {
+	if x != nil {
+		return x.Workload
+	}
+	return nil
+}
+
+type WarmResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WarmResponse) Reset() {
+	*x = WarmResponse{}
+	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WarmResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WarmResponse) ProtoMessage() {}
+
+func (x *WarmResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WarmResponse.ProtoReflect.Descriptor instead.
+func (*WarmResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{6}
+}
+
 // Operation names the call for idempotency and the workload it acts on.
 type Operation struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -330,7 +419,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_torpor_v1_node_proto_msgTypes[5]
+	mi := &file_torpor_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +431,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[5]
+	mi := &file_torpor_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +444,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Operation) GetActorUid() string {
@@ -396,7 +485,7 @@ type Workload struct {
 
 func (x *Workload) Reset() {
 	*x = Workload{}
-	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	mi := &file_torpor_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +497,7 @@ func (x *Workload) String() string {
 func (*Workload) ProtoMessage() {}
 
 func (x *Workload) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	mi := &file_torpor_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +510,7 @@ func (x *Workload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workload.ProtoReflect.Descriptor instead.
 func (*Workload) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Workload) GetSpace() string {
@@ -483,7 +572,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	mi := &file_torpor_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +584,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	mi := &file_torpor_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +597,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunRequest) GetOp() *Operation {
@@ -534,7 +623,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	mi := &file_torpor_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +635,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	mi := &file_torpor_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +648,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunResponse) GetWorkerIp() string {
@@ -584,7 +673,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[9]
+	mi := &file_torpor_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +685,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[9]
+	mi := &file_torpor_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +698,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CheckpointRequest) GetOp() *Operation {
@@ -659,7 +748,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[10]
+	mi := &file_torpor_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +760,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[10]
+	mi := &file_torpor_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +773,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CheckpointResponse) GetLocation() string {
@@ -728,7 +817,7 @@ type SnapshotSource struct {
 
 func (x *SnapshotSource) Reset() {
 	*x = SnapshotSource{}
-	mi := &file_torpor_v1_node_proto_msgTypes[11]
+	mi := &file_torpor_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +829,7 @@ func (x *SnapshotSource) String() string {
 func (*SnapshotSource) ProtoMessage() {}
 
 func (x *SnapshotSource) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[11]
+	mi := &file_torpor_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +842,7 @@ func (x *SnapshotSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSource.ProtoReflect.Descriptor instead.
 func (*SnapshotSource) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SnapshotSource) GetLocation() string {
@@ -793,7 +882,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[12]
+	mi := &file_torpor_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +894,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[12]
+	mi := &file_torpor_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +907,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RestoreRequest) GetOp() *Operation {
@@ -860,14 +949,17 @@ type RestoreResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerIp string                 `protobuf:"bytes,1,opt,name=worker_ip,json=workerIp,proto3" json:"worker_ip,omitempty"`
 	// Time spent restoring, for the actor's history.
-	DurationMs    int64 `protobuf:"varint,2,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	DurationMs int64 `protobuf:"varint,2,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// The restore used a sandbox the node made ahead (a warm worker), for
+	// the actor's history.
+	Warm          bool `protobuf:"varint,3,opt,name=warm,proto3" json:"warm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[13]
+	mi := &file_torpor_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +971,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[13]
+	mi := &file_torpor_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +984,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RestoreResponse) GetWorkerIp() string {
@@ -909,6 +1001,13 @@ func (x *RestoreResponse) GetDurationMs() int64 {
 	return 0
 }
 
+func (x *RestoreResponse) GetWarm() bool {
+	if x != nil {
+		return x.Warm
+	}
+	return false
+}
+
 type TerminateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Op            *Operation             `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
@@ -918,7 +1017,7 @@ type TerminateRequest struct {
 
 func (x *TerminateRequest) Reset() {
 	*x = TerminateRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[14]
+	mi := &file_torpor_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1029,7 @@ func (x *TerminateRequest) String() string {
 func (*TerminateRequest) ProtoMessage() {}
 
 func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[14]
+	mi := &file_torpor_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1042,7 @@ func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateRequest.ProtoReflect.Descriptor instead.
 func (*TerminateRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TerminateRequest) GetOp() *Operation {
@@ -961,7 +1060,7 @@ type TerminateResponse struct {
 
 func (x *TerminateResponse) Reset() {
 	*x = TerminateResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[15]
+	mi := &file_torpor_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1072,7 @@ func (x *TerminateResponse) String() string {
 func (*TerminateResponse) ProtoMessage() {}
 
 func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[15]
+	mi := &file_torpor_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1085,7 @@ func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateResponse.ProtoReflect.Descriptor instead.
 func (*TerminateResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 type StatsRequest struct {
@@ -998,7 +1097,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[16]
+	mi := &file_torpor_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1109,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[16]
+	mi := &file_torpor_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1122,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatsRequest) GetWorker() string {
@@ -1044,7 +1143,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[17]
+	mi := &file_torpor_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1155,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[17]
+	mi := &file_torpor_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1168,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatsResponse) GetRunning() bool {
@@ -1110,7 +1209,11 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\x0eheartbeat_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\rheartbeatTime\"b\n" +
 	"\x11ListNodesResponse\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.torpor.v1.NodeR\x05nodes\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"c\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"V\n" +
+	"\vWarmRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12/\n" +
+	"\bworkload\x18\x02 \x01(\v2\x13.torpor.v1.WorkloadR\bworkload\"\x0e\n" +
+	"\fWarmResponse\"c\n" +
 	"\tOperation\x12\x1b\n" +
 	"\tactor_uid\x18\x01 \x01(\tR\bactorUid\x12!\n" +
 	"\foperation_id\x18\x02 \x01(\tR\voperationId\x12\x16\n" +
@@ -1151,11 +1254,12 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\bworkload\x18\x02 \x01(\v2\x13.torpor.v1.WorkloadR\bworkload\x12-\n" +
 	"\x05scope\x18\x03 \x01(\x0e2\x17.torpor.v1.RestoreScopeR\x05scope\x125\n" +
 	"\bsnapshot\x18\x04 \x01(\v2\x19.torpor.v1.SnapshotSourceR\bsnapshot\x121\n" +
-	"\x06golden\x18\x05 \x01(\v2\x19.torpor.v1.SnapshotSourceR\x06golden\"O\n" +
+	"\x06golden\x18\x05 \x01(\v2\x19.torpor.v1.SnapshotSourceR\x06golden\"c\n" +
 	"\x0fRestoreResponse\x12\x1b\n" +
 	"\tworker_ip\x18\x01 \x01(\tR\bworkerIp\x12\x1f\n" +
 	"\vduration_ms\x18\x02 \x01(\x03R\n" +
-	"durationMs\"8\n" +
+	"durationMs\x12\x12\n" +
+	"\x04warm\x18\x03 \x01(\bR\x04warm\"8\n" +
 	"\x10TerminateRequest\x12$\n" +
 	"\x02op\x18\x01 \x01(\v2\x14.torpor.v1.OperationR\x02op\"\x13\n" +
 	"\x11TerminateResponse\"&\n" +
@@ -1173,14 +1277,15 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\fRegisterNode\x12\x1e.torpor.v1.RegisterNodeRequest\x1a\x1f.torpor.v1.RegisterNodeResponse\x12F\n" +
 	"\tHeartbeat\x12\x1b.torpor.v1.HeartbeatRequest\x1a\x1c.torpor.v1.HeartbeatResponse\x121\n" +
 	"\aGetNode\x12\x15.torpor.v1.GetRequest\x1a\x0f.torpor.v1.Node\x12A\n" +
-	"\tListNodes\x12\x16.torpor.v1.ListRequest\x1a\x1c.torpor.v1.ListNodesResponse2\xd9\x02\n" +
+	"\tListNodes\x12\x16.torpor.v1.ListRequest\x1a\x1c.torpor.v1.ListNodesResponse2\x92\x03\n" +
 	"\x10NodeAgentService\x124\n" +
 	"\x03Run\x12\x15.torpor.v1.RunRequest\x1a\x16.torpor.v1.RunResponse\x12I\n" +
 	"\n" +
 	"Checkpoint\x12\x1c.torpor.v1.CheckpointRequest\x1a\x1d.torpor.v1.CheckpointResponse\x12@\n" +
 	"\aRestore\x12\x19.torpor.v1.RestoreRequest\x1a\x1a.torpor.v1.RestoreResponse\x12F\n" +
 	"\tTerminate\x12\x1b.torpor.v1.TerminateRequest\x1a\x1c.torpor.v1.TerminateResponse\x12:\n" +
-	"\x05Stats\x12\x17.torpor.v1.StatsRequest\x1a\x18.torpor.v1.StatsResponseB9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
+	"\x05Stats\x12\x17.torpor.v1.StatsRequest\x1a\x18.torpor.v1.StatsResponse\x127\n" +
+	"\x04Warm\x12\x16.torpor.v1.WarmRequest\x1a\x17.torpor.v1.WarmResponseB9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
 
 var (
 	file_torpor_v1_node_proto_rawDescOnce sync.Once
@@ -1195,7 +1300,7 @@ func file_torpor_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_torpor_v1_node_proto_goTypes = []any{
 	(CheckpointTarget)(0),         // 0: torpor.v1.CheckpointTarget
 	(*RegisterNodeRequest)(nil),   // 1: torpor.v1.RegisterNodeRequest
@@ -1203,70 +1308,75 @@ var file_torpor_v1_node_proto_goTypes = []any{
 	(*HeartbeatRequest)(nil),      // 3: torpor.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),     // 4: torpor.v1.HeartbeatResponse
 	(*ListNodesResponse)(nil),     // 5: torpor.v1.ListNodesResponse
-	(*Operation)(nil),             // 6: torpor.v1.Operation
-	(*Workload)(nil),              // 7: torpor.v1.Workload
-	(*RunRequest)(nil),            // 8: torpor.v1.RunRequest
-	(*RunResponse)(nil),           // 9: torpor.v1.RunResponse
-	(*CheckpointRequest)(nil),     // 10: torpor.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),    // 11: torpor.v1.CheckpointResponse
-	(*SnapshotSource)(nil),        // 12: torpor.v1.SnapshotSource
-	(*RestoreRequest)(nil),        // 13: torpor.v1.RestoreRequest
-	(*RestoreResponse)(nil),       // 14: torpor.v1.RestoreResponse
-	(*TerminateRequest)(nil),      // 15: torpor.v1.TerminateRequest
-	(*TerminateResponse)(nil),     // 16: torpor.v1.TerminateResponse
-	(*StatsRequest)(nil),          // 17: torpor.v1.StatsRequest
-	(*StatsResponse)(nil),         // 18: torpor.v1.StatsResponse
-	(*Node)(nil),                  // 19: torpor.v1.Node
-	(*Worker)(nil),                // 20: torpor.v1.Worker
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*TemplateSpec)(nil),          // 22: torpor.v1.TemplateSpec
-	(SnapshotScope)(0),            // 23: torpor.v1.SnapshotScope
-	(RestoreScope)(0),             // 24: torpor.v1.RestoreScope
-	(*GetRequest)(nil),            // 25: torpor.v1.GetRequest
-	(*ListRequest)(nil),           // 26: torpor.v1.ListRequest
+	(*WarmRequest)(nil),           // 6: torpor.v1.WarmRequest
+	(*WarmResponse)(nil),          // 7: torpor.v1.WarmResponse
+	(*Operation)(nil),             // 8: torpor.v1.Operation
+	(*Workload)(nil),              // 9: torpor.v1.Workload
+	(*RunRequest)(nil),            // 10: torpor.v1.RunRequest
+	(*RunResponse)(nil),           // 11: torpor.v1.RunResponse
+	(*CheckpointRequest)(nil),     // 12: torpor.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),    // 13: torpor.v1.CheckpointResponse
+	(*SnapshotSource)(nil),        // 14: torpor.v1.SnapshotSource
+	(*RestoreRequest)(nil),        // 15: torpor.v1.RestoreRequest
+	(*RestoreResponse)(nil),       // 16: torpor.v1.RestoreResponse
+	(*TerminateRequest)(nil),      // 17: torpor.v1.TerminateRequest
+	(*TerminateResponse)(nil),     // 18: torpor.v1.TerminateResponse
+	(*StatsRequest)(nil),          // 19: torpor.v1.StatsRequest
+	(*StatsResponse)(nil),         // 20: torpor.v1.StatsResponse
+	(*Node)(nil),                  // 21: torpor.v1.Node
+	(*Worker)(nil),                // 22: torpor.v1.Worker
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*TemplateSpec)(nil),          // 24: torpor.v1.TemplateSpec
+	(SnapshotScope)(0),            // 25: torpor.v1.SnapshotScope
+	(RestoreScope)(0),             // 26: torpor.v1.RestoreScope
+	(*GetRequest)(nil),            // 27: torpor.v1.GetRequest
+	(*ListRequest)(nil),           // 28: torpor.v1.ListRequest
 }
 var file_torpor_v1_node_proto_depIdxs = []int32{
-	19, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
-	20, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
-	19, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
-	20, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
-	21, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
-	19, // 5: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
-	22, // 6: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
-	6,  // 7: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
-	7,  // 8: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
-	6,  // 9: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
-	23, // 10: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
-	0,  // 11: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
-	6,  // 12: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
-	7,  // 13: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
-	24, // 14: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
-	12, // 15: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
-	12, // 16: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
-	6,  // 17: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
-	1,  // 18: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
-	3,  // 19: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
-	25, // 20: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
-	26, // 21: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
-	8,  // 22: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
-	10, // 23: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
-	13, // 24: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
-	15, // 25: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
-	17, // 26: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
-	2,  // 27: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
-	4,  // 28: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
-	19, // 29: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
-	5,  // 30: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
-	9,  // 31: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
-	11, // 32: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
-	14, // 33: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
-	16, // 34: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
-	18, // 35: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
-	27, // [27:36] is the sub-list for method output_type
-	18, // [18:27] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	21, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
+	22, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
+	21, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
+	22, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
+	23, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
+	21, // 5: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
+	9,  // 6: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
+	24, // 7: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
+	8,  // 8: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
+	9,  // 9: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
+	8,  // 10: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
+	25, // 11: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
+	0,  // 12: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
+	8,  // 13: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
+	9,  // 14: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
+	26, // 15: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
+	14, // 16: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
+	14, // 17: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
+	8,  // 18: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
+	1,  // 19: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
+	3,  // 20: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
+	27, // 21: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
+	28, // 22: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
+	10, // 23: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
+	12, // 24: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
+	15, // 25: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
+	17, // 26: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
+	19, // 27: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
+	6,  // 28: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
+	2,  // 29: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
+	4,  // 30: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
+	21, // 31: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
+	5,  // 32: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
+	11, // 33: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
+	13, // 34: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
+	16, // 35: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
+	18, // 36: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
+	20, // 37: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
+	7,  // 38: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_node_proto_init() }
@@ -1282,7 +1392,7 @@ func file_torpor_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_node_proto_rawDesc), len(file_torpor_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

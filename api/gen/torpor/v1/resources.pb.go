@@ -726,8 +726,16 @@ type TemplateSpec struct {
 	Resources      *Resources      `protobuf:"bytes,4,opt,name=resources,proto3" json:"resources,omitempty"`
 	SnapshotPolicy *SnapshotPolicy `protobuf:"bytes,5,opt,name=snapshot_policy,json=snapshotPolicy,proto3" json:"snapshot_policy,omitempty"`
 	IdlePolicy     *IdlePolicy     `protobuf:"bytes,6,opt,name=idle_policy,json=idlePolicy,proto3" json:"idle_policy,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Free workers the control plane keeps warm for this template: their
+	// sandbox booted ahead of time, so the restore of a new actor (from
+	// the golden snapshot) or a returning one into such a worker skips the
+	// sandbox's boot. Only workers already free are warmed (none is
+	// evicted for it), one kept warm for another template that wants
+	// fewer being taken over. Default 0: none beyond the worker each
+	// suspended actor leaves warm. A policy: changing it keeps guests.
+	WarmWorkers   int32 `protobuf:"varint,7,opt,name=warm_workers,json=warmWorkers,proto3" json:"warm_workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TemplateSpec) Reset() {
@@ -800,6 +808,13 @@ func (x *TemplateSpec) GetIdlePolicy() *IdlePolicy {
 		return x.IdlePolicy
 	}
 	return nil
+}
+
+func (x *TemplateSpec) GetWarmWorkers() int32 {
+	if x != nil {
+		return x.WarmWorkers
+	}
+	return 0
 }
 
 type Container struct {
@@ -2461,6 +2476,12 @@ type WorkerStatus struct {
 	// server knew when it answered.
 	ActorLastActive *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=actor_last_active,json=actorLastActive,proto3" json:"actor_last_active,omitempty"`
 	ActorInFlight   int32                  `protobuf:"varint,6,opt,name=actor_in_flight,json=actorInFlight,proto3" json:"actor_in_flight,omitempty"`
+	// The template (uid) this free worker's warm sandbox was made for: a
+	// restore of any of its actors uses it (the node gives the guest its
+	// own name), so placement prefers it for them. Set with
+	// warm_actor_uid, or alone for a worker warmed for the template
+	// (TemplateSpec.warm_workers). A hint, like warm_actor_uid.
+	WarmTemplateUid string `protobuf:"bytes,7,opt,name=warm_template_uid,json=warmTemplateUid,proto3" json:"warm_template_uid,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -2535,6 +2556,13 @@ func (x *WorkerStatus) GetActorInFlight() int32 {
 		return x.ActorInFlight
 	}
 	return 0
+}
+
+func (x *WorkerStatus) GetWarmTemplateUid() string {
+	if x != nil {
+		return x.WarmTemplateUid
+	}
+	return ""
 }
 
 type Snapshot struct {
@@ -2874,7 +2902,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\bTemplate\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.torpor.v1.TemplateSpecR\x04spec\x121\n" +
-	"\x06status\x18\x03 \x01(\v2\x19.torpor.v1.TemplateStatusR\x06status\"\xc6\x02\n" +
+	"\x06status\x18\x03 \x01(\v2\x19.torpor.v1.TemplateStatusR\x06status\"\xe9\x02\n" +
 	"\fTemplateSpec\x124\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x14.torpor.v1.ContainerR\n" +
@@ -2884,7 +2912,8 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\tresources\x18\x04 \x01(\v2\x14.torpor.v1.ResourcesR\tresources\x12B\n" +
 	"\x0fsnapshot_policy\x18\x05 \x01(\v2\x19.torpor.v1.SnapshotPolicyR\x0esnapshotPolicy\x126\n" +
 	"\vidle_policy\x18\x06 \x01(\v2\x15.torpor.v1.IdlePolicyR\n" +
-	"idlePolicy\"\xa2\x02\n" +
+	"idlePolicy\x12!\n" +
+	"\fwarm_workers\x18\a \x01(\x05R\vwarmWorkers\"\xa2\x02\n" +
 	"\tContainer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -3012,14 +3041,15 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\bActorRef\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xc3\x02\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xef\x02\n" +
 	"\fWorkerStatus\x12)\n" +
 	"\x05actor\x18\x01 \x01(\v2\x13.torpor.v1.ActorRefR\x05actor\x12$\n" +
 	"\x0ewarm_actor_uid\x18\x02 \x01(\tR\fwarmActorUid\x123\n" +
 	"\x16reserved_for_actor_uid\x18\x03 \x01(\tR\x13reservedForActorUid\x12=\n" +
 	"\freserve_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vreserveTime\x12F\n" +
 	"\x11actor_last_active\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0factorLastActive\x12&\n" +
-	"\x0factor_in_flight\x18\x06 \x01(\x05R\ractorInFlight\"\xb0\x04\n" +
+	"\x0factor_in_flight\x18\x06 \x01(\x05R\ractorInFlight\x12*\n" +
+	"\x11warm_template_uid\x18\a \x01(\tR\x0fwarmTemplateUid\"\xb0\x04\n" +
 	"\bSnapshot\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1d\n" +

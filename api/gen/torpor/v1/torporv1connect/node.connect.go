@@ -57,6 +57,8 @@ const (
 	NodeAgentServiceTerminateProcedure = "/torpor.v1.NodeAgentService/Terminate"
 	// NodeAgentServiceStatsProcedure is the fully-qualified name of the NodeAgentService's Stats RPC.
 	NodeAgentServiceStatsProcedure = "/torpor.v1.NodeAgentService/Stats"
+	// NodeAgentServiceWarmProcedure is the fully-qualified name of the NodeAgentService's Warm RPC.
+	NodeAgentServiceWarmProcedure = "/torpor.v1.NodeAgentService/Warm"
 )
 
 // NodeServiceClient is a client for the torpor.v1.NodeService service.
@@ -220,6 +222,11 @@ type NodeAgentServiceClient interface {
 	Restore(context.Context, *connect.Request[v1.RestoreRequest]) (*connect.Response[v1.RestoreResponse], error)
 	Terminate(context.Context, *connect.Request[v1.TerminateRequest]) (*connect.Response[v1.TerminateResponse], error)
 	Stats(context.Context, *connect.Request[v1.StatsRequest]) (*connect.Response[v1.StatsResponse], error)
+	// Warm makes a free worker's sandbox ready ahead of the template's next
+	// actor (TemplateSpec.warm_workers), in the background: it answers at
+	// once, and a worker that is busy by then is left alone. Repeating it
+	// for the same template does nothing more.
+	Warm(context.Context, *connect.Request[v1.WarmRequest]) (*connect.Response[v1.WarmResponse], error)
 }
 
 // NewNodeAgentServiceClient constructs a client for the torpor.v1.NodeAgentService service. By
@@ -263,6 +270,12 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("Stats")),
 			connect.WithClientOptions(opts...),
 		),
+		warm: connect.NewClient[v1.WarmRequest, v1.WarmResponse](
+			httpClient,
+			baseURL+NodeAgentServiceWarmProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("Warm")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -273,6 +286,7 @@ type nodeAgentServiceClient struct {
 	restore    *connect.Client[v1.RestoreRequest, v1.RestoreResponse]
 	terminate  *connect.Client[v1.TerminateRequest, v1.TerminateResponse]
 	stats      *connect.Client[v1.StatsRequest, v1.StatsResponse]
+	warm       *connect.Client[v1.WarmRequest, v1.WarmResponse]
 }
 
 // Run calls torpor.v1.NodeAgentService.Run.
@@ -300,6 +314,11 @@ func (c *nodeAgentServiceClient) Stats(ctx context.Context, req *connect.Request
 	return c.stats.CallUnary(ctx, req)
 }
 
+// Warm calls torpor.v1.NodeAgentService.Warm.
+func (c *nodeAgentServiceClient) Warm(ctx context.Context, req *connect.Request[v1.WarmRequest]) (*connect.Response[v1.WarmResponse], error) {
+	return c.warm.CallUnary(ctx, req)
+}
+
 // NodeAgentServiceHandler is an implementation of the torpor.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	// Run cold-boots the actor's workload on a worker (empty durable volumes,
@@ -309,6 +328,11 @@ type NodeAgentServiceHandler interface {
 	Restore(context.Context, *connect.Request[v1.RestoreRequest]) (*connect.Response[v1.RestoreResponse], error)
 	Terminate(context.Context, *connect.Request[v1.TerminateRequest]) (*connect.Response[v1.TerminateResponse], error)
 	Stats(context.Context, *connect.Request[v1.StatsRequest]) (*connect.Response[v1.StatsResponse], error)
+	// Warm makes a free worker's sandbox ready ahead of the template's next
+	// actor (TemplateSpec.warm_workers), in the background: it answers at
+	// once, and a worker that is busy by then is left alone. Repeating it
+	// for the same template does nothing more.
+	Warm(context.Context, *connect.Request[v1.WarmRequest]) (*connect.Response[v1.WarmResponse], error)
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -348,6 +372,12 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithSchema(nodeAgentServiceMethods.ByName("Stats")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceWarmHandler := connect.NewUnaryHandler(
+		NodeAgentServiceWarmProcedure,
+		svc.Warm,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("Warm")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/torpor.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceRunProcedure:
@@ -360,6 +390,8 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceTerminateHandler.ServeHTTP(w, r)
 		case NodeAgentServiceStatsProcedure:
 			nodeAgentServiceStatsHandler.ServeHTTP(w, r)
+		case NodeAgentServiceWarmProcedure:
+			nodeAgentServiceWarmHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -387,4 +419,8 @@ func (UnimplementedNodeAgentServiceHandler) Terminate(context.Context, *connect.
 
 func (UnimplementedNodeAgentServiceHandler) Stats(context.Context, *connect.Request[v1.StatsRequest]) (*connect.Response[v1.StatsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeAgentService.Stats is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) Warm(context.Context, *connect.Request[v1.WarmRequest]) (*connect.Response[v1.WarmResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeAgentService.Warm is not implemented"))
 }
