@@ -29,6 +29,11 @@ type Request struct {
 	// WorkerStatus.warm_actor_uid) is preferred over any other, and
 	// workers reserved for other actors are not taken.
 	WarmFor string
+	// WarmTemplate is the template uid of a restore: a worker whose
+	// sandbox was made for that template (WorkerStatus.warm_template_uid)
+	// serves it too. Empty for a cold boot, which only its own actor's
+	// warm sandbox serves.
+	WarmTemplate string
 	// Now dates reservations: one older than ReservationTTL is void.
 	Now time.Time
 	// Claiming, when set, reports the free workers that other placements
@@ -63,8 +68,9 @@ func (e *NoWorkerError) Error() string { return "no free worker: " + e.Reason }
 // worker no other placement is claiming (Request.Claiming), the worker
 // kept warm for the actor
 // (Request.WarmFor), a node that caches the snapshot (Request.CachedOn),
-// the lowest name. So without concurrent claims the
-// choice is stable (by name) and placement is predictable; concurrent
+// a worker warm for the actor's template (Request.WarmTemplate), one not
+// kept warm for another actor, the lowest name. So without concurrent
+// claims the choice is stable (by name) and placement is predictable; concurrent
 // claims spread over the free workers instead of racing for the first.
 func Pick(free []*torporv1.Worker, live func(node string) bool, req Request) (*torporv1.Worker, error) {
 	if len(free) == 0 {
@@ -136,6 +142,15 @@ func better(a, b *torporv1.Worker, req Request) bool {
 	ac, bc := slices.Contains(req.CachedOn, a.GetSpec().GetNode()), slices.Contains(req.CachedOn, b.GetSpec().GetNode())
 	if ac != bc {
 		return ac
+	}
+	if req.WarmTemplate != "" {
+		if at, bt := a.GetStatus().GetWarmTemplateUid() == req.WarmTemplate, b.GetStatus().GetWarmTemplateUid() == req.WarmTemplate; at != bt {
+			return at
+		}
+	}
+	// Another actor's warm sandbox is kept for it as long as possible.
+	if ao, bo := a.GetStatus().GetWarmActorUid() != "", b.GetStatus().GetWarmActorUid() != ""; ao != bo {
+		return bo
 	}
 	return a.GetMetadata().GetName() < b.GetMetadata().GetName()
 }

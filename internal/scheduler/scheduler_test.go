@@ -27,9 +27,11 @@ func TestPick(t *testing.T) {
 		worker("w-c", "n2", "gvisor", "big", map[string]string{"tier": "gold"}),
 		worker("w-d", "dead", "gvisor", "default", nil),
 	}
-	// w-b is kept warm for actor uid-1, w-d (on a dead node) for uid-2.
+	// w-b is kept warm for actor uid-1, w-d (on a dead node) for uid-2,
+	// w-c for template t-2's next actor.
 	workers[0].Status = &torporv1.WorkerStatus{WarmActorUid: "uid-1"}
 	workers[3].Status = &torporv1.WorkerStatus{WarmActorUid: "uid-2"}
+	workers[2].Status = &torporv1.WorkerStatus{WarmTemplateUid: "t-2"}
 	live := func(n string) bool { return n != "dead" }
 	tests := []struct {
 		name    string
@@ -39,11 +41,13 @@ func TestPick(t *testing.T) {
 		wantErr string
 	}{
 		{"stable first by name", workers, Request{SandboxClass: "gvisor"}, "w-a", ""},
-		{"selector", workers, Request{SandboxClass: "gvisor", Selector: map[string]string{"tier": "gold"}}, "w-b", ""},
+		// w-b is warm for another actor, whose sandbox is kept.
+		{"selector", workers, Request{SandboxClass: "gvisor", Selector: map[string]string{"tier": "gold"}}, "w-c", ""},
 		{"pool is matched by selector", workers, Request{SandboxClass: "gvisor", Selector: map[string]string{"pool": "big"}}, "w-c", ""},
 		{"required node", workers, Request{SandboxClass: "gvisor", RequireNode: "n2"}, "w-c", ""},
 		{"cache locality preferred", workers, Request{SandboxClass: "gvisor", CachedOn: []string{"n2"}}, "w-c", ""},
-		{"a worker being claimed is picked last", workers, Request{SandboxClass: "gvisor", Claiming: claiming("w-a")}, "w-b", ""},
+		{"a worker being claimed is picked last", workers, Request{SandboxClass: "gvisor", Claiming: claiming("w-a")}, "w-c", ""},
+		{"a worker warm for another actor is picked last", workers, Request{SandboxClass: "gvisor", Claiming: claiming("w-a", "w-c")}, "w-b", ""},
 		{"before cache locality", workers, Request{SandboxClass: "gvisor", CachedOn: []string{"n2"}, Claiming: claiming("w-c")}, "w-a", ""},
 		{"but still picked when nothing else fits", workers, Request{SandboxClass: "gvisor", RequireNode: "n2", Claiming: claiming("w-c")}, "w-c", ""},
 		{"by name among the claimed", workers, Request{SandboxClass: "gvisor", Claiming: claiming("w-a", "w-b", "w-c")}, "w-a", ""},
@@ -52,6 +56,10 @@ func TestPick(t *testing.T) {
 		{"warm for another actor counts for nothing", workers, Request{SandboxClass: "gvisor", WarmFor: "uid-3"}, "w-a", ""},
 		{"warm but being claimed", workers, Request{SandboxClass: "gvisor", WarmFor: "uid-1", Claiming: claiming("w-b")}, "w-a", ""},
 		{"warm on a dead node never chosen", workers, Request{SandboxClass: "gvisor", WarmFor: "uid-2"}, "w-a", ""},
+		{"a worker warm for the template", workers, Request{SandboxClass: "gvisor", WarmFor: "uid-5", WarmTemplate: "t-2"}, "w-c", ""},
+		{"the actor's own warm worker before the template's", workers, Request{SandboxClass: "gvisor", WarmFor: "uid-1", WarmTemplate: "t-2"}, "w-b", ""},
+		{"cache locality before the template's warm worker", workers, Request{SandboxClass: "gvisor", WarmTemplate: "t-2", CachedOn: []string{"n1"}}, "w-a", ""},
+		{"warm for another template counts for nothing", workers, Request{SandboxClass: "gvisor", WarmTemplate: "t-3"}, "w-a", ""},
 		{"dead node never chosen", workers[3:], Request{SandboxClass: "gvisor"}, "", "live node"},
 		{"class", workers, Request{SandboxClass: "microvm"}, "", `sandbox class "microvm"`},
 		{"selector fails", workers, Request{SandboxClass: "gvisor", Selector: map[string]string{"tier": "silver"}}, "", "selector tier=silver"},

@@ -19,7 +19,7 @@ type workersCollector struct {
 
 func newWorkersCollector(st store.Store) *workersCollector {
 	return &workersCollector{store: st, desc: prometheus.NewDesc("torpor_workers",
-		"Registered workers by pool and state: busy (hosting an actor), reserved (freed by an eviction for a waiting resume), warm (free, a sandbox kept ready for the actor that left it) or free.",
+		"Registered workers by pool and state: busy (hosting an actor), reserved (freed by an eviction for a waiting resume), warm (free, a sandbox kept ready for the actor that left it or for a template's next actor) or free.",
 		[]string{"pool", "state"}, nil)}
 }
 
@@ -44,7 +44,7 @@ func (c *workersCollector) Collect(ch chan<- prometheus.Metric) {
 			counts[key{pool, "busy"}]++
 		case scheduler.Reserved(w, "", now):
 			counts[key{pool, "reserved"}]++
-		case st.GetWarmActorUid() != "":
+		case st.GetWarmActorUid() != "" || st.GetWarmTemplateUid() != "":
 			counts[key{pool, "warm"}]++
 		default:
 			counts[key{pool, "free"}]++

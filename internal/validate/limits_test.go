@@ -52,6 +52,9 @@ func TestTemplateSpecRules(t *testing.T) {
 		{"negative eviction minimum", func(s *torporv1.TemplateSpec) {
 			s.IdlePolicy = &torporv1.IdlePolicy{Eviction: &torporv1.EvictionPolicy{MinIdleSeconds: -1}}
 		}, "spec.idlePolicy.eviction.minIdleSeconds", "must not be negative"},
+		{"warm workers", func(s *torporv1.TemplateSpec) { s.WarmWorkers = 3 }, "", ""},
+		{"negative warm workers", func(s *torporv1.TemplateSpec) { s.WarmWorkers = -1 }, "spec.warmWorkers", "-1: want 0 to 256"},
+		{"too many warm workers", func(s *torporv1.TemplateSpec) { s.WarmWorkers = 10000 }, "spec.warmWorkers", "10000: want 0 to 256"},
 		{"volume kind out of range", func(s *torporv1.TemplateSpec) { s.Volumes[0].Kind = 99 }, "spec.volumes[0].kind", "want DURABLE"},
 		{"env bomb", func(s *torporv1.TemplateSpec) { s.Containers[0].Env = manyEnv(25_000, 150) }, "spec.containers[0].env", "25000 variables, more than 256"},
 		{"env bytes", func(s *torporv1.TemplateSpec) { s.Containers[0].Env = manyEnv(100, 400) }, "spec.containers[0].env", "more than 32768"},

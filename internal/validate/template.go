@@ -104,6 +104,9 @@ func TemplateSpec(at string, spec *torporv1.TemplateSpec, pinned ImagePinned) er
 	if ip.GetEviction().GetMinIdleSeconds() < 0 {
 		return fieldErr(at+".idlePolicy.eviction.minIdleSeconds", "must not be negative")
 	}
+	if n := spec.GetWarmWorkers(); n < 0 || n > maxWarmWorkers {
+		return fieldErr(at+".warmWorkers", "%d: want 0 to %d (free workers kept warm for the template)", n, maxWarmWorkers)
+	}
 	// Last: each field within its own limit may still add up.
 	if n := proto.Size(spec); n > maxTemplateBytes {
 		return fieldErr(at, "is %d bytes encoded, more than %d", n, maxTemplateBytes)

@@ -28,6 +28,8 @@ const (
 	maxPathLen = 1024
 	// A template's whole spec, encoded.
 	maxTemplateBytes = 64 << 10
+	// Warm workers of one template: more than a node holds is a typo.
+	maxWarmWorkers = 256
 )
 
 // WorkerNamespace is the space node agents register their workers in, the

@@ -243,12 +243,13 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 			if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
 				return err
 			}
-			// The node keeps the worker warm for this actor (node/warm.go),
-			// unless an eviction freed it for another, which it is
-			// reserved for.
-			next := freed{warmFor: written.GetMetadata().GetUid()}
+			// The node keeps the worker warm for this actor, and so for
+			// any actor of its template (node/warm.go), unless an
+			// eviction freed it for another, which it is reserved for.
+			template := written.GetStatus().GetCurrentTemplateUid()
+			next := freed{warmFor: written.GetMetadata().GetUid(), warmTemplate: template}
 			if op.GetEvictedForUid() != "" {
-				next = freed{reservedFor: op.GetEvictedForUid(), at: e.now()}
+				next = freed{reservedFor: op.GetEvictedForUid(), at: e.now(), warmTemplate: template}
 			}
 			if err := releaseReadWorker(ctx, tx, ref, written.GetMetadata().GetUid(), worker, next); err != nil {
 				return err

@@ -91,16 +91,16 @@ func DecideRestore(in RestoreInput) RestorePlan {
 
 // SameGuest reports whether guest state captured under template old can
 // be restored as it is under template next: they differ at most in
-// policies (idle, eviction, snapshot), which decide when and how the
-// control plane checkpoints, never what runs. Changing an idle timeout
-// must not cost an actor its memory.
+// policies (idle, eviction, snapshot, warm workers), which decide when
+// and how the control plane checkpoints or warms, never what runs.
+// Changing an idle timeout must not cost an actor its memory.
 func SameGuest(old, next *torporv1.TemplateSpec) bool {
 	if old == nil || next == nil {
 		return false
 	}
 	o, n := proto.CloneOf(old), proto.CloneOf(next)
 	for _, s := range []*torporv1.TemplateSpec{o, n} {
-		s.IdlePolicy, s.SnapshotPolicy = nil, nil
+		s.IdlePolicy, s.SnapshotPolicy, s.WarmWorkers = nil, nil, 0
 	}
 	return proto.Equal(o, n)
 }

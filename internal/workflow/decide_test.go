@@ -96,6 +96,7 @@ func TestSameGuest(t *testing.T) {
 			s.IdlePolicy = &torporv1.IdlePolicy{IdleSeconds: 30, Action: torporv1.IdleAction_IDLE_ACTION_PAUSE}
 		}, true},
 		{"snapshot policy", func(s *torporv1.TemplateSpec) { s.SnapshotPolicy = &torporv1.SnapshotPolicy{Keep: 5} }, true},
+		{"warm workers", func(s *torporv1.TemplateSpec) { s.WarmWorkers = 2 }, true},
 		{"env", func(s *torporv1.TemplateSpec) { s.Containers[0].Env[0].Value = "2" }, false},
 		{"image", func(s *torporv1.TemplateSpec) { s.Containers[0].Image = "other" }, false},
 		{"volume", func(s *torporv1.TemplateSpec) { s.Volumes = nil }, false},

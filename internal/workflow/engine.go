@@ -235,17 +235,20 @@ func releaseWorker(ctx context.Context, tx store.Tx, ref *torporv1.WorkerRef, ac
 	return releaseReadWorker(ctx, tx, ref, actorUID, nil, freed{})
 }
 
-// freed is what a released worker is left with: the actor its node keeps
-// it warm for (WorkerStatus.warm_actor_uid), or the actor an eviction
-// freed it for, reserved since at.
+// freed is what a released worker is left with: the actor and template
+// its node keeps it warm for (WorkerStatus.warm_actor_uid,
+// warm_template_uid), or the actor an eviction freed it for, reserved
+// since at.
 type freed struct {
-	warmFor     string
-	reservedFor string
-	at          time.Time
+	warmFor      string
+	warmTemplate string
+	reservedFor  string
+	at           time.Time
 }
 
 func (f freed) apply(st *torporv1.WorkerStatus) {
 	st.Actor, st.WarmActorUid, st.ReservedForActorUid, st.ReserveTime = nil, f.warmFor, f.reservedFor, nil
+	st.WarmTemplateUid = f.warmTemplate
 	if f.reservedFor != "" {
 		st.ReserveTime = timestamppb.New(f.at)
 	}

@@ -31,6 +31,9 @@ type fakeAgent struct {
 	// unanswered counts those calls.
 	down       atomic.Bool
 	unanswered atomic.Int64
+	// warm: worker name -> the template uid it was warmed for (Warm);
+	// a restore of that template there reports it started warm.
+	warm map[string]string
 }
 
 // unreachable is what a call of a node that is down returns.
@@ -52,7 +55,7 @@ func (f *fakeAgent) lastRestore() *torporv1.RestoreRequest {
 }
 
 func newFakeAgent(node string) *fakeAgent {
-	return &fakeAgent{node: node, slots: map[string]string{}, done: map[string]bool{}}
+	return &fakeAgent{node: node, slots: map[string]string{}, done: map[string]bool{}, warm: map[string]string{}}
 }
 
 func (f *fakeAgent) callCount(method string) int {
@@ -89,6 +92,32 @@ func (f *fakeAgent) start(method string, op *torporv1.Operation, fail *error) er
 	return nil
 }
 
+// Warm records the worker warm for the workload's template, as a node
+// does unless the worker is busy.
+func (f *fakeAgent) Warm(_ context.Context, req *connect.Request[torporv1.WarmRequest]) (*connect.Response[torporv1.WarmResponse], error) {
+	if err := f.unreachable(); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "Warm")
+	if cur := f.slots[req.Msg.GetWorker()]; cur != "" {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s", req.Msg.GetWorker(), cur))
+	}
+	f.warm[req.Msg.GetWorker()] = req.Msg.GetWorkload().GetTemplateUid()
+	return connect.NewResponse(&torporv1.WarmResponse{}), nil
+}
+
+// startedWarm reports whether a start of template on worker finds it
+// warm for that template, and uses up the warm sandbox.
+func (f *fakeAgent) startedWarm(worker, template string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	warm := f.warm[worker] == template
+	delete(f.warm, worker)
+	return warm
+}
+
 func (f *fakeAgent) Run(_ context.Context, req *connect.Request[torporv1.RunRequest]) (*connect.Response[torporv1.RunResponse], error) {
 	if err := f.unreachable(); err != nil {
 		return nil, err
@@ -110,7 +139,8 @@ func (f *fakeAgent) Restore(_ context.Context, req *connect.Request[torporv1.Res
 	f.mu.Lock()
 	f.restores = append(f.restores, req.Msg)
 	f.mu.Unlock()
-	return connect.NewResponse(&torporv1.RestoreResponse{}), nil
+	warm := f.startedWarm(req.Msg.GetOp().GetWorker(), req.Msg.GetWorkload().GetTemplateUid())
+	return connect.NewResponse(&torporv1.RestoreResponse{Warm: warm}), nil
 }
 
 func (f *fakeAgent) Checkpoint(_ context.Context, req *connect.Request[torporv1.CheckpointRequest]) (*connect.Response[torporv1.CheckpointResponse], error) {

@@ -73,7 +73,7 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 	// Claim the worker and move to BUILDING together, so two replicas never
 	// build one golden twice and no worker is claimed for nothing.
 	w.Status.Actor = &torporv1.ActorRef{Space: t.GetMetadata().GetSpace(), Name: goldenActorPrefix + t.GetMetadata().GetName(), Uid: t.GetMetadata().GetUid()}
-	w.Status.WarmActorUid, w.Status.ReservedForActorUid, w.Status.ReserveTime = "", "", nil
+	w.Status.WarmActorUid, w.Status.WarmTemplateUid, w.Status.ReservedForActorUid, w.Status.ReserveTime = "", "", "", nil
 	t.Status.Phase = torporv1.TemplatePhase_TEMPLATE_PHASE_BUILDING
 	t.Status.Message = "booting on worker " + w.GetMetadata().GetName()
 	var building *torporv1.Template

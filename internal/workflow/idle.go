@@ -126,10 +126,20 @@ const idleSweepers = 4
 
 // SweepIdle applies the idle policy to every RUNNING actor: one idle for
 // its policy's time, with nothing in flight, is paused or suspended; then
-// it keeps the pools' headroom (keepHeadroom).
+// it keeps the pools' headroom (keepHeadroom) and the templates' warm
+// workers (keepWarm).
 // Every replica may sweep: the step's compare-and-set lets one act, and a
 // request reported after the claim cancels it (stopIdle).
 func (e *Engine) SweepIdle(ctx context.Context) error {
+	err := e.stopIdleActors(ctx)
+	// Headroom comes after the idle stops, which may have freed enough;
+	// warmth after both, which free workers to warm.
+	return errors.Join(err, e.keepHeadroom(ctx), e.keepWarm(ctx))
+}
+
+// stopIdleActors pauses or suspends the RUNNING actors idle for their
+// policy's time.
+func (e *Engine) stopIdleActors(ctx context.Context) error {
 	running, err := store.ListAll(ctx, e.store.Actors(), store.ListOptions{Filter: store.Filter{"state": torporv1.ActorState_ACTOR_STATE_RUNNING.String()}})
 	if err != nil || len(running) == 0 {
 		return err
@@ -168,8 +178,7 @@ func (e *Engine) SweepIdle(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	// Headroom comes after the idle stops, which may have freed enough.
-	return errors.Join(append(errs, e.keepHeadroom(ctx))...)
+	return errors.Join(errs...)
 }
 
 // stopCause is why stopIdle pauses or suspends an actor.

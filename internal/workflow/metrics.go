@@ -18,6 +18,8 @@ type metrics struct {
 	stopsCancelled prometheus.Counter
 	evictionWait   prometheus.Histogram
 	noEvictable    prometheus.Counter
+	// Warm workers (warmworkers.go).
+	warmed *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,9 +54,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "torpor_resume_no_worker_total",
 			Help: "Resumes answered ResourceExhausted: no free worker fits and no running actor can be evicted.",
 		}),
+		warmed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "torpor_workers_warmed_total",
+			Help: "Free workers the control plane had warmed for a template's next actor (TemplateSpec.warm_workers), by template.",
+		}, []string{"template"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.steps, m.stepSeconds, m.snapshotBytes, m.stops, m.stopsCancelled, m.evictionWait, m.noEvictable)
+		reg.MustRegister(m.steps, m.stepSeconds, m.snapshotBytes, m.stops, m.stopsCancelled, m.evictionWait, m.noEvictable, m.warmed)
 	}
 	return m
 }

@@ -202,6 +202,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 			RequireNode:  src.requireNode,
 			CachedOn:     cachedOn(src, plan),
 			WarmFor:      a.GetMetadata().GetUid(),
+			WarmTemplate: warmTemplate(plan, tmpl),
 			Now:          e.now(),
 			Claiming:     claiming,
 		})
@@ -245,7 +246,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 		return nil, nil, err
 	}
 	w.Status.Actor = &torporv1.ActorRef{Space: space, Name: a.GetMetadata().GetName(), Uid: a.GetMetadata().GetUid()}
-	w.Status.WarmActorUid, w.Status.ReservedForActorUid, w.Status.ReserveTime = "", "", nil
+	w.Status.WarmActorUid, w.Status.WarmTemplateUid, w.Status.ReservedForActorUid, w.Status.ReserveTime = "", "", "", nil
 
 	if h := e.hooks.BeforeResumeClaim; h != nil {
 		h(a)
@@ -352,7 +353,11 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 	}
 	st, op := a.GetStatus(), a.GetStatus().GetOperation()
 	log := e.logger(a)
-	moved, err := e.untilNodeAnswers(ctx, a, func(ctx context.Context) error { return e.callRestore(ctx, a, source) })
+	warm := false
+	moved, err := e.untilNodeAnswers(ctx, a, func(ctx context.Context) (err error) {
+		warm, err = e.callRestore(ctx, a, source)
+		return err
+	})
 	switch {
 	case moved != nil:
 		return resumedElsewhere(a, moved)
@@ -397,7 +402,7 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 			}
 			return e.record(ctx, tx, written.GetMetadata().GetUid(), transition{
 				from: torporv1.ActorState_ACTOR_STATE_RESUMING, to: torporv1.ActorState_ACTOR_STATE_RUNNING,
-				reason: "resumed (" + enum.Name(op.GetRestoreScope()) + ")", op: op, worker: written.GetStatus().GetWorker(), since: op.GetStartTime().AsTime(),
+				reason: resumedReason(op, warm), op: op, worker: written.GetStatus().GetWorker(), since: op.GetStartTime().AsTime(),
 			})
 		})
 	})
@@ -431,11 +436,13 @@ func resumedElsewhere(a, cur *torporv1.Actor) (*torporv1.Actor, error) {
 	return nil, errdefs.Errorf(errdefs.ErrAborted, "actor %s became %s while resuming: %s", actorKey(a), enum.Name(cur.GetStatus().GetState()), cur.GetStatus().GetCrashReason())
 }
 
-func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor, source *torporv1.Snapshot) error {
+// callRestore asks the node to start a's workload, reporting whether it
+// started in a sandbox the node made ahead.
+func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor, source *torporv1.Snapshot) (warm bool, err error) {
 	st, op := a.GetStatus(), a.GetStatus().GetOperation()
 	agent, err := e.agents.Agent(ctx, st.GetWorker().GetNode())
 	if err != nil {
-		return err
+		return false, err
 	}
 	nodeOp := &torporv1.Operation{ActorUid: a.GetMetadata().GetUid(), OperationId: op.GetId(), Worker: st.GetWorker().GetName()}
 	workload := &torporv1.Workload{
@@ -444,22 +451,34 @@ func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor, source *tor
 	}
 	if op.GetRestoreScope() == torporv1.RestoreScope_RESTORE_SCOPE_BOOT {
 		_, err = agent.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: nodeOp, Workload: workload}))
-		return err
+		return false, err
 	}
 	req := &torporv1.RestoreRequest{Op: nodeOp, Workload: workload, Scope: op.GetRestoreScope()}
 	space := a.GetMetadata().GetSpace()
 	var snap *torporv1.Snapshot
 	if req.Snapshot, snap, err = e.snapshotSource(ctx, space, op.GetSourceSnapshot(), source); err != nil {
-		return err
+		return false, err
 	}
 	// A fork's first snapshot is another actor's state: the guest is
 	// told (node identity files), so it can renew what must be unique.
 	workload.ForkedFrom = snap.GetForkedFromActor()
 	if req.Golden, _, err = e.snapshotSource(ctx, space, op.GetGoldenSnapshot(), nil); err != nil {
-		return err
+		return false, err
 	}
-	_, err = agent.Restore(ctx, connect.NewRequest(req))
-	return err
+	resp, err := agent.Restore(ctx, connect.NewRequest(req))
+	if err != nil {
+		return false, err
+	}
+	return resp.Msg.GetWarm(), nil
+}
+
+// resumedReason is the history's reason of a resume that ended: how it
+// restored, and whether into a sandbox made ahead (a warm worker).
+func resumedReason(op *torporv1.ActorOperation, warm bool) string {
+	if warm {
+		return "resumed (" + enum.Name(op.GetRestoreScope()) + ", into a warm sandbox)"
+	}
+	return "resumed (" + enum.Name(op.GetRestoreScope()) + ")"
 }
 
 // snapshotSource is where the node finds snapshot name, and its record:
@@ -575,4 +594,14 @@ func connectMessage(err error) string {
 		return ce.Message()
 	}
 	return err.Error()
+}
+
+// warmTemplate is the template whose warm workers serve a resume by
+// plan: its own, for a restore; none for a cold boot, which starts its
+// workload in a sandbox made for it or in a new one.
+func warmTemplate(plan RestorePlan, tmpl *torporv1.Template) string {
+	if plan.Scope == torporv1.RestoreScope_RESTORE_SCOPE_BOOT {
+		return ""
+	}
+	return tmpl.GetMetadata().GetUid()
 }
