@@ -73,6 +73,9 @@ func benchEviction(b *testing.B, headroom int) {
 				c.waitFor("the headroom to suspend the victim", func() bool {
 					return c.actor("victim").GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_SUSPENDED
 				})
+				// Headroom frees the worker ahead of demand, and the
+				// node warms it then, as after the suspend above.
+				n.waitWarm(b)
 			} else {
 				time.Sleep(workflow.DefaultMinIdleSeconds*time.Second + 100*time.Millisecond)
 			}

@@ -105,6 +105,10 @@ func get(t *testing.T, url string) (int, string) {
 func TestCounterCountsInMemoryAndOnDisk(t *testing.T) {
 	bin := buildCounter(t)
 	dataDir := filepath.Join(t.TempDir(), "data") // created by the counter
+	hostname, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
 	steps := []struct {
 		restart  bool // stop the process and start a new one on the same volume
 		path     string
@@ -114,6 +118,7 @@ func TestCounterCountsInMemoryAndOnDisk(t *testing.T) {
 		{path: "/", wantCode: 200, want: "count=1 lines=1\n"},
 		{path: "/", wantCode: 200, want: "count=2 lines=2\n"},
 		{path: "/readyz", wantCode: 200, want: "ready\n"},
+		{path: "/hostname", wantCode: 200, want: hostname + "\n"},
 		{path: "/elsewhere", wantCode: 404},
 		{path: "/", wantCode: 200, want: "count=3 lines=3\n"},
 		// Memory is gone after a restart; the volume is not.

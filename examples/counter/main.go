@@ -9,6 +9,9 @@
 // /run/torpor/identity), read on every request, so a renewed certificate
 // or the fresh one of a restore shows at once.
 //
+// GET /hostname answers the hostname the actor's sandbox gives it (its
+// actor name), read on every request, as a restore may change it.
+//
 // GET /dial?addr=HOST:PORT answers the first line a TCP server there sends:
 // whether the actor reaches beyond its node (egress), and as whom.
 package main
@@ -64,6 +67,7 @@ func run(ctx context.Context, addr, dataDir, identityDir string) error {
 	})
 	certPath := filepath.Join(identityDir, "cert.pem")
 	mux.HandleFunc("GET /whoami", func(w http.ResponseWriter, _ *http.Request) { serveWhoami(w, certPath) })
+	mux.HandleFunc("GET /hostname", serveHostname)
 	mux.HandleFunc("GET /dial", serveDial)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -115,6 +119,15 @@ func appendLine(path, line string) error {
 		return err
 	}
 	return f.Close()
+}
+
+func serveHostname(w http.ResponseWriter, _ *http.Request) {
+	name, err := os.Hostname()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	fmt.Fprintln(w, name)
 }
 
 // serveWhoami answers "<SPIFFE ID> serial=<hex>" from the certificate at
