@@ -25,11 +25,17 @@ func (c *cluster) routerGet(actor string) (int, http.Header, string) {
 // the status, headers and trimmed body.
 func (c *cluster) routerGetPath(actor, path string) (int, http.Header, string) {
 	c.t.Helper()
+	return c.routerGetIn("default", actor, path)
+}
+
+// routerGetIn is routerGetPath for an actor of space.
+func (c *cluster) routerGetIn(space, actor, path string) (int, http.Header, string) {
+	c.t.Helper()
 	req, err := http.NewRequest(http.MethodGet, c.ingress+path, nil)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	req.Host = actor + ".default.actors.localhost"
+	req.Host = actor + "." + space + ".actors.localhost"
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatal(err)
