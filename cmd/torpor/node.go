@@ -42,6 +42,7 @@ func newNodeCommand() *cobra.Command {
 	var cfg node.Config
 	var f nodeFlags
 	var logs logFlags
+	var traces traceFlags
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "Run the node agent: this host's worker slots, their sandboxes and snapshots",
@@ -82,6 +83,11 @@ last snapshots.`,
 			if err != nil {
 				return err
 			}
+			stop, err := traces.start("torpor-node", logger)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			if err := completeNodeConfig(&cfg, &f, logger); err != nil {
 				return err
 			}
@@ -114,6 +120,7 @@ last snapshots.`,
 	f.images.register(flags)
 	flags.BoolVar(&f.cleanup, "cleanup", false, "remove every sandbox, mount, network namespace, veth, bridge and nftables table of the stopped node, say what was removed, and exit (suspend its actors first: running workloads are lost)")
 	logs.register(cmd.PersistentFlags(), "info")
+	traces.register(cmd.PersistentFlags())
 	return cmd
 }
 

@@ -26,6 +26,7 @@ func newRouterCommand() *cobra.Command {
 		listen        string
 		metricsListen string
 		logs          logFlags
+		traces        traceFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "router",
@@ -64,6 +65,11 @@ revokes it.`,
 			if err != nil {
 				return err
 			}
+			stop, err := traces.start("torpor-router", logger)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			if member.CAFingerprint, member.JoinToken, err = join.resolve(); err != nil {
 				return err
 			}
@@ -94,6 +100,7 @@ revokes it.`,
 	flags.DurationVar(&cfg.ResumeTimeout, "resume-timeout", router.DefaultResumeTimeout, "how long requests wait for a resume before 504")
 	flags.StringVar(&metricsListen, "metrics-listen", "", "separate address for /metrics and /healthz (default: on --listen, for requests naming no actor)")
 	logs.register(cmd.PersistentFlags(), "info")
+	traces.register(cmd.PersistentFlags())
 	return cmd
 }
 

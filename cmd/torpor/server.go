@@ -19,6 +19,7 @@ func newServerCommand() *cobra.Command {
 	var opts server.Options
 	var images imageFlags
 	var logs logFlags
+	var traces traceFlags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the control plane API (any number of replicas may share a PostgreSQL store)",
@@ -63,6 +64,11 @@ or put server, ca and token in the client config file
 			if opts.Logger, err = logs.logger(cmd.ErrOrStderr()); err != nil {
 				return err
 			}
+			stop, err := traces.start("torpor-server", opts.Logger)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return server.Run(cmd.Context(), opts)
 		},
 	}
@@ -81,5 +87,6 @@ or put server, ca and token in the client config file
 	flags.StringToIntVar(&opts.Headroom, "headroom", nil, "per worker pool, workers to keep free by evicting idle actors early, so a resume rarely waits for an eviction (POOL=N,...)")
 	images.register(flags)
 	logs.register(cmd.PersistentFlags(), "info")
+	traces.register(cmd.PersistentFlags())
 	return cmd
 }

@@ -7,13 +7,17 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/netns"
@@ -22,6 +26,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/rungroup"
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
 	"github.com/torpor-dev/torpor/internal/server"
+	"github.com/torpor-dev/torpor/internal/version"
 )
 
 func init() { register(newUpCommand) }
@@ -38,6 +43,10 @@ type upFlags struct {
 	node         nodeFlags
 	images       imageFlags
 	logs         logFlags
+	traces       traceFlags
+	// metricsListen serves every part's metrics on one plain HTTP
+	// endpoint.
+	metricsListen string
 }
 
 func newUpCommand() *cobra.Command {
@@ -59,6 +68,7 @@ actor, then stops. Needs root (sandboxes and network namespaces).`,
 	flags.StringVar(&f.listen, "listen", "127.0.0.1:7070", "API address")
 	flags.StringVar(&f.routerListen, "router-listen", "127.0.0.1:7080", "router address (actors' HTTP traffic)")
 	flags.StringVar(&f.nodeListen, "node-listen", "127.0.0.1:7071", "node agent address")
+	flags.StringVar(&f.metricsListen, "metrics-listen", "127.0.0.1:7090", "address of /metrics (plain HTTP): the server's, the node agent's and the router's metrics in one place; empty: none")
 	flags.StringVar(&f.domain, "domain", router.DefaultDomain, "actors are reached at <actor>.<space>.<domain>")
 	flags.IntVar(&f.workers, "workers", 4, "worker slots")
 	flags.IntVar(&f.headroom, "headroom", 0, "workers to keep free by evicting idle actors early, so a resume rarely waits for an eviction")
@@ -69,6 +79,7 @@ actor, then stops. Needs root (sandboxes and network namespaces).`,
 	flags.BoolVar(&f.node.egress, "egress", true, "let workloads reach networks beyond this host, masqueraded as it (turns on IPv4 forwarding); --egress=false: the host only")
 	f.images.register(flags)
 	f.logs.register(cmd.PersistentFlags(), "warn")
+	f.traces.register(cmd.PersistentFlags())
 	return cmd
 }
 
@@ -77,6 +88,11 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	if err != nil {
 		return err
 	}
+	stopTraces, err := f.traces.start("torpor-up", logger)
+	if err != nil {
+		return err
+	}
+	defer stopTraces()
 	if f.dataDir == "" {
 		dir, err := cli.DataDir()
 		if err != nil {
@@ -101,12 +117,24 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 		apiLn.Close()
 		return fmt.Errorf("--router-listen: %w", err)
 	}
+	var metricsLn net.Listener
+	if f.metricsListen != "" {
+		if metricsLn, err = net.Listen("tcp", f.metricsListen); err != nil {
+			apiLn.Close()
+			routerLn.Close()
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		defer metricsLn.Close()
+	}
+	// One registry for the three parts: each metric once, build and
+	// process metrics included.
+	metrics := version.NewRegistry()
 	f.node.snapshots = filepath.Join(f.dataDir, "snapshots")
 	cp, err := server.Start(ctx, server.Options{
 		Logger: logger, Listen: apiLn.Addr().String(), Listener: apiLn,
 		Store: "sqlite:" + filepath.Join(f.dataDir, "torpor.db"), Snapshots: f.node.snapshots,
 		AdminTokenFile: filepath.Join(f.dataDir, "admin-token"), CAFile: filepath.Join(f.dataDir, "ca.pem"),
-		Images: images, Headroom: map[string]int{"default": f.headroom},
+		Images: images, Headroom: map[string]int{"default": f.headroom}, Registry: metrics,
 	})
 	if err != nil {
 		routerLn.Close()
@@ -117,7 +145,12 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	// API still run, then the node agent, then the API.
 	g := rungroup.New(ctx)
 	g.Go("control plane", cp.Run)
-	nodeCfg, agent, err := upNode(f, cp, images, logger)
+	if metricsLn != nil {
+		handler := http.NewServeMux()
+		handler.Handle("GET /metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
+		g.Go("metrics", func(ctx context.Context) error { return httpserve.Serve(ctx, metricsLn, handler, nil) })
+	}
+	nodeCfg, agent, err := upNode(f, cp, images, metrics, logger)
 	if err != nil {
 		routerLn.Close()
 		return errors.Join(err, g.Stop())
@@ -130,7 +163,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	})
 	// The router joins over the API, so it starts once the API serves. A
 	// router that cannot start stops the rest, as a failing part does.
-	if _, err := startRouter(ctx, g, router.Config{Server: cp.URL, Domain: f.domain, Logger: logger, AdminOnIngress: true}, upRouterMember(f, cp, logger), routerLn, nil); err != nil {
+	if _, err := startRouter(ctx, g, router.Config{Server: cp.URL, Domain: f.domain, Logger: logger, AdminOnIngress: true, Registerer: metrics}, upRouterMember(f, cp, logger), routerLn, nil); err != nil {
 		routerLn.Close()
 		g.Go("router", func(context.Context) error { return err })
 	}
@@ -163,7 +196,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 // upNode is the node agent of `torpor up`: it joins with a token made
 // here (only while it has no certificate yet), as a separate process
 // would.
-func upNode(f upFlags, cp *server.Running, images *image.Policy, logger *slog.Logger) (node.Config, *node.Agent, error) {
+func upNode(f upFlags, cp *server.Running, images *image.Policy, metrics *prometheus.Registry, logger *slog.Logger) (node.Config, *node.Agent, error) {
 	cfg := node.Config{
 		Name:      f.nodeName,
 		ServerURL: cp.URL,
@@ -172,6 +205,7 @@ func upNode(f upFlags, cp *server.Running, images *image.Policy, logger *slog.Lo
 		Pool:      "default",
 		StateDir:  filepath.Join(f.dataDir, "node"),
 		Images:    images,
+		Registry:  metrics,
 	}
 	f.node.runtime = gvisor.Class
 	if err := completeNodeConfig(&cfg, &f.node, logger); err != nil {
@@ -222,6 +256,7 @@ func printWelcome(w io.Writer, apiURL, configPath, routerURL string, f upFlags) 
 	fmt.Fprintf(w, `
 Torpor is up.
   API      %s   (the CLI finds it, its CA and the admin token: %s)
+  web      %s/dashboard/   (the dashboard: log in with the admin token)
   router   %s   (actors answer at <actor>.<space>.%s)
   workers  %d gVisor slots
   data     %s   (admin-token and ca.pem for other clients)
@@ -234,6 +269,6 @@ Next, in another terminal:
   curl -H 'Host: c1.default.%s' %s/
 
 Ctrl-C suspends running actors and stops.
-`, apiURL, configPath, routerURL, f.domain, f.workers, f.dataDir,
+`, apiURL, configPath, apiURL, routerURL, f.domain, f.workers, f.dataDir,
 		self, self, f.domain, routerURL, self, f.domain, routerURL)
 }

@@ -21,6 +21,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
@@ -29,6 +31,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/snapshot"
+	"github.com/torpor-dev/torpor/internal/tracing"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
 
@@ -90,6 +93,9 @@ type Config struct {
 	// suspended or paused out of gets a sandbox made ready for that actor,
 	// so its next restore there skips the sandbox's boot (see warm.go).
 	NoWarm bool
+	// Registry receives the agent's metrics, which it serves at
+	// /metrics. Default: a new version.NewRegistry.
+	Registry *prometheus.Registry
 	// Images says where this node reads images from and with which
 	// registry credentials; nil allows none. The control plane checked
 	// each template against its own policy, this node checks again.
@@ -302,7 +308,7 @@ func (a *Agent) releaseIdle(ctx context.Context) error {
 // handler serves the node agent API, to the control plane only.
 func (a *Agent) handler(creds *identity.Credentials) http.Handler {
 	mux := http.NewServeMux()
-	path, h := torporv1connect.NewNodeAgentServiceHandler(a.machine)
+	path, h := torporv1connect.NewNodeAgentServiceHandler(a.machine, connect.WithInterceptors(tracing.Interceptor()))
 	mux.Handle(path, onlyControlPlane(creds, h))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.Handle("GET /metrics", a.machine.metrics.handler())

@@ -64,7 +64,7 @@ func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) 
 		identity: id,
 		probes:   &prober{client: newProbeClient(), rt: cfg.Runtime},
 	}
-	m.metrics = newMetrics(m.busy)
+	m.metrics = newMetrics(cfg.Registry, m.busy)
 	m.warm = &warmer{off: cfg.NoWarm, rt: cfg.Runtime, log: log, workload: m.warmWorkload, background: m.ops.Go}
 	return m
 }

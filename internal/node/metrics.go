@@ -6,7 +6,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/torpor-dev/torpor/internal/version"
@@ -17,12 +16,17 @@ type metrics struct {
 	registry   *prometheus.Registry
 	operations *prometheus.CounterVec
 	seconds    *prometheus.HistogramVec
+	steps      *prometheus.HistogramVec
 }
 
-// newMetrics counts operations; busy says how many slots host a workload.
-func newMetrics(busy func() int) *metrics {
+// newMetrics counts operations into reg (nil: a registry of its own);
+// busy says how many slots host a workload.
+func newMetrics(reg *prometheus.Registry, busy func() int) *metrics {
+	if reg == nil {
+		reg = version.NewRegistry()
+	}
 	m := &metrics{
-		registry: prometheus.NewRegistry(),
+		registry: reg,
 		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "torpor_node_operations_total",
 			Help: "Node operations executed (retries answered from the record are not counted), by method and result.",
@@ -32,12 +36,17 @@ func newMetrics(busy func() int) *metrics {
 			Help:    "Duration of node operations, readiness included.",
 			Buckets: []float64{.01, .025, .05, .1, .15, .2, .3, .5, 1, 2, 5, 10, 30},
 		}, []string{"method"}),
+		steps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "torpor_node_step_seconds",
+			Help:    "Duration of the steps of starting a workload (operation start: unpack, fetch, volumes, identity, start, ready) and of checkpointing one (operation checkpoint: capture, archive, upload, ...); fetch and upload move snapshots.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"operation", "step"}),
 	}
 	workers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "torpor_node_busy_workers",
 		Help: "Worker slots of this node hosting a workload.",
 	}, func() float64 { return float64(busy()) })
-	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.operations, m.seconds, workers, version.Collector())
+	m.registry.MustRegister(m.operations, m.seconds, m.steps, workers)
 	return m
 }
 

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/tracing"
 )
 
 var _ torporv1connect.NodeAgentServiceHandler = (*slotMachine)(nil)
@@ -194,7 +196,7 @@ func (m *slotMachine) claim(s *slot, op *torporv1.Operation, w *torporv1.Workloa
 }
 
 func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) (warm bool, err error) {
-	steps := startSteps()
+	steps := m.startSteps(ctx, "start")
 	rootfs, images, err := m.images.unpack(ctx, w)
 	if err != nil {
 		return false, err
@@ -271,18 +273,26 @@ func (m *slotMachine) release(s *slot, actorUID string) error {
 	return errors.Join(identityErr, m.removeVolumes(actorUID))
 }
 
-// stepTimer times the steps of an operation, for its debug log.
+// stepTimer times the steps of an operation (start, checkpoint), for its
+// debug log, torpor_node_step_seconds and the operation's trace.
 type stepTimer struct {
-	last  time.Time
-	attrs []any
+	ctx       context.Context
+	operation string
+	seconds   *prometheus.HistogramVec
+	last      time.Time
+	attrs     []any
 }
 
-func startSteps() *stepTimer { return &stepTimer{last: time.Now()} }
+func (m *slotMachine) startSteps(ctx context.Context, operation string) *stepTimer {
+	return &stepTimer{ctx: ctx, operation: operation, seconds: m.metrics.steps, last: time.Now()}
+}
 
 // done records the time since the previous step as step's duration.
 func (t *stepTimer) done(step string) {
 	now := time.Now()
 	t.attrs = append(t.attrs, step, now.Sub(t.last).Round(time.Microsecond))
+	t.seconds.WithLabelValues(t.operation, step).Observe(now.Sub(t.last).Seconds())
+	tracing.Phase(t.ctx, "node."+step, t.last, now)
 	t.last = now
 }
 
@@ -361,7 +371,7 @@ func (m *slotMachine) checkpoint(ctx context.Context, s *slot, cur slotRecord, r
 		m.settle(ctx, s, running, stage)
 	}()
 
-	steps := startSteps()
+	steps := m.startSteps(ctx, "checkpoint")
 	memory := filepath.Join(stage, memoryDir)
 	switch {
 	case captured:

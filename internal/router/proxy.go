@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/torpor-dev/torpor/internal/tracing"
 )
 
 // proxy forwards requests to workloads over one pool of keep-alive
@@ -81,7 +83,9 @@ func newProxy(log *slog.Logger) *proxy {
 		ModifyResponse: func(resp *http.Response) error {
 			a := resp.Request.Context().Value(attemptKey{}).(*attempt)
 			if t := a.target.activationStart; !t.IsZero() {
-				a.target.activation.Observe(time.Since(t).Seconds())
+				now := time.Now()
+				a.target.activation.Observe(now.Sub(t).Seconds())
+				tracing.Phase(resp.Request.Context(), "router.activation", t, now)
 			}
 			return nil
 		},

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/retry"
+	"github.com/torpor-dev/torpor/internal/tracing"
 )
 
 // parkBackoff is how the router asks the control plane again while it has
@@ -94,7 +96,9 @@ func (r *Router) awaitResume(ctx context.Context, key ActorKey) (*torporv1.Actor
 	if f == nil {
 		f = &resumeFlight{done: make(chan struct{})}
 		r.flights.m[key] = f
-		go r.fly(key, f)
+		// The flight outlives the request that started it, and is part
+		// of its trace.
+		go r.fly(tracing.Detach(ctx), key, f)
 	}
 	r.flights.mu.Unlock()
 
@@ -108,8 +112,10 @@ func (r *Router) awaitResume(ctx context.Context, key ActorKey) (*torporv1.Actor
 	}
 }
 
-func (r *Router) fly(key ActorKey, f *resumeFlight) {
-	f.actor, f.err = r.resumeParked(key)
+func (r *Router) fly(ctx context.Context, key ActorKey, f *resumeFlight) {
+	ctx, span := tracing.Start(ctx, "router.resume", attribute.String("actor", key.String()))
+	defer span.End()
+	f.actor, f.err = r.resumeParked(ctx, key)
 	r.metrics.resumes.WithLabelValues(resumeResult(f.err)).Inc()
 	if f.err != nil {
 		r.log.Warn("resume failed", "actor", key.String(), "err", f.err)
@@ -122,15 +128,15 @@ func (r *Router) fly(key ActorKey, f *resumeFlight) {
 
 // resumeParked resumes the actor, asking again while the control plane
 // has no free worker or cannot answer, until ParkTimeout.
-func (r *Router) resumeParked(key ActorKey) (*torporv1.Actor, error) {
-	// The flight outlives the requests that wait for it, so only the park
-	// bound ends it.
-	ctx, cancel := r.parked(context.Background())
+func (r *Router) resumeParked(ctx context.Context, key ActorKey) (*torporv1.Actor, error) {
+	// The flight outlives the requests that wait for it (ctx is not
+	// theirs), so only the park bound ends it.
+	ctx, cancel := r.parked(ctx)
 	defer cancel()
 	b := parkBackoff.Start()
 	repeat := false
 	for {
-		a, err := r.resumeOnce(key, repeat)
+		a, err := r.resumeOnce(ctx, key, repeat)
 		noWorker := connect.CodeOf(err) == connect.CodeResourceExhausted
 		repeat = repeat || noWorker
 		if err == nil || !noWorker && !unavailable(err) {
@@ -149,14 +155,14 @@ func (r *Router) resumeParked(key ActorKey) (*torporv1.Actor, error) {
 // it; repeat says it asks again for the same parked requests (the control
 // plane counts their refusal once). A call that outlives the wait still
 // finishes, and what it learns is kept.
-func (r *Router) resumeOnce(key ActorKey, repeat bool) (*torporv1.Actor, error) {
+func (r *Router) resumeOnce(ctx context.Context, key ActorKey, repeat bool) (*torporv1.Actor, error) {
 	type result struct {
 		actor *torporv1.Actor
 		err   error
 	}
 	done := make(chan result, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), abandonResumeAfter)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonResumeAfter)
 		defer cancel()
 		resp, err := r.api.ResumeActor(ctx, connect.NewRequest(&torporv1.ResumeActorRequest{Space: key.Space, Name: key.Name, Repeat: repeat}))
 		if err != nil {

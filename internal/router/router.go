@@ -39,10 +39,13 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/retry"
+	"github.com/torpor-dev/torpor/internal/tracing"
+	"github.com/torpor-dev/torpor/internal/version"
 )
 
 // Defaults of Config.
@@ -97,7 +100,8 @@ type Config struct {
 	// always go to the actor, whatever their path, so the two never collide.
 	AdminOnIngress bool
 	Logger         *slog.Logger
-	// Registerer receives the router's metrics. Default: a new registry.
+	// Registerer receives the router's metrics. Default: a new
+	// version.NewRegistry.
 	Registerer prometheus.Registerer
 	// Gatherer is what /metrics serves. Default: Registerer when it is a
 	// Gatherer (a *prometheus.Registry is both).
@@ -161,7 +165,7 @@ func New(cfg Config) (*Router, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Registerer == nil {
-		reg := prometheus.NewRegistry()
+		reg := version.NewRegistry()
 		cfg.Registerer, cfg.Gatherer = reg, reg
 	}
 	if cfg.Gatherer == nil {
@@ -177,7 +181,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	r := &Router{
 		cfg:     cfg,
-		api:     torporv1connect.NewActorServiceClient(cfg.HTTPClient, cfg.Server),
+		api:     torporv1connect.NewActorServiceClient(cfg.HTTPClient, cfg.Server, connect.WithInterceptors(tracing.Interceptor())),
 		log:     cfg.Logger,
 		metrics: m,
 		actors:  newActorTable(),
@@ -269,7 +273,9 @@ const statusClientGone = 499
 // serveActor proxies req to the actor, resuming it first if needed;
 // *resumed is how long the request waited for a resume (0 when it did not).
 func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start time.Time, resumed *time.Duration) {
-	ctx := req.Context()
+	ctx, span := tracing.Start(req.Context(), "router.request", attribute.String("actor", key.String()), attribute.String("request_id", w.id))
+	defer span.End()
+	req = req.WithContext(ctx)
 	// Reported before the actor is looked up, so an idle stop claimed
 	// after that lookup found it RUNNING sees this request (activity.go).
 	if r.actors.enter(key, start) {
@@ -277,8 +283,14 @@ func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start 
 	}
 	defer func() { r.actors.leave(key, time.Now()) }()
 
+	// The activation is labelled with the resume's outcome, which a
+	// re-resolve after a failed dial does not repeat.
+	var activation prometheus.Observer
 	for fresh := false; ; fresh = true {
-		target, err := r.resolve(ctx, key, fresh, resumed)
+		target, woken, err := r.resolveActor(ctx, key, fresh, resumed)
+		if woken != nil {
+			activation = r.metrics.activationOf(woken)
+		}
 		if err != nil {
 			r.writeError(w, req, key, err)
 			return
@@ -288,7 +300,7 @@ func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start 
 		// earlier read may be stale, so it is re-resolved once.
 		outcome, err := r.proxy.serve(w, req, proxyTarget{
 			actor: key, endpoint: target, retryDial: !fresh && *resumed == 0,
-			activationStart: activationStart(start, *resumed), activation: r.metrics.activation,
+			activationStart: activationStart(start, *resumed), activation: activation,
 		})
 		switch outcome {
 		case proxied:
@@ -313,9 +325,16 @@ func activationStart(start time.Time, resumed time.Duration) time.Time {
 // actor if it is not running; *resumed grows by the time spent waiting for
 // a resume. fresh skips the cached address.
 func (r *Router) resolve(ctx context.Context, key ActorKey, fresh bool, resumed *time.Duration) (string, error) {
+	ep, _, err := r.resolveActor(ctx, key, fresh, resumed)
+	return ep, err
+}
+
+// resolveActor is resolve, also returning the actor as the resume left it
+// (nil when there was none).
+func (r *Router) resolveActor(ctx context.Context, key ActorKey, fresh bool, resumed *time.Duration) (string, *torporv1.Actor, error) {
 	if !fresh {
 		if ep, ok := r.actors.endpoint(key, time.Now(), r.cfg.EndpointTTL); ok {
-			return ep, nil
+			return ep, nil, nil
 		}
 	}
 	// While a resume is in flight the answer is known: wait for it rather
@@ -332,18 +351,19 @@ func (r *Router) resolve(ctx context.Context, key ActorKey, fresh bool, resumed 
 			return err
 		})
 		if unavailable(err) {
-			return "", fmt.Errorf("get actor %s: %w for %s: %w", key, errControlPlaneDown, r.cfg.ParkTimeout, err)
+			return "", nil, fmt.Errorf("get actor %s: %w for %s: %w", key, errControlPlaneDown, r.cfg.ParkTimeout, err)
 		}
 		if err != nil {
-			return "", fmt.Errorf("get actor %s: %w", key, err)
+			return "", nil, fmt.Errorf("get actor %s: %w", key, err)
 		}
 		switch resp.Msg.GetStatus().GetState() {
 		case torporv1.ActorState_ACTOR_STATE_RUNNING:
-			return r.learn(key, resp.Msg)
+			ep, err := r.learn(key, resp.Msg)
+			return ep, nil, err
 		case torporv1.ActorState_ACTOR_STATE_DELETING:
 			// Said here because the resume's refusal would carry the control
 			// plane's words, which clients do not get.
-			return "", fmt.Errorf("actor %s: %w", key, errDeleting)
+			return "", nil, fmt.Errorf("actor %s: %w", key, errDeleting)
 		}
 		r.actors.forget(key)
 	}
@@ -351,9 +371,9 @@ func (r *Router) resolve(ctx context.Context, key ActorKey, fresh bool, resumed 
 	a, err := r.awaitResume(ctx, key)
 	*resumed += max(time.Since(waitStart), time.Nanosecond)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return endpointOf(a), nil
+	return endpointOf(a), a, nil
 }
 
 // learn records a RUNNING actor's address and returns it.

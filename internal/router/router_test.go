@@ -669,7 +669,7 @@ func TestMetricsExposed(t *testing.T) {
 			`torpor_router_requests_total{code="200"} 2`,
 			`torpor_router_resumes_total{result="running"} 1`,
 			`torpor_router_resumes_total{result="no_worker"} 0`,
-			"torpor_router_activation_seconds_count 1",
+			`torpor_router_activation_seconds_count{restore="boot",template="t-app"} 1`,
 			"torpor_router_parked_requests 0",
 		} {
 			if !strings.Contains(body, want) {

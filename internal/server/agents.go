@@ -12,6 +12,7 @@ import (
 
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/tracing"
 	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
@@ -56,7 +57,7 @@ func (n *nodeAgents) Agent(ctx context.Context, node string) (workflow.NodeAgent
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("call node %s: %w", node, err))
 	}
-	c := torporv1connect.NewNodeAgentServiceClient(agentClient(cfg), key.address)
+	c := torporv1connect.NewNodeAgentServiceClient(agentClient(cfg), key.address, connect.WithInterceptors(tracing.Interceptor()))
 	n.clients[key] = c
 	return c, nil
 }

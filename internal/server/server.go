@@ -14,7 +14,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
@@ -23,6 +22,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/tracing"
 	"github.com/torpor-dev/torpor/internal/version"
 	"github.com/torpor-dev/torpor/internal/workflow"
 )
@@ -70,6 +70,9 @@ type Options struct {
 	// Headroom is, per worker pool, how many workers to keep free by
 	// evicting idle actors early (workflow.Options.Headroom).
 	Headroom map[string]int
+	// Registry receives the control plane's metrics, which it serves at
+	// /metrics. Default: a new version.NewRegistry.
+	Registry *prometheus.Registry
 	Logger   *slog.Logger
 	// Images says where templates' images may come from (checked at
 	// apply) and how the server reads them for the command check; nil
@@ -106,8 +109,11 @@ func New(st store.Store, objects snapshot.ObjectStore, opts Options) *Server {
 	if opts.RecoverAfter == 0 {
 		opts.RecoverAfter = workflow.DefaultRecoverAfter
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newWorkersCollector(st), version.Collector())
+	reg := opts.Registry
+	if reg == nil {
+		reg = version.NewRegistry()
+	}
+	reg.MustRegister(newWorkersCollector(st))
 	s := &Server{store: st, objects: objects, opts: opts, log: opts.Logger, goldens: make(chan struct{}, 1), metrics: reg}
 	s.identity = identity.NewLoader(st, s.identityConfig())
 	s.admin = adminToken{secrets: st}
@@ -135,7 +141,7 @@ func (s *Server) Authority(ctx context.Context) (*identity.Authority, error) {
 func (s *Server) Handler() http.Handler {
 	opts := append([]connect.HandlerOption{
 		connect.WithReadMaxBytes(maxRequestBytes),
-		connect.WithInterceptors(edgeErrors(s.log), &gate{identity: s.identity, admin: &s.admin, log: s.log}),
+		connect.WithInterceptors(tracing.Interceptor(), edgeErrors(s.log), &gate{identity: s.identity, admin: &s.admin, log: s.log}),
 	}, strictJSONCodecs()...)
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store}, opts...))
@@ -149,6 +155,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /.well-known/", ids.authority.WellKnown(s.log))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.Handle("GET /dashboard/", dashboard())
+	mux.Handle("GET /dashboard", http.RedirectHandler("/dashboard/", http.StatusMovedPermanently))
 	return identity.CallerMiddleware(s.identity.TrustDomain(), mux)
 }
 

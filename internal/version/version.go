@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // version is set by the Makefile's build target (-ldflags -X) from
@@ -72,6 +73,16 @@ func orUnknown(s string) string {
 		return "unknown"
 	}
 	return s
+}
+
+// NewRegistry is a registry with what every process serves: the Go
+// runtime's and the process's metrics and torpor_build_info. A process
+// that runs several roles (torpor up) gives them one, so that each is
+// there once.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), Collector())
+	return reg
 }
 
 // Collector is the torpor_build_info gauge: always 1, its labels carry the

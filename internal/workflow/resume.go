@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -14,6 +16,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/scheduler"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/tracing"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
 
@@ -37,6 +40,13 @@ type ResumeOptions struct {
 // returned at once without a write; a step in flight is waited for.
 func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOptions) (a *torporv1.Actor, err error) {
 	start := e.now()
+	ctx, span := tracing.Start(ctx, "workflow.resume", attribute.String("actor", space+"/"+name))
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	defer func() {
 		refused := errdefs.Code(err) == connect.CodeResourceExhausted
 		if refused && !opts.Repeat {
@@ -69,7 +79,9 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 		case state == torporv1.ActorState_ACTOR_STATE_DELETING:
 			return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s is being deleted", actorKey(a))
 		}
-		claimed, src, err := e.claimResume(ctx, a, opts)
+		claimCtx, claimSpan := tracing.Start(ctx, "workflow.claim")
+		claimed, src, err := e.claimResume(claimCtx, a, opts)
+		claimSpan.End()
 		if errors.Is(err, errRetry) {
 			continue
 		}
@@ -77,7 +89,10 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 		// this actor, so a second would take more than it needs.
 		var full *noFreeWorker
 		if errors.As(err, &full) && !evicted {
-			if err := e.evictFor(ctx, a, full); err != nil {
+			evictCtx, evictSpan := tracing.Start(ctx, "workflow.evict")
+			err := e.evictFor(evictCtx, a, full)
+			evictSpan.End()
+			if err != nil {
 				return nil, err
 			}
 			evicted = true
@@ -86,6 +101,8 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 		if err != nil {
 			return nil, err
 		}
+		span.SetAttributes(attribute.String("restore", enum.Name(claimed.GetStatus().GetOperation().GetRestoreScope())),
+			attribute.String("template", claimed.GetStatus().GetOperation().GetTemplate()))
 		return e.drive(ctx, claimed, func(ctx context.Context) (*torporv1.Actor, error) { return e.driveResume(ctx, claimed, src) })
 	}
 	return nil, errdefs.Errorf(errdefs.ErrAborted, "actor %s/%s: too many concurrent changes, retry", space, name)
@@ -354,10 +371,12 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 	st, op := a.GetStatus(), a.GetStatus().GetOperation()
 	log := e.logger(a)
 	warm := false
-	moved, err := e.untilNodeAnswers(ctx, a, func(ctx context.Context) (err error) {
+	nodeCtx, nodeSpan := tracing.Start(ctx, "workflow.node", attribute.String("node", st.GetWorker().GetNode()), attribute.String("worker", st.GetWorker().GetName()))
+	moved, err := e.untilNodeAnswers(nodeCtx, a, func(ctx context.Context) (err error) {
 		warm, err = e.callRestore(ctx, a, source)
 		return err
 	})
+	nodeSpan.End()
 	switch {
 	case moved != nil:
 		return resumedElsewhere(a, moved)
@@ -380,11 +399,14 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 		if err := e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING); err != nil {
 			return "", err
 		}
+		cur.Status.RestoredBy = op.GetRestoreScope()
 		cur.Status.Operation = nil
 		return local, nil
 	}
 	var out *torporv1.Actor
 	var lost *torporv1.Actor
+	finalizeStart := e.now()
+	defer func() { tracing.Phase(ctx, "workflow.finalize", finalizeStart, e.now()) }()
 	err = e.endStep(ctx, e.logger(a), func() error {
 		return e.store.InTx(ctx, func(tx store.Tx) error {
 			out, lost = nil, nil

@@ -1946,8 +1946,11 @@ type ActorStatus struct {
 	// discard what the two specs do not share. Any other pairing is checked
 	// afresh.
 	AcceptedStateLoss *AcceptedStateLoss `protobuf:"bytes,11,opt,name=accepted_state_loss,json=acceptedStateLoss,proto3" json:"accepted_state_loss,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// How the resume that made the actor RUNNING brought it back (output
+	// only; kept until the next resume): FULL, DATA, DATA_ON_GOLDEN or BOOT.
+	RestoredBy    RestoreScope `protobuf:"varint,12,opt,name=restored_by,json=restoredBy,proto3,enum=torpor.v1.RestoreScope" json:"restored_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActorStatus) Reset() {
@@ -2055,6 +2058,13 @@ func (x *ActorStatus) GetAcceptedStateLoss() *AcceptedStateLoss {
 		return x.AcceptedStateLoss
 	}
 	return nil
+}
+
+func (x *ActorStatus) GetRestoredBy() RestoreScope {
+	if x != nil {
+		return x.RestoredBy
+	}
+	return RestoreScope_RESTORE_SCOPE_UNSPECIFIED
 }
 
 type AcceptedStateLoss struct {
@@ -2992,7 +3002,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x0e\n" +
-	"\x02ip\x18\x05 \x01(\tR\x02ip\"\xcb\x04\n" +
+	"\x02ip\x18\x05 \x01(\tR\x02ip\"\x85\x05\n" +
 	"\vActorStatus\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.torpor.v1.ActorStateR\x05state\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.torpor.v1.WorkerRefR\x06worker\x12'\n" +
@@ -3006,7 +3016,9 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"state_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tstateTime\x12K\n" +
 	"\x15current_template_spec\x18\n" +
 	" \x01(\v2\x17.torpor.v1.TemplateSpecR\x13currentTemplateSpec\x12L\n" +
-	"\x13accepted_state_loss\x18\v \x01(\v2\x1c.torpor.v1.AcceptedStateLossR\x11acceptedStateLoss\"f\n" +
+	"\x13accepted_state_loss\x18\v \x01(\v2\x1c.torpor.v1.AcceptedStateLossR\x11acceptedStateLoss\x128\n" +
+	"\vrestored_by\x18\f \x01(\x0e2\x17.torpor.v1.RestoreScopeR\n" +
+	"restoredBy\"f\n" +
 	"\x11AcceptedStateLoss\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\x12!\n" +
 	"\ftemplate_uid\x18\x02 \x01(\tR\vtemplateUid\x12\x12\n" +
@@ -3229,29 +3241,30 @@ var file_torpor_v1_resources_proto_depIdxs = []int32{
 	42, // 33: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
 	12, // 34: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
 	31, // 35: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
-	7,  // 36: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
-	42, // 37: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
-	2,  // 38: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
-	1,  // 39: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
-	6,  // 40: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
-	9,  // 41: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
-	34, // 42: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
-	36, // 43: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
-	35, // 44: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
-	42, // 45: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
-	42, // 46: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
-	9,  // 47: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
-	1,  // 48: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
-	12, // 49: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
-	9,  // 50: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
-	8,  // 51: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
-	9,  // 52: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
-	42, // 53: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	2,  // 36: torpor.v1.ActorStatus.restored_by:type_name -> torpor.v1.RestoreScope
+	7,  // 37: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
+	42, // 38: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
+	2,  // 39: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
+	1,  // 40: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
+	6,  // 41: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
+	9,  // 42: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
+	34, // 43: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
+	36, // 44: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
+	35, // 45: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
+	42, // 46: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
+	42, // 47: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
+	9,  // 48: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
+	1,  // 49: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
+	12, // 50: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
+	9,  // 51: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
+	8,  // 52: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
+	9,  // 53: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
+	42, // 54: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_resources_proto_init() }
