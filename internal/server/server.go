@@ -225,14 +225,7 @@ func (s *Server) every(ctx context.Context, period time.Duration, what string, f
 // crash between upload and commit); files younger than a day may belong
 // to a checkpoint still in progress.
 func (s *Server) sweepOrphans(ctx context.Context) error {
-	removed, err := snapshot.SweepOrphans(ctx, s.objects, func(ctx context.Context, location string) (bool, error) {
-		if _, _, _, err := snapshot.ParseLocation(location); err != nil {
-			return true, nil // not ours to judge: keep it
-		}
-		// Any record: forks' records name their source's location.
-		recs, _, err := s.store.Snapshots().List(ctx, store.ListOptions{PageSize: 1, Filter: store.Filter{"location": location}})
-		return len(recs) > 0, err
-	}, 24*time.Hour)
+	removed, err := snapshot.SweepOrphans(ctx, s.objects, s.locationReferenced, 24*time.Hour)
 	if len(removed) > 0 {
 		s.log.Info("removed orphaned snapshots", "count", len(removed))
 	}

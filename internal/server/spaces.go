@@ -43,8 +43,8 @@ func (s *spaceService) ListSpaces(ctx context.Context, req *connect.Request[torp
 	return connect.NewResponse(&torporv1.ListSpacesResponse{Spaces: items, NextPageToken: next}), nil
 }
 
-// DeleteSpace removes an empty space; a space still holding templates or
-// actors is refused so nothing is orphaned.
+// DeleteSpace removes an empty space; a space still holding templates,
+// actors or snapshot tags is refused so nothing is orphaned.
 func (s *spaceService) DeleteSpace(ctx context.Context, req *connect.Request[torporv1.DeleteRequest]) (*connect.Response[torporv1.DeleteResponse], error) {
 	name := req.Msg.GetName()
 	if err := keyOf("", name, false); err != nil {
@@ -64,6 +64,14 @@ func (s *spaceService) DeleteSpace(ctx context.Context, req *connect.Request[tor
 		}
 		if len(actors)+len(templates) > 0 {
 			return failedPrecondition("space %q is not empty: delete its actors and templates first", name)
+		}
+		// A tag outlives its actor, and keeps its snapshot.
+		tags, _, err := tx.Tags().List(ctx, store.ListOptions{Space: name, PageSize: 1})
+		if err != nil {
+			return err
+		}
+		if len(tags) > 0 {
+			return failedPrecondition("space %q still has snapshot tags (%s): untag them first", name, tags[0].GetMetadata().GetName())
 		}
 		return tx.Spaces().Delete(ctx, "", name, req.Msg.GetUid(), req.Msg.GetVersion())
 	})
