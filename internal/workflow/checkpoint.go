@@ -101,9 +101,16 @@ func (e *Engine) claimCheckpoint(ctx context.Context, a *torporv1.Actor, kind ch
 	if evictedFor != nil {
 		op.EvictedFor, op.EvictedForUid = actorKey(evictedFor), evictedFor.GetMetadata().GetUid()
 	}
+	return e.commitIntent(ctx, a, op, kind.during, reason)
+}
+
+// commitIntent commits step op of a, which holds a worker: a moves to
+// the step's -ING state with op, compare-and-set on the version read
+// (errRetry when it changed), and the history says why.
+func (e *Engine) commitIntent(ctx context.Context, a *torporv1.Actor, op *torporv1.ActorOperation, during torporv1.ActorState, reason string) (*torporv1.Actor, error) {
 	from := a.GetStatus().GetState()
 	a.Status.Operation = op
-	if err := e.setState(a, kind.during); err != nil {
+	if err := e.setState(a, during); err != nil {
 		return nil, err
 	}
 	var claimed *torporv1.Actor
@@ -112,7 +119,7 @@ func (e *Engine) claimCheckpoint(ctx context.Context, a *torporv1.Actor, kind ch
 		if claimed, err = tx.Actors().Update(ctx, a); err != nil {
 			return err
 		}
-		return e.record(ctx, tx, a.GetMetadata().GetUid(), transition{from: from, to: kind.during, reason: reason, op: op, worker: a.GetStatus().GetWorker()})
+		return e.record(ctx, tx, a.GetMetadata().GetUid(), transition{from: from, to: during, reason: reason, op: op, worker: a.GetStatus().GetWorker()})
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return nil, errRetry
@@ -373,17 +380,7 @@ func (e *Engine) expiring(ctx context.Context, a *torporv1.Actor, latest *torpor
 		}
 	}
 	// latest sorts last (names sort by creation time) and is kept.
-	var expire []*torporv1.Snapshot
-	for _, s := range durable[:max(len(durable)+1-keep, 0)] {
-		kept, err := tagged(ctx, e.store, s)
-		if err != nil {
-			return nil, err
-		}
-		if !kept {
-			expire = append(expire, s)
-		}
-	}
-	return expire, nil
+	return untagged(ctx, e.store, durable[:max(len(durable)+1-keep, 0)])
 }
 
 // expireInTx deletes the records of expired snapshots within the

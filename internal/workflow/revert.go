@@ -112,18 +112,11 @@ func (e *Engine) newerSnapshots(ctx context.Context, a *torporv1.Actor, target *
 	}
 	var newer []*torporv1.Snapshot
 	for _, s := range snaps {
-		if s.GetNode() != "" || s.GetMetadata().GetName() <= target.GetMetadata().GetName() {
-			continue
-		}
-		kept, err := tagged(ctx, e.store, s)
-		if err != nil {
-			return nil, err
-		}
-		if !kept {
+		if s.GetNode() == "" && s.GetMetadata().GetName() > target.GetMetadata().GetName() {
 			newer = append(newer, s)
 		}
 	}
-	return newer, nil
+	return untagged(ctx, e.store, newer)
 }
 
 // rewind sets a, which holds no worker, SUSPENDED at target in one
@@ -196,25 +189,8 @@ func (e *Engine) claimDiscard(ctx context.Context, a *torporv1.Actor, target *to
 		TargetSnapshot: target.GetMetadata().GetName(),
 		PreviousState:  torporv1.ActorState_ACTOR_STATE_RUNNING,
 	}
-	a.Status.Operation = op
-	if err := e.setState(a, torporv1.ActorState_ACTOR_STATE_SUSPENDING); err != nil {
-		return nil, err
-	}
-	var claimed *torporv1.Actor
-	err := e.store.InTx(ctx, func(tx store.Tx) error {
-		var err error
-		if claimed, err = tx.Actors().Update(ctx, a); err != nil {
-			return err
-		}
-		return e.record(ctx, tx, a.GetMetadata().GetUid(), transition{
-			from: torporv1.ActorState_ACTOR_STATE_RUNNING, to: torporv1.ActorState_ACTOR_STATE_SUSPENDING, op: op, worker: a.GetStatus().GetWorker(),
-			reason: "revert to snapshot " + op.GetTargetSnapshot() + " requested: the running workload is stopped without a checkpoint",
-		})
-	})
-	if errors.Is(err, store.ErrConflict) {
-		return nil, errRetry
-	}
-	return claimed, err
+	return e.commitIntent(ctx, a, op, torporv1.ActorState_ACTOR_STATE_SUSPENDING,
+		"revert to snapshot "+op.GetTargetSnapshot()+" requested: the running workload is stopped without a checkpoint")
 }
 
 // driveDiscard stops the workload of a committed revert intent and leaves

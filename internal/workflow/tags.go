@@ -121,6 +121,21 @@ func tagged(ctx context.Context, tx store.Tx, snap *torporv1.Snapshot) (bool, er
 	return len(tags) > 0, nil
 }
 
+// untagged are the snapshots of snaps that no tag keeps.
+func untagged(ctx context.Context, tx store.Tx, snaps []*torporv1.Snapshot) ([]*torporv1.Snapshot, error) {
+	var out []*torporv1.Snapshot
+	for _, s := range snaps {
+		kept, err := tagged(ctx, tx, s)
+		if err != nil {
+			return nil, err
+		}
+		if !kept {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
 // shared reports whether a record other than snap names snap's location:
 // a fork's, or its source's.
 func (e *Engine) shared(ctx context.Context, snap *torporv1.Snapshot) (bool, error) {
