@@ -42,13 +42,7 @@ func (e *env) templateWithIdle(name string, p *torporv1.IdlePolicy) {
 // runningOnTemplate creates an actor on template and resumes it.
 func (e *env) runningOnTemplate(name, template string) {
 	e.t.Helper()
-	if _, err := e.store.Actors().Create(e.ctx, &torporv1.Actor{
-		Metadata: &torporv1.ObjectMeta{Space: "default", Name: name},
-		Spec:     &torporv1.ActorSpec{Template: template, TemplateRevision: 1},
-		Status:   &torporv1.ActorStatus{State: torporv1.ActorState_ACTOR_STATE_SUSPENDED},
-	}); err != nil {
-		e.t.Fatal(err)
-	}
+	e.createActorOn(name, template)
 	if _, err := e.engine.Resume(e.ctx, "default", name, ResumeOptions{}); err != nil {
 		e.t.Fatalf("resume %s: %v", name, err)
 	}

@@ -52,6 +52,7 @@ func (e *env) warmFor() map[string][]string {
 	return out
 }
 
+// createActorOn creates actor name, SUSPENDED, on revision 1 of template.
 func (e *env) createActorOn(name, template string) {
 	e.t.Helper()
 	if _, err := e.store.Actors().Create(e.ctx, &torporv1.Actor{
