@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"io/fs"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -40,8 +42,12 @@ func testForkCounter(t *testing.T, backend string) {
 	}
 	five := c.actor("c1").GetStatus().GetLatestSnapshot()
 	c.tag("default", "five", five, torporv1.SnapshotTagScope_SNAPSHOT_TAG_SCOPE_SPACE)
+	stored := storedBytes(t, c.snapshotStorage)
 	c.fork("default", "f2", &torporv1.ForkSource{Tag: "five"}, "")
 	c.fork("default", "f3", &torporv1.ForkSource{Tag: "default/five"}, "")
+	if after := storedBytes(t, c.snapshotStorage); after != stored {
+		t.Fatalf("snapshot storage holds %d bytes after two forks, %d before: a fork must not copy", after, stored)
+	}
 
 	source := c.snapshot("default", five)
 	for _, f := range []string{"f1", "f2", "f3"} {
@@ -129,6 +135,27 @@ func TestRevertCrashed(t *testing.T) {
 		t.Fatalf("the discarded snapshot %s: %v, want NotFound", latest, err)
 	}
 	c.checkReciprocal()
+}
+
+// storedBytes is the size of every file under dir.
+func storedBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += info.Size()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // wantCount sends one request to actor of space through the router and
