@@ -29,7 +29,7 @@ type forkFlags struct {
 
 func (f *forkFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.actor, "from", "", "fork: start from this actor's latest snapshot (same space)")
-	cmd.Flags().StringVar(&f.tag, "from-tag", "", "fork: start from the snapshot of this tag, TAG or SPACE/TAG (published)")
+	cmd.Flags().StringVar(&f.tag, "from-tag", "", "fork: start from the snapshot of this tag: TAG, or SPACE/TAG (another space's tag must be published)")
 	cmd.Flags().BoolVar(&f.allowStateLoss, "allow-state-loss", false, "fork: accept a template that loses some of the snapshot's state (named in the refusal)")
 	cmd.MarkFlagsMutuallyExclusive("from", "from-tag")
 }
