@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -270,5 +272,36 @@ func TestWarmForTheTemplate(t *testing.T) {
 	off := newFakeNode(t, func(c *Config) { c.NoWarm = true })
 	if err := off.warmForTemplate(0); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "warming is off") {
 		t.Errorf("warm on a node with warming off: %v, want FailedPrecondition saying so", err)
+	}
+}
+
+// TestWarmRacesStarts: a warm-up asked for while a restore claims the
+// same worker never fails the restore nor leaves a warm sandbox beside
+// the running workload; the restore uses the warm sandbox or not.
+func TestWarmRacesStarts(t *testing.T) {
+	n := newFakeNode(t)
+	ctx := context.Background()
+	if _, err := n.run(ctx, "a1", "op-run", 0); err != nil {
+		t.Fatal(err)
+	}
+	snap := n.suspend(t, "a1", "op-suspend-0", 0)
+	for i := range 20 {
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			// Refused once the restore holds the worker: either is fine.
+			if err := n.warmForTemplate(1); err != nil && connect.CodeOf(err) != connect.CodeFailedPrecondition {
+				t.Errorf("round %d: warm: %v", i, err)
+			}
+		})
+		n.restoreFull(t, "a1", fmt.Sprintf("op-resume-%d", i), 1, snap)
+		wg.Wait()
+		if st := n.stats(t, 1); !st.GetRunning() || st.GetActorUid() != "a1" {
+			t.Fatalf("round %d: stats %v, want a1 running", i, st)
+		}
+		snap = n.suspend(t, "a1", fmt.Sprintf("op-suspend-%d", i+1), 1)
+		waitFor(t, "worker 1 to be warm", func() bool { return n.warm(t, 1) })
+	}
+	if sandboxes, err := n.rt.Sandboxes(ctx); err != nil || len(sandboxes) > 2 {
+		t.Fatalf("sandboxes %v, %v; want at most the two warm workers", sandboxes, err)
 	}
 }
