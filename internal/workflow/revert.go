@@ -34,11 +34,10 @@ func (e *Engine) Revert(ctx context.Context, space, name, snapshot string) (a *t
 			return nil, err
 		}
 		state := a.GetStatus().GetState()
-		if rewound && state != torporv1.ActorState_ACTOR_STATE_SUSPENDED {
-			return nil, errdefs.Errorf(errdefs.ErrAborted, "actor %s became %s while reverting", actorKey(a), enum.Name(state))
-		}
 		switch {
 		case rewound:
+			// From the snapshot now, whoever resumes it: a request may
+			// have come first.
 			return e.Resume(ctx, space, name, ResumeOptions{})
 		case onWorkerStep(state):
 			if err := e.waitForChange(ctx, space, name, a.GetMetadata().GetVersion()); err != nil {
