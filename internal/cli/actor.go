@@ -51,6 +51,9 @@ func newActorCommand(a *app) *cobra.Command {
 		newActorCheckpointCommand(a, "pause", "paused", "Checkpoint an actor on its node and free its worker (resumes there fastest)",
 			func(c *clients) actorStep { return c.actors.PauseActor }),
 		newActorEventsCommand(a),
+		newActorExecCommand(a),
+		newActorLogsCommand(a),
+		newActorStatsCommand(a),
 		newActorRevertCommand(a),
 	)
 	return noun

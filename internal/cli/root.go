@@ -113,6 +113,10 @@ func Execute(ctx context.Context, root *cobra.Command, args []string) int {
 	if err == nil {
 		return 0
 	}
+	var exit exitCode
+	if errors.As(err, &exit) {
+		return int(exit)
+	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		fmt.Fprintf(root.ErrOrStderr(), "Error: %s: %s\n", ce.Code(), ce.Message())

@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
@@ -96,7 +97,8 @@ func (m *slotMachine) Terminate(ctx context.Context, req *connect.Request[torpor
 	})
 }
 
-// Stats reports whether the worker's workload runs and whose it is.
+// Stats reports whether the worker's workload runs, whose it is and what
+// it uses.
 func (m *slotMachine) Stats(ctx context.Context, req *connect.Request[torporv1.StatsRequest]) (*connect.Response[torporv1.StatsResponse], error) {
 	s, err := m.slot(req.Msg.GetWorker())
 	if err != nil {
@@ -107,7 +109,11 @@ func (m *slotMachine) Stats(ctx context.Context, req *connect.Request[torporv1.S
 	if err != nil {
 		return nil, errdefs.ToConnect(fmt.Errorf("worker %s: stats: %w", s.name(), err))
 	}
-	return connect.NewResponse(&torporv1.StatsResponse{Running: st.Running, ActorUid: cur.ActorUID, MemoryBytes: st.MemoryBytes}), nil
+	resp := &torporv1.StatsResponse{Running: st.Running, ActorUid: cur.ActorUID, MemoryBytes: st.MemoryBytes, CpuSeconds: st.CPU.Seconds()}
+	if !st.Started.IsZero() {
+		resp.Started = timestamppb.New(st.Started)
+	}
+	return connect.NewResponse(resp), nil
 }
 
 // hosts checks that the slot runs actorUID's workload.

@@ -8,6 +8,7 @@ package runtime
 
 import (
 	"context"
+	"io"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -53,11 +54,34 @@ type Workload struct {
 	ExtraMounts map[string]string
 }
 
+// ExecSpec is a process to run in a container of a slot's workload, with
+// its standard streams.
+type ExecSpec struct {
+	// Container is the container's name; empty for the first one.
+	Container string
+	Command   []string
+	// TTY runs the process on a terminal of Size: Stdout then receives
+	// all its output, and Stderr nothing.
+	TTY  bool
+	Size TerminalSize
+	// Stdin is its input; nil gives it end of file at once. A read of it
+	// still blocked when the process ended is the caller's to end.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Resize delivers the terminal's new sizes (TTY only); may be nil.
+	Resize <-chan TerminalSize
+}
+
+// TerminalSize is a terminal's size in characters.
+type TerminalSize struct{ Rows, Cols uint16 }
+
 // Stats is a point-in-time view of a slot.
 type Stats struct {
 	Running     bool
 	MemoryBytes int64
-	Started     time.Time
+	// CPU time the sandbox used since Started.
+	CPU     time.Duration
+	Started time.Time
 	// Warm: the slot holds no workload, only a sandbox made ahead of one
 	// by Warm (never Running at the same time).
 	Warm bool
@@ -86,6 +110,10 @@ type Runtime interface {
 	// workload runs; an error naming the container if it has none of that
 	// name.
 	Exec(ctx context.Context, slot Slot, container string, cmd []string) error
+	// ExecStream runs p as Exec runs a command, with its standard streams
+	// attached, and returns its exit status (128+N for a process killed
+	// by signal N). An error means it could not be run or waited for.
+	ExecStream(ctx context.Context, slot Slot, p ExecSpec) (int, error)
 	// Sandboxes lists slots that have a sandbox, running or warm, so a
 	// restarted node can adopt or clean them up.
 	Sandboxes(ctx context.Context) ([]string, error)

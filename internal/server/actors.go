@@ -16,8 +16,10 @@ import (
 )
 
 type actorService struct {
-	store  store.Store
-	engine *workflow.Engine
+	store    store.Store
+	engine   *workflow.Engine
+	agents   *nodeAgents
+	sessions *sessions
 }
 
 func (s *actorService) CreateActor(ctx context.Context, req *connect.Request[torporv1.CreateActorRequest]) (*connect.Response[torporv1.Actor], error) {

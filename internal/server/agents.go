@@ -35,6 +35,12 @@ func newNodeAgents(st store.Store, tlsFor func(ctx context.Context, node string)
 }
 
 func (n *nodeAgents) Agent(ctx context.Context, node string) (workflow.NodeAgent, error) {
+	return n.client(ctx, node)
+}
+
+// client is the node's agent with every call, the data plane's streams
+// included.
+func (n *nodeAgents) client(ctx context.Context, node string) (torporv1connect.NodeAgentServiceClient, error) {
 	rec, err := n.store.Nodes().Get(ctx, "", node)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("node %s is not registered", node))

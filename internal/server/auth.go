@@ -165,15 +165,55 @@ func (g *gate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	}
 }
 
-// WrapStreamingHandler checks a stream before its first message, so a
-// rule that depends on the request's space admits only the admin.
+// WrapStreamingHandler checks a stream before its first message, or,
+// where the rule depends on the request's space, as its first message
+// arrives: the handlers of such streams read it before anything else, so
+// an unchecked caller neither sends nor receives a thing.
 func (g *gate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if err := g.check(ctx, conn.Spec().Procedure, conn.RequestHeader(), nil); err != nil {
+		procedure := conn.Spec().Procedure
+		if accessRules[procedure] == accessSpace {
+			return next(ctx, &checkFirst{StreamingHandlerConn: conn, check: func(msg any) error {
+				return g.check(ctx, procedure, conn.RequestHeader(), msg)
+			}})
+		}
+		if err := g.check(ctx, procedure, conn.RequestHeader(), nil); err != nil {
 			return err
 		}
 		return next(ctx, conn)
 	}
+}
+
+// checkFirst is a stream whose first message must pass check before the
+// handler sees it; a refusal is the answer to every further receive.
+type checkFirst struct {
+	connect.StreamingHandlerConn
+	check   func(msg any) error
+	checked bool
+	refused error
+}
+
+func (c *checkFirst) Receive(msg any) error {
+	if c.refused != nil {
+		return c.refused
+	}
+	if err := c.StreamingHandlerConn.Receive(msg); err != nil || c.checked {
+		return err
+	}
+	c.checked = true
+	c.refused = c.check(msg)
+	return c.refused
+}
+
+// Send refuses to answer a caller not checked yet.
+func (c *checkFirst) Send(msg any) error {
+	if !c.checked {
+		return connect.NewError(connect.CodePermissionDenied, errors.New("the stream answered before its first request was checked"))
+	}
+	if c.refused != nil {
+		return c.refused
+	}
+	return c.StreamingHandlerConn.Send(msg)
 }
 
 func (g *gate) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {

@@ -96,6 +96,11 @@ type Server struct {
 	// cert is the certificate the server serves the API with and presents
 	// to node agents (see ServeAPI); nil until it serves.
 	cert atomic.Pointer[identity.Keypair]
+
+	// agents reaches node agents, for the engine and the data plane.
+	agents *nodeAgents
+	// sessions are the data-plane calls in flight, reported as activity.
+	sessions *sessions
 }
 
 // New returns a server over st and the snapshot object store.
@@ -117,7 +122,9 @@ func New(st store.Store, objects snapshot.ObjectStore, opts Options) *Server {
 	s := &Server{store: st, objects: objects, opts: opts, log: opts.Logger, goldens: make(chan struct{}, 1), metrics: reg}
 	s.identity = identity.NewLoader(st, s.identityConfig())
 	s.admin = adminToken{secrets: st}
-	s.engine = workflow.New(st, newNodeAgents(st, s.agentTLS), snapshotObjects{objects}, workflow.Options{
+	s.agents = newNodeAgents(st, s.agentTLS)
+	s.sessions = newSessions(st, opts.Logger)
+	s.engine = workflow.New(st, s.agents, snapshotObjects{objects}, workflow.Options{
 		HeartbeatTimeout: opts.HeartbeatTimeout,
 		RecoverAfter:     opts.RecoverAfter,
 		Registerer:       reg,
@@ -146,7 +153,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store}, opts...))
 	mux.Handle(torporv1connect.NewTemplateServiceHandler(&templateService{store: s.store, engine: s.engine, created: s.wakeGoldens, images: s.opts.Images}, opts...))
-	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine}, opts...))
+	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine, agents: s.agents, sessions: s.sessions}, opts...))
 	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine}, opts...))

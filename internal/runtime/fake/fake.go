@@ -461,7 +461,7 @@ func (f *Runtime) Stats(ctx context.Context, slot runtime.Slot) (runtime.Stats, 
 		_, warm := f.warm[slot.Name]
 		return runtime.Stats{Warm: warm}, nil
 	}
-	return runtime.Stats{Running: !sb.crashed, MemoryBytes: sb.memory, Started: sb.started}, nil
+	return runtime.Stats{Running: !sb.crashed, MemoryBytes: sb.memory, CPU: time.Since(sb.started), Started: sb.started}, nil
 }
 
 // Sandboxes implements runtime.Runtime.

@@ -938,59 +938,6 @@ func (r *Runtime) delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// Exec implements runtime.Runtime with runsc exec, which runs cmd as the
-// container's own process runs.
-func (r *Runtime) Exec(ctx context.Context, slot runtime.Slot, container string, cmd []string) error {
-	if err := checkSlotName(slot.Name); err != nil {
-		return fmt.Errorf("exec: %w", err)
-	}
-	if len(cmd) == 0 {
-		return fmt.Errorf("slot %s: exec in container %s: no command given", slot.Name, container)
-	}
-	id, err := r.containerID(slot.Name, container)
-	if err != nil {
-		return fmt.Errorf("slot %s: exec %q: %w", slot.Name, cmd, err)
-	}
-	c := r.command(ctx, append([]string{"exec", id}, cmd...)...)
-	var out bytes.Buffer
-	c.Stdout, c.Stderr = &out, &out
-	// A process the command left in the background would hold the pipe.
-	c.WaitDelay = time.Second
-	if err := c.Run(); err != nil {
-		return fmt.Errorf("slot %s: exec %q in container %s: %w: %s", slot.Name, cmd, container, err, lastBytes(out.Bytes(), 2048))
-	}
-	return nil
-}
-
-// containerID is the runsc id of the named container of slot's running
-// sandbox.
-func (r *Runtime) containerID(slot, name string) (string, error) {
-	defer r.lock(slot)()
-	ids, _, err := r.sandboxes(slot)
-	if err != nil {
-		return "", err
-	}
-	if len(ids) != 1 {
-		return "", fmt.Errorf("%w (%d sandboxes)", runtime.ErrNotRunning, len(ids))
-	}
-	id := ids[0]
-	dir := r.bundleDir(slot, id)
-	if b, err := os.ReadFile(filepath.Join(dir, nameFile)); err == nil && string(b) == name {
-		return id, nil
-	}
-	if b, err := os.ReadFile(filepath.Join(subBundleDir(dir, name), nameFile)); err == nil && string(b) == name {
-		return subID(id, name), nil
-	}
-	return "", fmt.Errorf("sandbox %s has no container %q", id, name)
-}
-
-func lastBytes(b []byte, limit int) string {
-	if len(b) > limit {
-		b = b[len(b)-limit:]
-	}
-	return strings.TrimSpace(string(b))
-}
-
 // killBundleProcesses kills the processes started for the bundle at dir
 // and waits until they are gone.
 func killBundleProcesses(ctx context.Context, dir string) error {
@@ -1055,6 +1002,12 @@ func (r *Runtime) state(ctx context.Context, id string) (state, error) {
 // events is the part of `runsc events --stats` output used here.
 type events struct {
 	Data struct {
+		CPU struct {
+			Usage struct {
+				// Nanoseconds.
+				Total int64 `json:"total"`
+			} `json:"usage"`
+		} `json:"cpu"`
 		Memory struct {
 			Usage struct {
 				Usage int64 `json:"usage"`
@@ -1063,8 +1016,8 @@ type events struct {
 	} `json:"data"`
 }
 
-// Stats implements runtime.Runtime. Memory is best effort (0 if runsc
-// cannot tell).
+// Stats implements runtime.Runtime. Memory and CPU are best effort (0 if
+// runsc cannot tell).
 func (r *Runtime) Stats(ctx context.Context, slot runtime.Slot) (runtime.Stats, error) {
 	if err := checkSlotName(slot.Name); err != nil {
 		return runtime.Stats{}, fmt.Errorf("stats: %w", err)
@@ -1110,6 +1063,7 @@ func (r *Runtime) Stats(ctx context.Context, slot runtime.Slot) (runtime.Stats, 
 		var ev events
 		if json.Unmarshal(out, &ev) == nil {
 			stats.MemoryBytes = ev.Data.Memory.Usage.Usage
+			stats.CPU = time.Duration(ev.Data.CPU.Usage.Total)
 		}
 	}
 	return stats, nil

@@ -317,6 +317,158 @@ func (x *ListNodesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ExecRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	Process       *ExecProcess           `protobuf:"bytes,3,opt,name=process,proto3" json:"process,omitempty"`
+	Input         *ExecInput             `protobuf:"bytes,4,opt,name=input,proto3" json:"input,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecRequest) Reset() {
+	*x = ExecRequest{}
+	mi := &file_torpor_v1_node_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecRequest) ProtoMessage() {}
+
+func (x *ExecRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
+func (*ExecRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ExecRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ExecRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *ExecRequest) GetProcess() *ExecProcess {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetInput() *ExecInput {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+type LogsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	Container     string                 `protobuf:"bytes,3,opt,name=container,proto3" json:"container,omitempty"`
+	Follow        bool                   `protobuf:"varint,4,opt,name=follow,proto3" json:"follow,omitempty"`
+	Since         *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	Tail          int32                  `protobuf:"varint,6,opt,name=tail,proto3" json:"tail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogsRequest) Reset() {
+	*x = LogsRequest{}
+	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogsRequest) ProtoMessage() {}
+
+func (x *LogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
+func (*LogsRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *LogsRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *LogsRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *LogsRequest) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *LogsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+func (x *LogsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *LogsRequest) GetTail() int32 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
 type WarmRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Worker string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -328,7 +480,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[5]
+	mi := &file_torpor_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +492,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[5]
+	mi := &file_torpor_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +505,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WarmRequest) GetWorker() string {
@@ -378,7 +530,7 @@ type WarmResponse struct {
 
 func (x *WarmResponse) Reset() {
 	*x = WarmResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	mi := &file_torpor_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +542,7 @@ func (x *WarmResponse) String() string {
 func (*WarmResponse) ProtoMessage() {}
 
 func (x *WarmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	mi := &file_torpor_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +555,7 @@ func (x *WarmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmResponse.ProtoReflect.Descriptor instead.
 func (*WarmResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 // Operation names the call for idempotency and the workload it acts on.
@@ -419,7 +571,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	mi := &file_torpor_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +583,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	mi := &file_torpor_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +596,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Operation) GetActorUid() string {
@@ -485,7 +637,7 @@ type Workload struct {
 
 func (x *Workload) Reset() {
 	*x = Workload{}
-	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	mi := &file_torpor_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +649,7 @@ func (x *Workload) String() string {
 func (*Workload) ProtoMessage() {}
 
 func (x *Workload) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	mi := &file_torpor_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +662,7 @@ func (x *Workload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workload.ProtoReflect.Descriptor instead.
 func (*Workload) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Workload) GetSpace() string {
@@ -572,7 +724,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[9]
+	mi := &file_torpor_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +736,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[9]
+	mi := &file_torpor_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +749,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RunRequest) GetOp() *Operation {
@@ -623,7 +775,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[10]
+	mi := &file_torpor_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +787,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[10]
+	mi := &file_torpor_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +800,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunResponse) GetWorkerIp() string {
@@ -673,7 +825,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[11]
+	mi := &file_torpor_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +837,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[11]
+	mi := &file_torpor_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +850,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CheckpointRequest) GetOp() *Operation {
@@ -748,7 +900,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[12]
+	mi := &file_torpor_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +912,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[12]
+	mi := &file_torpor_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +925,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CheckpointResponse) GetLocation() string {
@@ -817,7 +969,7 @@ type SnapshotSource struct {
 
 func (x *SnapshotSource) Reset() {
 	*x = SnapshotSource{}
-	mi := &file_torpor_v1_node_proto_msgTypes[13]
+	mi := &file_torpor_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +981,7 @@ func (x *SnapshotSource) String() string {
 func (*SnapshotSource) ProtoMessage() {}
 
 func (x *SnapshotSource) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[13]
+	mi := &file_torpor_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +994,7 @@ func (x *SnapshotSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSource.ProtoReflect.Descriptor instead.
 func (*SnapshotSource) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SnapshotSource) GetLocation() string {
@@ -882,7 +1034,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[14]
+	mi := &file_torpor_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1046,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[14]
+	mi := &file_torpor_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1059,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RestoreRequest) GetOp() *Operation {
@@ -959,7 +1111,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[15]
+	mi := &file_torpor_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1123,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[15]
+	mi := &file_torpor_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1136,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RestoreResponse) GetWorkerIp() string {
@@ -1017,7 +1169,7 @@ type TerminateRequest struct {
 
 func (x *TerminateRequest) Reset() {
 	*x = TerminateRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[16]
+	mi := &file_torpor_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1181,7 @@ func (x *TerminateRequest) String() string {
 func (*TerminateRequest) ProtoMessage() {}
 
 func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[16]
+	mi := &file_torpor_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1194,7 @@ func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateRequest.ProtoReflect.Descriptor instead.
 func (*TerminateRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TerminateRequest) GetOp() *Operation {
@@ -1060,7 +1212,7 @@ type TerminateResponse struct {
 
 func (x *TerminateResponse) Reset() {
 	*x = TerminateResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[17]
+	mi := &file_torpor_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1224,7 @@ func (x *TerminateResponse) String() string {
 func (*TerminateResponse) ProtoMessage() {}
 
 func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[17]
+	mi := &file_torpor_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1237,7 @@ func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateResponse.ProtoReflect.Descriptor instead.
 func (*TerminateResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 type StatsRequest struct {
@@ -1097,7 +1249,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[18]
+	mi := &file_torpor_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1261,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[18]
+	mi := &file_torpor_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1274,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatsRequest) GetWorker() string {
@@ -1133,17 +1285,20 @@ func (x *StatsRequest) GetWorker() string {
 }
 
 type StatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Running       bool                   `protobuf:"varint,1,opt,name=running,proto3" json:"running,omitempty"`
-	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
-	MemoryBytes   int64                  `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Running     bool                   `protobuf:"varint,1,opt,name=running,proto3" json:"running,omitempty"`
+	ActorUid    string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	MemoryBytes int64                  `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// CPU time the sandbox used since it started, and when that was.
+	CpuSeconds    float64                `protobuf:"fixed64,4,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`
+	Started       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[19]
+	mi := &file_torpor_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1310,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[19]
+	mi := &file_torpor_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1323,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatsResponse) GetRunning() bool {
@@ -1192,6 +1347,20 @@ func (x *StatsResponse) GetMemoryBytes() int64 {
 	return 0
 }
 
+func (x *StatsResponse) GetCpuSeconds() float64 {
+	if x != nil {
+		return x.CpuSeconds
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetStarted() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Started
+	}
+	return nil
+}
+
 var File_torpor_v1_node_proto protoreflect.FileDescriptor
 
 const file_torpor_v1_node_proto_rawDesc = "" +
@@ -1209,7 +1378,19 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\x0eheartbeat_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\rheartbeatTime\"b\n" +
 	"\x11ListNodesResponse\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.torpor.v1.NodeR\x05nodes\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"V\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa0\x01\n" +
+	"\vExecRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x120\n" +
+	"\aprocess\x18\x03 \x01(\v2\x16.torpor.v1.ExecProcessR\aprocess\x12*\n" +
+	"\x05input\x18\x04 \x01(\v2\x14.torpor.v1.ExecInputR\x05input\"\xbe\x01\n" +
+	"\vLogsRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1c\n" +
+	"\tcontainer\x18\x03 \x01(\tR\tcontainer\x12\x16\n" +
+	"\x06follow\x18\x04 \x01(\bR\x06follow\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x12\n" +
+	"\x04tail\x18\x06 \x01(\x05R\x04tail\"V\n" +
 	"\vWarmRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12/\n" +
 	"\bworkload\x18\x02 \x01(\v2\x13.torpor.v1.WorkloadR\bworkload\"\x0e\n" +
@@ -1264,11 +1445,14 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\x02op\x18\x01 \x01(\v2\x14.torpor.v1.OperationR\x02op\"\x13\n" +
 	"\x11TerminateResponse\"&\n" +
 	"\fStatsRequest\x12\x16\n" +
-	"\x06worker\x18\x01 \x01(\tR\x06worker\"i\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\"\xc0\x01\n" +
 	"\rStatsResponse\x12\x18\n" +
 	"\arunning\x18\x01 \x01(\bR\arunning\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12!\n" +
-	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes*q\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12\x1f\n" +
+	"\vcpu_seconds\x18\x04 \x01(\x01R\n" +
+	"cpuSeconds\x124\n" +
+	"\astarted\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\astarted*q\n" +
 	"\x10CheckpointTarget\x12!\n" +
 	"\x1dCHECKPOINT_TARGET_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CHECKPOINT_TARGET_STORAGE\x10\x01\x12\x1b\n" +
@@ -1277,7 +1461,7 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\fRegisterNode\x12\x1e.torpor.v1.RegisterNodeRequest\x1a\x1f.torpor.v1.RegisterNodeResponse\x12F\n" +
 	"\tHeartbeat\x12\x1b.torpor.v1.HeartbeatRequest\x1a\x1c.torpor.v1.HeartbeatResponse\x121\n" +
 	"\aGetNode\x12\x15.torpor.v1.GetRequest\x1a\x0f.torpor.v1.Node\x12A\n" +
-	"\tListNodes\x12\x16.torpor.v1.ListRequest\x1a\x1c.torpor.v1.ListNodesResponse2\x92\x03\n" +
+	"\tListNodes\x12\x16.torpor.v1.ListRequest\x1a\x1c.torpor.v1.ListNodesResponse2\x90\x04\n" +
 	"\x10NodeAgentService\x124\n" +
 	"\x03Run\x12\x15.torpor.v1.RunRequest\x1a\x16.torpor.v1.RunResponse\x12I\n" +
 	"\n" +
@@ -1285,7 +1469,9 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\aRestore\x12\x19.torpor.v1.RestoreRequest\x1a\x1a.torpor.v1.RestoreResponse\x12F\n" +
 	"\tTerminate\x12\x1b.torpor.v1.TerminateRequest\x1a\x1c.torpor.v1.TerminateResponse\x12:\n" +
 	"\x05Stats\x12\x17.torpor.v1.StatsRequest\x1a\x18.torpor.v1.StatsResponse\x127\n" +
-	"\x04Warm\x12\x16.torpor.v1.WarmRequest\x1a\x17.torpor.v1.WarmResponseB9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
+	"\x04Warm\x12\x16.torpor.v1.WarmRequest\x1a\x17.torpor.v1.WarmResponse\x129\n" +
+	"\x04Exec\x12\x16.torpor.v1.ExecRequest\x1a\x15.torpor.v1.ExecOutput(\x010\x01\x12A\n" +
+	"\x04Logs\x12\x16.torpor.v1.LogsRequest\x1a\x1f.torpor.v1.GetActorLogsResponse0\x01B9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
 
 var (
 	file_torpor_v1_node_proto_rawDescOnce sync.Once
@@ -1300,7 +1486,7 @@ func file_torpor_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_torpor_v1_node_proto_goTypes = []any{
 	(CheckpointTarget)(0),         // 0: torpor.v1.CheckpointTarget
 	(*RegisterNodeRequest)(nil),   // 1: torpor.v1.RegisterNodeRequest
@@ -1308,75 +1494,89 @@ var file_torpor_v1_node_proto_goTypes = []any{
 	(*HeartbeatRequest)(nil),      // 3: torpor.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),     // 4: torpor.v1.HeartbeatResponse
 	(*ListNodesResponse)(nil),     // 5: torpor.v1.ListNodesResponse
-	(*WarmRequest)(nil),           // 6: torpor.v1.WarmRequest
-	(*WarmResponse)(nil),          // 7: torpor.v1.WarmResponse
-	(*Operation)(nil),             // 8: torpor.v1.Operation
-	(*Workload)(nil),              // 9: torpor.v1.Workload
-	(*RunRequest)(nil),            // 10: torpor.v1.RunRequest
-	(*RunResponse)(nil),           // 11: torpor.v1.RunResponse
-	(*CheckpointRequest)(nil),     // 12: torpor.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),    // 13: torpor.v1.CheckpointResponse
-	(*SnapshotSource)(nil),        // 14: torpor.v1.SnapshotSource
-	(*RestoreRequest)(nil),        // 15: torpor.v1.RestoreRequest
-	(*RestoreResponse)(nil),       // 16: torpor.v1.RestoreResponse
-	(*TerminateRequest)(nil),      // 17: torpor.v1.TerminateRequest
-	(*TerminateResponse)(nil),     // 18: torpor.v1.TerminateResponse
-	(*StatsRequest)(nil),          // 19: torpor.v1.StatsRequest
-	(*StatsResponse)(nil),         // 20: torpor.v1.StatsResponse
-	(*Node)(nil),                  // 21: torpor.v1.Node
-	(*Worker)(nil),                // 22: torpor.v1.Worker
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(*TemplateSpec)(nil),          // 24: torpor.v1.TemplateSpec
-	(SnapshotScope)(0),            // 25: torpor.v1.SnapshotScope
-	(RestoreScope)(0),             // 26: torpor.v1.RestoreScope
-	(*GetRequest)(nil),            // 27: torpor.v1.GetRequest
-	(*ListRequest)(nil),           // 28: torpor.v1.ListRequest
+	(*ExecRequest)(nil),           // 6: torpor.v1.ExecRequest
+	(*LogsRequest)(nil),           // 7: torpor.v1.LogsRequest
+	(*WarmRequest)(nil),           // 8: torpor.v1.WarmRequest
+	(*WarmResponse)(nil),          // 9: torpor.v1.WarmResponse
+	(*Operation)(nil),             // 10: torpor.v1.Operation
+	(*Workload)(nil),              // 11: torpor.v1.Workload
+	(*RunRequest)(nil),            // 12: torpor.v1.RunRequest
+	(*RunResponse)(nil),           // 13: torpor.v1.RunResponse
+	(*CheckpointRequest)(nil),     // 14: torpor.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),    // 15: torpor.v1.CheckpointResponse
+	(*SnapshotSource)(nil),        // 16: torpor.v1.SnapshotSource
+	(*RestoreRequest)(nil),        // 17: torpor.v1.RestoreRequest
+	(*RestoreResponse)(nil),       // 18: torpor.v1.RestoreResponse
+	(*TerminateRequest)(nil),      // 19: torpor.v1.TerminateRequest
+	(*TerminateResponse)(nil),     // 20: torpor.v1.TerminateResponse
+	(*StatsRequest)(nil),          // 21: torpor.v1.StatsRequest
+	(*StatsResponse)(nil),         // 22: torpor.v1.StatsResponse
+	(*Node)(nil),                  // 23: torpor.v1.Node
+	(*Worker)(nil),                // 24: torpor.v1.Worker
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*ExecProcess)(nil),           // 26: torpor.v1.ExecProcess
+	(*ExecInput)(nil),             // 27: torpor.v1.ExecInput
+	(*TemplateSpec)(nil),          // 28: torpor.v1.TemplateSpec
+	(SnapshotScope)(0),            // 29: torpor.v1.SnapshotScope
+	(RestoreScope)(0),             // 30: torpor.v1.RestoreScope
+	(*GetRequest)(nil),            // 31: torpor.v1.GetRequest
+	(*ListRequest)(nil),           // 32: torpor.v1.ListRequest
+	(*ExecOutput)(nil),            // 33: torpor.v1.ExecOutput
+	(*GetActorLogsResponse)(nil),  // 34: torpor.v1.GetActorLogsResponse
 }
 var file_torpor_v1_node_proto_depIdxs = []int32{
-	21, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
-	22, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
-	21, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
-	22, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
-	23, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
-	21, // 5: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
-	9,  // 6: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
-	24, // 7: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
-	8,  // 8: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
-	9,  // 9: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
-	8,  // 10: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
-	25, // 11: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
-	0,  // 12: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
-	8,  // 13: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
-	9,  // 14: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
-	26, // 15: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
-	14, // 16: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
-	14, // 17: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
-	8,  // 18: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
-	1,  // 19: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
-	3,  // 20: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
-	27, // 21: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
-	28, // 22: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
-	10, // 23: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
-	12, // 24: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
-	15, // 25: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
-	17, // 26: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
-	19, // 27: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
-	6,  // 28: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
-	2,  // 29: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
-	4,  // 30: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
-	21, // 31: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
-	5,  // 32: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
-	11, // 33: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
-	13, // 34: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
-	16, // 35: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
-	18, // 36: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
-	20, // 37: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
-	7,  // 38: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	23, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
+	24, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
+	23, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
+	24, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
+	25, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
+	23, // 5: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
+	26, // 6: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
+	27, // 7: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
+	25, // 8: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	11, // 9: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
+	28, // 10: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
+	10, // 11: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
+	11, // 12: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
+	10, // 13: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
+	29, // 14: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
+	0,  // 15: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
+	10, // 16: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
+	11, // 17: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
+	30, // 18: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
+	16, // 19: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
+	16, // 20: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
+	10, // 21: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
+	25, // 22: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
+	1,  // 23: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
+	3,  // 24: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
+	31, // 25: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
+	32, // 26: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
+	12, // 27: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
+	14, // 28: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
+	17, // 29: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
+	19, // 30: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
+	21, // 31: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
+	8,  // 32: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
+	6,  // 33: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
+	7,  // 34: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
+	2,  // 35: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
+	4,  // 36: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
+	23, // 37: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
+	5,  // 38: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
+	13, // 39: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
+	15, // 40: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
+	18, // 41: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
+	20, // 42: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
+	22, // 43: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
+	9,  // 44: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
+	33, // 45: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
+	34, // 46: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_node_proto_init() }
@@ -1392,7 +1592,7 @@ func file_torpor_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_node_proto_rawDesc), len(file_torpor_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -715,6 +715,701 @@ func (x *ListTemplatesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ExecActorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// First request only: the actor and the process to run.
+	Space   string       `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	Name    string       `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Process *ExecProcess `protobuf:"bytes,3,opt,name=process,proto3" json:"process,omitempty"`
+	// Later requests.
+	Input         *ExecInput `protobuf:"bytes,4,opt,name=input,proto3" json:"input,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecActorRequest) Reset() {
+	*x = ExecActorRequest{}
+	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecActorRequest) ProtoMessage() {}
+
+func (x *ExecActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecActorRequest.ProtoReflect.Descriptor instead.
+func (*ExecActorRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ExecActorRequest) GetSpace() string {
+	if x != nil {
+		return x.Space
+	}
+	return ""
+}
+
+func (x *ExecActorRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExecActorRequest) GetProcess() *ExecProcess {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+func (x *ExecActorRequest) GetInput() *ExecInput {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+type ExecProcess struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty: the template's first container.
+	Container string `protobuf:"bytes,1,opt,name=container,proto3" json:"container,omitempty"`
+	// The argument vector, run as the container's own process runs (its
+	// user, environment and working directory).
+	Command []string `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
+	// Run the process on a terminal (its output then comes as stdout only).
+	Tty bool `protobuf:"varint,3,opt,name=tty,proto3" json:"tty,omitempty"`
+	// Attach the caller's input; without it the process reads end of file.
+	Stdin bool `protobuf:"varint,4,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// The terminal's first size (tty only).
+	Size          *TerminalSize `protobuf:"bytes,5,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecProcess) Reset() {
+	*x = ExecProcess{}
+	mi := &file_torpor_v1_services_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecProcess) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecProcess) ProtoMessage() {}
+
+func (x *ExecProcess) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecProcess.ProtoReflect.Descriptor instead.
+func (*ExecProcess) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ExecProcess) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *ExecProcess) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ExecProcess) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *ExecProcess) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *ExecProcess) GetSize() *TerminalSize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+type TerminalSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalSize) Reset() {
+	*x = TerminalSize{}
+	mi := &file_torpor_v1_services_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalSize) ProtoMessage() {}
+
+func (x *TerminalSize) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
+func (*TerminalSize) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TerminalSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TerminalSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+type ExecInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Stdin []byte                 `protobuf:"bytes,1,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// No more input: the process reads end of file.
+	CloseStdin bool `protobuf:"varint,2,opt,name=close_stdin,json=closeStdin,proto3" json:"close_stdin,omitempty"`
+	// The terminal was resized (tty only).
+	Resize        *TerminalSize `protobuf:"bytes,3,opt,name=resize,proto3" json:"resize,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecInput) Reset() {
+	*x = ExecInput{}
+	mi := &file_torpor_v1_services_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecInput) ProtoMessage() {}
+
+func (x *ExecInput) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecInput.ProtoReflect.Descriptor instead.
+func (*ExecInput) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExecInput) GetStdin() []byte {
+	if x != nil {
+		return x.Stdin
+	}
+	return nil
+}
+
+func (x *ExecInput) GetCloseStdin() bool {
+	if x != nil {
+		return x.CloseStdin
+	}
+	return false
+}
+
+func (x *ExecInput) GetResize() *TerminalSize {
+	if x != nil {
+		return x.Resize
+	}
+	return nil
+}
+
+type ExecOutput struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Stdout []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	// Set in the last response only: the process ended.
+	Exit          *ExecExit `protobuf:"bytes,3,opt,name=exit,proto3" json:"exit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecOutput) Reset() {
+	*x = ExecOutput{}
+	mi := &file_torpor_v1_services_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecOutput) ProtoMessage() {}
+
+func (x *ExecOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
+func (*ExecOutput) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExecOutput) GetStdout() []byte {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *ExecOutput) GetStderr() []byte {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
+func (x *ExecOutput) GetExit() *ExecExit {
+	if x != nil {
+		return x.Exit
+	}
+	return nil
+}
+
+type ExecExit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The exit status; 128+N for a process killed by signal N.
+	Code          int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecExit) Reset() {
+	*x = ExecExit{}
+	mi := &file_torpor_v1_services_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecExit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecExit) ProtoMessage() {}
+
+func (x *ExecExit) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
+func (*ExecExit) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ExecExit) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+type GetActorLogsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Empty: every container's, with torpor's own records.
+	Container string `protobuf:"bytes,3,opt,name=container,proto3" json:"container,omitempty"`
+	// Go on with new output.
+	Follow bool `protobuf:"varint,4,opt,name=follow,proto3" json:"follow,omitempty"`
+	// Only records from this time on.
+	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	// Only the last tail records (0: all), before following.
+	Tail          int32 `protobuf:"varint,6,opt,name=tail,proto3" json:"tail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetActorLogsRequest) Reset() {
+	*x = GetActorLogsRequest{}
+	mi := &file_torpor_v1_services_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetActorLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetActorLogsRequest) ProtoMessage() {}
+
+func (x *GetActorLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetActorLogsRequest.ProtoReflect.Descriptor instead.
+func (*GetActorLogsRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetActorLogsRequest) GetSpace() string {
+	if x != nil {
+		return x.Space
+	}
+	return ""
+}
+
+func (x *GetActorLogsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetActorLogsRequest) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *GetActorLogsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+func (x *GetActorLogsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GetActorLogsRequest) GetTail() int32 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
+type GetActorLogsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*LogRecord           `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetActorLogsResponse) Reset() {
+	*x = GetActorLogsResponse{}
+	mi := &file_torpor_v1_services_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetActorLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetActorLogsResponse) ProtoMessage() {}
+
+func (x *GetActorLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetActorLogsResponse.ProtoReflect.Descriptor instead.
+func (*GetActorLogsResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GetActorLogsResponse) GetRecords() []*LogRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type LogRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// The container; empty for torpor's own records (suspend, resume).
+	Container string `protobuf:"bytes,2,opt,name=container,proto3" json:"container,omitempty"`
+	// "stdout", "stderr", or "torpor" for torpor's own records.
+	Stream string `protobuf:"bytes,3,opt,name=stream,proto3" json:"stream,omitempty"`
+	// One line without its newline, or part of a longer one (partial).
+	Text []byte `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	// The line goes on in the next record of the same container and stream.
+	Partial       bool `protobuf:"varint,5,opt,name=partial,proto3" json:"partial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogRecord) Reset() {
+	*x = LogRecord{}
+	mi := &file_torpor_v1_services_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogRecord) ProtoMessage() {}
+
+func (x *LogRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogRecord.ProtoReflect.Descriptor instead.
+func (*LogRecord) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *LogRecord) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *LogRecord) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *LogRecord) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *LogRecord) GetText() []byte {
+	if x != nil {
+		return x.Text
+	}
+	return nil
+}
+
+func (x *LogRecord) GetPartial() bool {
+	if x != nil {
+		return x.Partial
+	}
+	return false
+}
+
+type ActorStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	State ActorState             `protobuf:"varint,1,opt,name=state,proto3,enum=torpor.v1.ActorState" json:"state,omitempty"`
+	// Set while the actor runs.
+	Node    string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Worker  string                 `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
+	Started *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=started,proto3" json:"started,omitempty"`
+	// CPU time the sandbox used since it started (restored), in seconds.
+	CpuSeconds  float64 `protobuf:"fixed64,5,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`
+	MemoryBytes int64   `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// The latest durable snapshot's size, and all the actor's snapshots'.
+	LatestSnapshotBytes int64 `protobuf:"varint,7,opt,name=latest_snapshot_bytes,json=latestSnapshotBytes,proto3" json:"latest_snapshot_bytes,omitempty"`
+	SnapshotsBytes      int64 `protobuf:"varint,8,opt,name=snapshots_bytes,json=snapshotsBytes,proto3" json:"snapshots_bytes,omitempty"`
+	Snapshots           int32 `protobuf:"varint,9,opt,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *ActorStats) Reset() {
+	*x = ActorStats{}
+	mi := &file_torpor_v1_services_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActorStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActorStats) ProtoMessage() {}
+
+func (x *ActorStats) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActorStats.ProtoReflect.Descriptor instead.
+func (*ActorStats) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ActorStats) GetState() ActorState {
+	if x != nil {
+		return x.State
+	}
+	return ActorState_ACTOR_STATE_UNSPECIFIED
+}
+
+func (x *ActorStats) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ActorStats) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ActorStats) GetStarted() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Started
+	}
+	return nil
+}
+
+func (x *ActorStats) GetCpuSeconds() float64 {
+	if x != nil {
+		return x.CpuSeconds
+	}
+	return 0
+}
+
+func (x *ActorStats) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *ActorStats) GetLatestSnapshotBytes() int64 {
+	if x != nil {
+		return x.LatestSnapshotBytes
+	}
+	return 0
+}
+
+func (x *ActorStats) GetSnapshotsBytes() int64 {
+	if x != nil {
+		return x.SnapshotsBytes
+	}
+	return 0
+}
+
+func (x *ActorStats) GetSnapshots() int32 {
+	if x != nil {
+		return x.Snapshots
+	}
+	return 0
+}
+
 type ReportActivityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Who reports (a router's name): in-flight counts are per reporter.
@@ -726,7 +1421,7 @@ type ReportActivityRequest struct {
 
 func (x *ReportActivityRequest) Reset() {
 	*x = ReportActivityRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	mi := &file_torpor_v1_services_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +1433,7 @@ func (x *ReportActivityRequest) String() string {
 func (*ReportActivityRequest) ProtoMessage() {}
 
 func (x *ReportActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	mi := &file_torpor_v1_services_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +1446,7 @@ func (x *ReportActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActivityRequest.ProtoReflect.Descriptor instead.
 func (*ReportActivityRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReportActivityRequest) GetReporter() string {
@@ -782,7 +1477,7 @@ type ActorActivity struct {
 
 func (x *ActorActivity) Reset() {
 	*x = ActorActivity{}
-	mi := &file_torpor_v1_services_proto_msgTypes[14]
+	mi := &file_torpor_v1_services_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +1489,7 @@ func (x *ActorActivity) String() string {
 func (*ActorActivity) ProtoMessage() {}
 
 func (x *ActorActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[14]
+	mi := &file_torpor_v1_services_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +1502,7 @@ func (x *ActorActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorActivity.ProtoReflect.Descriptor instead.
 func (*ActorActivity) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{14}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ActorActivity) GetSpace() string {
@@ -846,7 +1541,7 @@ type ReportActivityResponse struct {
 
 func (x *ReportActivityResponse) Reset() {
 	*x = ReportActivityResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[15]
+	mi := &file_torpor_v1_services_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1553,7 @@ func (x *ReportActivityResponse) String() string {
 func (*ReportActivityResponse) ProtoMessage() {}
 
 func (x *ReportActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[15]
+	mi := &file_torpor_v1_services_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1566,7 @@ func (x *ReportActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActivityResponse.ProtoReflect.Descriptor instead.
 func (*ReportActivityResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{15}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{25}
 }
 
 type ResumeActorRequest struct {
@@ -896,7 +1591,7 @@ type ResumeActorRequest struct {
 
 func (x *ResumeActorRequest) Reset() {
 	*x = ResumeActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[16]
+	mi := &file_torpor_v1_services_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1603,7 @@ func (x *ResumeActorRequest) String() string {
 func (*ResumeActorRequest) ProtoMessage() {}
 
 func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[16]
+	mi := &file_torpor_v1_services_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1616,7 @@ func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
 func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResumeActorRequest) GetSpace() string {
@@ -981,7 +1676,7 @@ type ActorEvent struct {
 
 func (x *ActorEvent) Reset() {
 	*x = ActorEvent{}
-	mi := &file_torpor_v1_services_proto_msgTypes[17]
+	mi := &file_torpor_v1_services_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1688,7 @@ func (x *ActorEvent) String() string {
 func (*ActorEvent) ProtoMessage() {}
 
 func (x *ActorEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[17]
+	mi := &file_torpor_v1_services_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1701,7 @@ func (x *ActorEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorEvent.ProtoReflect.Descriptor instead.
 func (*ActorEvent) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{17}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ActorEvent) GetTime() *timestamppb.Timestamp {
@@ -1067,7 +1762,7 @@ type ListActorEventsResponse struct {
 
 func (x *ListActorEventsResponse) Reset() {
 	*x = ListActorEventsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[18]
+	mi := &file_torpor_v1_services_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1774,7 @@ func (x *ListActorEventsResponse) String() string {
 func (*ListActorEventsResponse) ProtoMessage() {}
 
 func (x *ListActorEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[18]
+	mi := &file_torpor_v1_services_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1787,7 @@ func (x *ListActorEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorEventsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{18}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListActorEventsResponse) GetEvents() []*ActorEvent {
@@ -1118,7 +1813,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[19]
+	mi := &file_torpor_v1_services_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1825,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[19]
+	mi := &file_torpor_v1_services_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1838,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{19}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -1181,7 +1876,7 @@ type ForkSource struct {
 
 func (x *ForkSource) Reset() {
 	*x = ForkSource{}
-	mi := &file_torpor_v1_services_proto_msgTypes[20]
+	mi := &file_torpor_v1_services_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1888,7 @@ func (x *ForkSource) String() string {
 func (*ForkSource) ProtoMessage() {}
 
 func (x *ForkSource) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[20]
+	mi := &file_torpor_v1_services_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1901,7 @@ func (x *ForkSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSource.ProtoReflect.Descriptor instead.
 func (*ForkSource) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ForkSource) GetActor() string {
@@ -1235,7 +1930,7 @@ type RevertActorRequest struct {
 
 func (x *RevertActorRequest) Reset() {
 	*x = RevertActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[21]
+	mi := &file_torpor_v1_services_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1942,7 @@ func (x *RevertActorRequest) String() string {
 func (*RevertActorRequest) ProtoMessage() {}
 
 func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[21]
+	mi := &file_torpor_v1_services_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1955,7 @@ func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertActorRequest.ProtoReflect.Descriptor instead.
 func (*RevertActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RevertActorRequest) GetSpace() string {
@@ -1294,7 +1989,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[22]
+	mi := &file_torpor_v1_services_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +2001,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[22]
+	mi := &file_torpor_v1_services_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +2014,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -1359,7 +2054,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[23]
+	mi := &file_torpor_v1_services_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +2066,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[23]
+	mi := &file_torpor_v1_services_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +2079,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *UpdateActorRequest) GetActor() *Actor {
@@ -1417,7 +2112,7 @@ type CreateWorkerRequest struct {
 
 func (x *CreateWorkerRequest) Reset() {
 	*x = CreateWorkerRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[24]
+	mi := &file_torpor_v1_services_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +2124,7 @@ func (x *CreateWorkerRequest) String() string {
 func (*CreateWorkerRequest) ProtoMessage() {}
 
 func (x *CreateWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[24]
+	mi := &file_torpor_v1_services_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +2137,7 @@ func (x *CreateWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkerRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateWorkerRequest) GetWorker() *Worker {
@@ -1462,7 +2157,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[25]
+	mi := &file_torpor_v1_services_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +2169,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[25]
+	mi := &file_torpor_v1_services_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +2182,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{25}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -1517,7 +2212,7 @@ type TagSnapshotRequest struct {
 
 func (x *TagSnapshotRequest) Reset() {
 	*x = TagSnapshotRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[26]
+	mi := &file_torpor_v1_services_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +2224,7 @@ func (x *TagSnapshotRequest) String() string {
 func (*TagSnapshotRequest) ProtoMessage() {}
 
 func (x *TagSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[26]
+	mi := &file_torpor_v1_services_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +2237,7 @@ func (x *TagSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*TagSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{26}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TagSnapshotRequest) GetSpace() string {
@@ -1583,7 +2278,7 @@ type ListSnapshotTagsResponse struct {
 
 func (x *ListSnapshotTagsResponse) Reset() {
 	*x = ListSnapshotTagsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[27]
+	mi := &file_torpor_v1_services_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +2290,7 @@ func (x *ListSnapshotTagsResponse) String() string {
 func (*ListSnapshotTagsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[27]
+	mi := &file_torpor_v1_services_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +2303,7 @@ func (x *ListSnapshotTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotTagsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotTagsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{27}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListSnapshotTagsResponse) GetTags() []*SnapshotTag {
@@ -1635,7 +2330,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[28]
+	mi := &file_torpor_v1_services_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +2342,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[28]
+	mi := &file_torpor_v1_services_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +2355,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{28}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -1723,7 +2418,60 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\btemplate\x18\x01 \x01(\v2\x13.torpor.v1.TemplateR\btemplate\"r\n" +
 	"\x15ListTemplatesResponse\x121\n" +
 	"\ttemplates\x18\x01 \x03(\v2\x13.torpor.v1.TemplateR\ttemplates\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"e\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9a\x01\n" +
+	"\x10ExecActorRequest\x12\x14\n" +
+	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x120\n" +
+	"\aprocess\x18\x03 \x01(\v2\x16.torpor.v1.ExecProcessR\aprocess\x12*\n" +
+	"\x05input\x18\x04 \x01(\v2\x14.torpor.v1.ExecInputR\x05input\"\x9a\x01\n" +
+	"\vExecProcess\x12\x1c\n" +
+	"\tcontainer\x18\x01 \x01(\tR\tcontainer\x12\x18\n" +
+	"\acommand\x18\x02 \x03(\tR\acommand\x12\x10\n" +
+	"\x03tty\x18\x03 \x01(\bR\x03tty\x12\x14\n" +
+	"\x05stdin\x18\x04 \x01(\bR\x05stdin\x12+\n" +
+	"\x04size\x18\x05 \x01(\v2\x17.torpor.v1.TerminalSizeR\x04size\"6\n" +
+	"\fTerminalSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"s\n" +
+	"\tExecInput\x12\x14\n" +
+	"\x05stdin\x18\x01 \x01(\fR\x05stdin\x12\x1f\n" +
+	"\vclose_stdin\x18\x02 \x01(\bR\n" +
+	"closeStdin\x12/\n" +
+	"\x06resize\x18\x03 \x01(\v2\x17.torpor.v1.TerminalSizeR\x06resize\"e\n" +
+	"\n" +
+	"ExecOutput\x12\x16\n" +
+	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12'\n" +
+	"\x04exit\x18\x03 \x01(\v2\x13.torpor.v1.ExecExitR\x04exit\"\x1e\n" +
+	"\bExecExit\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\"\xbb\x01\n" +
+	"\x13GetActorLogsRequest\x12\x14\n" +
+	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tcontainer\x18\x03 \x01(\tR\tcontainer\x12\x16\n" +
+	"\x06follow\x18\x04 \x01(\bR\x06follow\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x12\n" +
+	"\x04tail\x18\x06 \x01(\x05R\x04tail\"F\n" +
+	"\x14GetActorLogsResponse\x12.\n" +
+	"\arecords\x18\x01 \x03(\v2\x14.torpor.v1.LogRecordR\arecords\"\x9f\x01\n" +
+	"\tLogRecord\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1c\n" +
+	"\tcontainer\x18\x02 \x01(\tR\tcontainer\x12\x16\n" +
+	"\x06stream\x18\x03 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\fR\x04text\x12\x18\n" +
+	"\apartial\x18\x05 \x01(\bR\apartial\"\xda\x02\n" +
+	"\n" +
+	"ActorStats\x12+\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x15.torpor.v1.ActorStateR\x05state\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x16\n" +
+	"\x06worker\x18\x03 \x01(\tR\x06worker\x124\n" +
+	"\astarted\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\astarted\x12\x1f\n" +
+	"\vcpu_seconds\x18\x05 \x01(\x01R\n" +
+	"cpuSeconds\x12!\n" +
+	"\fmemory_bytes\x18\x06 \x01(\x03R\vmemoryBytes\x122\n" +
+	"\x15latest_snapshot_bytes\x18\a \x01(\x03R\x13latestSnapshotBytes\x12'\n" +
+	"\x0fsnapshots_bytes\x18\b \x01(\x03R\x0esnapshotsBytes\x12\x1c\n" +
+	"\tsnapshots\x18\t \x01(\x05R\tsnapshots\"e\n" +
 	"\x15ReportActivityRequest\x12\x1a\n" +
 	"\breporter\x18\x01 \x01(\tR\breporter\x120\n" +
 	"\x06actors\x18\x02 \x03(\v2\x18.torpor.v1.ActorActivityR\x06actors\"\x93\x01\n" +
@@ -1803,7 +2551,7 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\x0eDeleteTemplate\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse\x12X\n" +
 	"\x15ListTemplateRevisions\x12\x15.torpor.v1.GetRequest\x1a(.torpor.v1.ListTemplateRevisionsResponse\x12=\n" +
 	"\x0fRebuildTemplate\x12\x15.torpor.v1.GetRequest\x1a\x13.torpor.v1.Template\x12X\n" +
-	"\x0fRolloutTemplate\x12!.torpor.v1.RolloutTemplateRequest\x1a\".torpor.v1.RolloutTemplateResponse2\xe1\x05\n" +
+	"\x0fRolloutTemplate\x12!.torpor.v1.RolloutTemplateRequest\x1a\".torpor.v1.RolloutTemplateResponse2\xb8\a\n" +
 	"\fActorService\x12>\n" +
 	"\vCreateActor\x12\x1d.torpor.v1.CreateActorRequest\x1a\x10.torpor.v1.Actor\x123\n" +
 	"\bGetActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x12C\n" +
@@ -1817,7 +2565,10 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"PauseActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x12L\n" +
 	"\x0fListActorEvents\x12\x15.torpor.v1.GetRequest\x1a\".torpor.v1.ListActorEventsResponse\x12>\n" +
 	"\vRevertActor\x12\x1d.torpor.v1.RevertActorRequest\x1a\x10.torpor.v1.Actor\x12U\n" +
-	"\x0eReportActivity\x12 .torpor.v1.ReportActivityRequest\x1a!.torpor.v1.ReportActivityResponse2\x95\x02\n" +
+	"\x0eReportActivity\x12 .torpor.v1.ReportActivityRequest\x1a!.torpor.v1.ReportActivityResponse\x12C\n" +
+	"\tExecActor\x12\x1b.torpor.v1.ExecActorRequest\x1a\x15.torpor.v1.ExecOutput(\x010\x01\x12Q\n" +
+	"\fGetActorLogs\x12\x1e.torpor.v1.GetActorLogsRequest\x1a\x1f.torpor.v1.GetActorLogsResponse0\x01\x12=\n" +
+	"\rGetActorStats\x12\x15.torpor.v1.GetRequest\x1a\x15.torpor.v1.ActorStats2\x95\x02\n" +
 	"\rWorkerService\x12A\n" +
 	"\fCreateWorker\x12\x1e.torpor.v1.CreateWorkerRequest\x1a\x11.torpor.v1.Worker\x125\n" +
 	"\tGetWorker\x12\x15.torpor.v1.GetRequest\x1a\x11.torpor.v1.Worker\x12E\n" +
@@ -1843,7 +2594,7 @@ func file_torpor_v1_services_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_services_proto_rawDescData
 }
 
-var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_torpor_v1_services_proto_goTypes = []any{
 	(*GetRequest)(nil),                    // 0: torpor.v1.GetRequest
 	(*ListRequest)(nil),                   // 1: torpor.v1.ListRequest
@@ -1858,127 +2609,153 @@ var file_torpor_v1_services_proto_goTypes = []any{
 	(*RolloutResult)(nil),                 // 10: torpor.v1.RolloutResult
 	(*CreateTemplateRequest)(nil),         // 11: torpor.v1.CreateTemplateRequest
 	(*ListTemplatesResponse)(nil),         // 12: torpor.v1.ListTemplatesResponse
-	(*ReportActivityRequest)(nil),         // 13: torpor.v1.ReportActivityRequest
-	(*ActorActivity)(nil),                 // 14: torpor.v1.ActorActivity
-	(*ReportActivityResponse)(nil),        // 15: torpor.v1.ReportActivityResponse
-	(*ResumeActorRequest)(nil),            // 16: torpor.v1.ResumeActorRequest
-	(*ActorEvent)(nil),                    // 17: torpor.v1.ActorEvent
-	(*ListActorEventsResponse)(nil),       // 18: torpor.v1.ListActorEventsResponse
-	(*CreateActorRequest)(nil),            // 19: torpor.v1.CreateActorRequest
-	(*ForkSource)(nil),                    // 20: torpor.v1.ForkSource
-	(*RevertActorRequest)(nil),            // 21: torpor.v1.RevertActorRequest
-	(*ListActorsResponse)(nil),            // 22: torpor.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),            // 23: torpor.v1.UpdateActorRequest
-	(*CreateWorkerRequest)(nil),           // 24: torpor.v1.CreateWorkerRequest
-	(*ListWorkersResponse)(nil),           // 25: torpor.v1.ListWorkersResponse
-	(*TagSnapshotRequest)(nil),            // 26: torpor.v1.TagSnapshotRequest
-	(*ListSnapshotTagsResponse)(nil),      // 27: torpor.v1.ListSnapshotTagsResponse
-	(*ListSnapshotsResponse)(nil),         // 28: torpor.v1.ListSnapshotsResponse
-	(*Space)(nil),                         // 29: torpor.v1.Space
-	(*Template)(nil),                      // 30: torpor.v1.Template
-	(*timestamppb.Timestamp)(nil),         // 31: google.protobuf.Timestamp
-	(ActorState)(0),                       // 32: torpor.v1.ActorState
-	(*Actor)(nil),                         // 33: torpor.v1.Actor
-	(*fieldmaskpb.FieldMask)(nil),         // 34: google.protobuf.FieldMask
-	(*Worker)(nil),                        // 35: torpor.v1.Worker
-	(SnapshotTagScope)(0),                 // 36: torpor.v1.SnapshotTagScope
-	(*SnapshotTag)(nil),                   // 37: torpor.v1.SnapshotTag
-	(*Snapshot)(nil),                      // 38: torpor.v1.Snapshot
+	(*ExecActorRequest)(nil),              // 13: torpor.v1.ExecActorRequest
+	(*ExecProcess)(nil),                   // 14: torpor.v1.ExecProcess
+	(*TerminalSize)(nil),                  // 15: torpor.v1.TerminalSize
+	(*ExecInput)(nil),                     // 16: torpor.v1.ExecInput
+	(*ExecOutput)(nil),                    // 17: torpor.v1.ExecOutput
+	(*ExecExit)(nil),                      // 18: torpor.v1.ExecExit
+	(*GetActorLogsRequest)(nil),           // 19: torpor.v1.GetActorLogsRequest
+	(*GetActorLogsResponse)(nil),          // 20: torpor.v1.GetActorLogsResponse
+	(*LogRecord)(nil),                     // 21: torpor.v1.LogRecord
+	(*ActorStats)(nil),                    // 22: torpor.v1.ActorStats
+	(*ReportActivityRequest)(nil),         // 23: torpor.v1.ReportActivityRequest
+	(*ActorActivity)(nil),                 // 24: torpor.v1.ActorActivity
+	(*ReportActivityResponse)(nil),        // 25: torpor.v1.ReportActivityResponse
+	(*ResumeActorRequest)(nil),            // 26: torpor.v1.ResumeActorRequest
+	(*ActorEvent)(nil),                    // 27: torpor.v1.ActorEvent
+	(*ListActorEventsResponse)(nil),       // 28: torpor.v1.ListActorEventsResponse
+	(*CreateActorRequest)(nil),            // 29: torpor.v1.CreateActorRequest
+	(*ForkSource)(nil),                    // 30: torpor.v1.ForkSource
+	(*RevertActorRequest)(nil),            // 31: torpor.v1.RevertActorRequest
+	(*ListActorsResponse)(nil),            // 32: torpor.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),            // 33: torpor.v1.UpdateActorRequest
+	(*CreateWorkerRequest)(nil),           // 34: torpor.v1.CreateWorkerRequest
+	(*ListWorkersResponse)(nil),           // 35: torpor.v1.ListWorkersResponse
+	(*TagSnapshotRequest)(nil),            // 36: torpor.v1.TagSnapshotRequest
+	(*ListSnapshotTagsResponse)(nil),      // 37: torpor.v1.ListSnapshotTagsResponse
+	(*ListSnapshotsResponse)(nil),         // 38: torpor.v1.ListSnapshotsResponse
+	(*Space)(nil),                         // 39: torpor.v1.Space
+	(*Template)(nil),                      // 40: torpor.v1.Template
+	(*timestamppb.Timestamp)(nil),         // 41: google.protobuf.Timestamp
+	(ActorState)(0),                       // 42: torpor.v1.ActorState
+	(*Actor)(nil),                         // 43: torpor.v1.Actor
+	(*fieldmaskpb.FieldMask)(nil),         // 44: google.protobuf.FieldMask
+	(*Worker)(nil),                        // 45: torpor.v1.Worker
+	(SnapshotTagScope)(0),                 // 46: torpor.v1.SnapshotTagScope
+	(*SnapshotTag)(nil),                   // 47: torpor.v1.SnapshotTag
+	(*Snapshot)(nil),                      // 48: torpor.v1.Snapshot
 }
 var file_torpor_v1_services_proto_depIdxs = []int32{
-	29, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
-	29, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
+	39, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
+	39, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
 	7,  // 2: torpor.v1.ListTemplateRevisionsResponse.revisions:type_name -> torpor.v1.TemplateRevision
-	30, // 3: torpor.v1.TemplateRevision.template:type_name -> torpor.v1.Template
-	30, // 4: torpor.v1.RolloutTemplateResponse.template:type_name -> torpor.v1.Template
+	40, // 3: torpor.v1.TemplateRevision.template:type_name -> torpor.v1.Template
+	40, // 4: torpor.v1.RolloutTemplateResponse.template:type_name -> torpor.v1.Template
 	10, // 5: torpor.v1.RolloutTemplateResponse.results:type_name -> torpor.v1.RolloutResult
-	30, // 6: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
-	30, // 7: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
-	14, // 8: torpor.v1.ReportActivityRequest.actors:type_name -> torpor.v1.ActorActivity
-	31, // 9: torpor.v1.ActorActivity.last_active:type_name -> google.protobuf.Timestamp
-	31, // 10: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
-	32, // 11: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
-	32, // 12: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
-	17, // 13: torpor.v1.ListActorEventsResponse.events:type_name -> torpor.v1.ActorEvent
-	33, // 14: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
-	20, // 15: torpor.v1.CreateActorRequest.from:type_name -> torpor.v1.ForkSource
-	33, // 16: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
-	33, // 17: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
-	34, // 18: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
-	35, // 19: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
-	35, // 20: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
-	36, // 21: torpor.v1.TagSnapshotRequest.scope:type_name -> torpor.v1.SnapshotTagScope
-	37, // 22: torpor.v1.ListSnapshotTagsResponse.tags:type_name -> torpor.v1.SnapshotTag
-	38, // 23: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
-	4,  // 24: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
-	0,  // 25: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
-	1,  // 26: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
-	2,  // 27: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
-	11, // 28: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
-	0,  // 29: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
-	1,  // 30: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
-	2,  // 31: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
-	0,  // 32: torpor.v1.TemplateService.ListTemplateRevisions:input_type -> torpor.v1.GetRequest
-	0,  // 33: torpor.v1.TemplateService.RebuildTemplate:input_type -> torpor.v1.GetRequest
-	8,  // 34: torpor.v1.TemplateService.RolloutTemplate:input_type -> torpor.v1.RolloutTemplateRequest
-	19, // 35: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
-	0,  // 36: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
-	1,  // 37: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
-	23, // 38: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
-	2,  // 39: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
-	16, // 40: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
-	0,  // 41: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
-	0,  // 42: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
-	0,  // 43: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
-	21, // 44: torpor.v1.ActorService.RevertActor:input_type -> torpor.v1.RevertActorRequest
-	13, // 45: torpor.v1.ActorService.ReportActivity:input_type -> torpor.v1.ReportActivityRequest
-	24, // 46: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
-	0,  // 47: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
-	1,  // 48: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
-	2,  // 49: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
-	0,  // 50: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
-	1,  // 51: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
-	2,  // 52: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
-	26, // 53: torpor.v1.SnapshotService.TagSnapshot:input_type -> torpor.v1.TagSnapshotRequest
-	1,  // 54: torpor.v1.SnapshotService.ListSnapshotTags:input_type -> torpor.v1.ListRequest
-	2,  // 55: torpor.v1.SnapshotService.UntagSnapshot:input_type -> torpor.v1.DeleteRequest
-	29, // 56: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
-	29, // 57: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
-	5,  // 58: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
-	3,  // 59: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
-	30, // 60: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
-	30, // 61: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
-	12, // 62: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
-	3,  // 63: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
-	6,  // 64: torpor.v1.TemplateService.ListTemplateRevisions:output_type -> torpor.v1.ListTemplateRevisionsResponse
-	30, // 65: torpor.v1.TemplateService.RebuildTemplate:output_type -> torpor.v1.Template
-	9,  // 66: torpor.v1.TemplateService.RolloutTemplate:output_type -> torpor.v1.RolloutTemplateResponse
-	33, // 67: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
-	33, // 68: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
-	22, // 69: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
-	33, // 70: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
-	3,  // 71: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
-	33, // 72: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
-	33, // 73: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
-	33, // 74: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
-	18, // 75: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
-	33, // 76: torpor.v1.ActorService.RevertActor:output_type -> torpor.v1.Actor
-	15, // 77: torpor.v1.ActorService.ReportActivity:output_type -> torpor.v1.ReportActivityResponse
-	35, // 78: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
-	35, // 79: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
-	25, // 80: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
-	3,  // 81: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
-	38, // 82: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
-	28, // 83: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
-	3,  // 84: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
-	37, // 85: torpor.v1.SnapshotService.TagSnapshot:output_type -> torpor.v1.SnapshotTag
-	27, // 86: torpor.v1.SnapshotService.ListSnapshotTags:output_type -> torpor.v1.ListSnapshotTagsResponse
-	3,  // 87: torpor.v1.SnapshotService.UntagSnapshot:output_type -> torpor.v1.DeleteResponse
-	56, // [56:88] is the sub-list for method output_type
-	24, // [24:56] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	40, // 6: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
+	40, // 7: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
+	14, // 8: torpor.v1.ExecActorRequest.process:type_name -> torpor.v1.ExecProcess
+	16, // 9: torpor.v1.ExecActorRequest.input:type_name -> torpor.v1.ExecInput
+	15, // 10: torpor.v1.ExecProcess.size:type_name -> torpor.v1.TerminalSize
+	15, // 11: torpor.v1.ExecInput.resize:type_name -> torpor.v1.TerminalSize
+	18, // 12: torpor.v1.ExecOutput.exit:type_name -> torpor.v1.ExecExit
+	41, // 13: torpor.v1.GetActorLogsRequest.since:type_name -> google.protobuf.Timestamp
+	21, // 14: torpor.v1.GetActorLogsResponse.records:type_name -> torpor.v1.LogRecord
+	41, // 15: torpor.v1.LogRecord.time:type_name -> google.protobuf.Timestamp
+	42, // 16: torpor.v1.ActorStats.state:type_name -> torpor.v1.ActorState
+	41, // 17: torpor.v1.ActorStats.started:type_name -> google.protobuf.Timestamp
+	24, // 18: torpor.v1.ReportActivityRequest.actors:type_name -> torpor.v1.ActorActivity
+	41, // 19: torpor.v1.ActorActivity.last_active:type_name -> google.protobuf.Timestamp
+	41, // 20: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
+	42, // 21: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
+	42, // 22: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
+	27, // 23: torpor.v1.ListActorEventsResponse.events:type_name -> torpor.v1.ActorEvent
+	43, // 24: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
+	30, // 25: torpor.v1.CreateActorRequest.from:type_name -> torpor.v1.ForkSource
+	43, // 26: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
+	43, // 27: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
+	44, // 28: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
+	45, // 29: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
+	45, // 30: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
+	46, // 31: torpor.v1.TagSnapshotRequest.scope:type_name -> torpor.v1.SnapshotTagScope
+	47, // 32: torpor.v1.ListSnapshotTagsResponse.tags:type_name -> torpor.v1.SnapshotTag
+	48, // 33: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
+	4,  // 34: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
+	0,  // 35: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
+	1,  // 36: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
+	2,  // 37: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
+	11, // 38: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
+	0,  // 39: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
+	1,  // 40: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
+	2,  // 41: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
+	0,  // 42: torpor.v1.TemplateService.ListTemplateRevisions:input_type -> torpor.v1.GetRequest
+	0,  // 43: torpor.v1.TemplateService.RebuildTemplate:input_type -> torpor.v1.GetRequest
+	8,  // 44: torpor.v1.TemplateService.RolloutTemplate:input_type -> torpor.v1.RolloutTemplateRequest
+	29, // 45: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
+	0,  // 46: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
+	1,  // 47: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
+	33, // 48: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
+	2,  // 49: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
+	26, // 50: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
+	0,  // 51: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
+	0,  // 52: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
+	0,  // 53: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
+	31, // 54: torpor.v1.ActorService.RevertActor:input_type -> torpor.v1.RevertActorRequest
+	23, // 55: torpor.v1.ActorService.ReportActivity:input_type -> torpor.v1.ReportActivityRequest
+	13, // 56: torpor.v1.ActorService.ExecActor:input_type -> torpor.v1.ExecActorRequest
+	19, // 57: torpor.v1.ActorService.GetActorLogs:input_type -> torpor.v1.GetActorLogsRequest
+	0,  // 58: torpor.v1.ActorService.GetActorStats:input_type -> torpor.v1.GetRequest
+	34, // 59: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
+	0,  // 60: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
+	1,  // 61: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
+	2,  // 62: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
+	0,  // 63: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
+	1,  // 64: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
+	2,  // 65: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
+	36, // 66: torpor.v1.SnapshotService.TagSnapshot:input_type -> torpor.v1.TagSnapshotRequest
+	1,  // 67: torpor.v1.SnapshotService.ListSnapshotTags:input_type -> torpor.v1.ListRequest
+	2,  // 68: torpor.v1.SnapshotService.UntagSnapshot:input_type -> torpor.v1.DeleteRequest
+	39, // 69: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
+	39, // 70: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
+	5,  // 71: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
+	3,  // 72: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
+	40, // 73: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
+	40, // 74: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
+	12, // 75: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
+	3,  // 76: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
+	6,  // 77: torpor.v1.TemplateService.ListTemplateRevisions:output_type -> torpor.v1.ListTemplateRevisionsResponse
+	40, // 78: torpor.v1.TemplateService.RebuildTemplate:output_type -> torpor.v1.Template
+	9,  // 79: torpor.v1.TemplateService.RolloutTemplate:output_type -> torpor.v1.RolloutTemplateResponse
+	43, // 80: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
+	43, // 81: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
+	32, // 82: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
+	43, // 83: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
+	3,  // 84: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
+	43, // 85: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
+	43, // 86: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
+	43, // 87: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
+	28, // 88: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
+	43, // 89: torpor.v1.ActorService.RevertActor:output_type -> torpor.v1.Actor
+	25, // 90: torpor.v1.ActorService.ReportActivity:output_type -> torpor.v1.ReportActivityResponse
+	17, // 91: torpor.v1.ActorService.ExecActor:output_type -> torpor.v1.ExecOutput
+	20, // 92: torpor.v1.ActorService.GetActorLogs:output_type -> torpor.v1.GetActorLogsResponse
+	22, // 93: torpor.v1.ActorService.GetActorStats:output_type -> torpor.v1.ActorStats
+	45, // 94: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
+	45, // 95: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
+	35, // 96: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
+	3,  // 97: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
+	48, // 98: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
+	38, // 99: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
+	3,  // 100: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
+	47, // 101: torpor.v1.SnapshotService.TagSnapshot:output_type -> torpor.v1.SnapshotTag
+	37, // 102: torpor.v1.SnapshotService.ListSnapshotTags:output_type -> torpor.v1.ListSnapshotTagsResponse
+	3,  // 103: torpor.v1.SnapshotService.UntagSnapshot:output_type -> torpor.v1.DeleteResponse
+	69, // [69:104] is the sub-list for method output_type
+	34, // [34:69] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_services_proto_init() }
@@ -1993,7 +2770,7 @@ func file_torpor_v1_services_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_services_proto_rawDesc), len(file_torpor_v1_services_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -59,6 +59,10 @@ const (
 	NodeAgentServiceStatsProcedure = "/torpor.v1.NodeAgentService/Stats"
 	// NodeAgentServiceWarmProcedure is the fully-qualified name of the NodeAgentService's Warm RPC.
 	NodeAgentServiceWarmProcedure = "/torpor.v1.NodeAgentService/Warm"
+	// NodeAgentServiceExecProcedure is the fully-qualified name of the NodeAgentService's Exec RPC.
+	NodeAgentServiceExecProcedure = "/torpor.v1.NodeAgentService/Exec"
+	// NodeAgentServiceLogsProcedure is the fully-qualified name of the NodeAgentService's Logs RPC.
+	NodeAgentServiceLogsProcedure = "/torpor.v1.NodeAgentService/Logs"
 )
 
 // NodeServiceClient is a client for the torpor.v1.NodeService service.
@@ -227,6 +231,12 @@ type NodeAgentServiceClient interface {
 	// once, and a worker that is busy by then is left alone. Repeating it
 	// for the same template does nothing more.
 	Warm(context.Context, *connect.Request[v1.WarmRequest]) (*connect.Response[v1.WarmResponse], error)
+	// Exec runs a process in the worker's running workload (see
+	// ActorService.ExecActor); the first request names worker, actor and
+	// process.
+	Exec(context.Context) *connect.BidiStreamForClient[v1.ExecRequest, v1.ExecOutput]
+	// Logs reads the actor's log on this node (see ActorService.GetActorLogs).
+	Logs(context.Context, *connect.Request[v1.LogsRequest]) (*connect.ServerStreamForClient[v1.GetActorLogsResponse], error)
 }
 
 // NewNodeAgentServiceClient constructs a client for the torpor.v1.NodeAgentService service. By
@@ -276,6 +286,18 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("Warm")),
 			connect.WithClientOptions(opts...),
 		),
+		exec: connect.NewClient[v1.ExecRequest, v1.ExecOutput](
+			httpClient,
+			baseURL+NodeAgentServiceExecProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("Exec")),
+			connect.WithClientOptions(opts...),
+		),
+		logs: connect.NewClient[v1.LogsRequest, v1.GetActorLogsResponse](
+			httpClient,
+			baseURL+NodeAgentServiceLogsProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("Logs")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -287,6 +309,8 @@ type nodeAgentServiceClient struct {
 	terminate  *connect.Client[v1.TerminateRequest, v1.TerminateResponse]
 	stats      *connect.Client[v1.StatsRequest, v1.StatsResponse]
 	warm       *connect.Client[v1.WarmRequest, v1.WarmResponse]
+	exec       *connect.Client[v1.ExecRequest, v1.ExecOutput]
+	logs       *connect.Client[v1.LogsRequest, v1.GetActorLogsResponse]
 }
 
 // Run calls torpor.v1.NodeAgentService.Run.
@@ -319,6 +343,16 @@ func (c *nodeAgentServiceClient) Warm(ctx context.Context, req *connect.Request[
 	return c.warm.CallUnary(ctx, req)
 }
 
+// Exec calls torpor.v1.NodeAgentService.Exec.
+func (c *nodeAgentServiceClient) Exec(ctx context.Context) *connect.BidiStreamForClient[v1.ExecRequest, v1.ExecOutput] {
+	return c.exec.CallBidiStream(ctx)
+}
+
+// Logs calls torpor.v1.NodeAgentService.Logs.
+func (c *nodeAgentServiceClient) Logs(ctx context.Context, req *connect.Request[v1.LogsRequest]) (*connect.ServerStreamForClient[v1.GetActorLogsResponse], error) {
+	return c.logs.CallServerStream(ctx, req)
+}
+
 // NodeAgentServiceHandler is an implementation of the torpor.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	// Run cold-boots the actor's workload on a worker (empty durable volumes,
@@ -333,6 +367,12 @@ type NodeAgentServiceHandler interface {
 	// once, and a worker that is busy by then is left alone. Repeating it
 	// for the same template does nothing more.
 	Warm(context.Context, *connect.Request[v1.WarmRequest]) (*connect.Response[v1.WarmResponse], error)
+	// Exec runs a process in the worker's running workload (see
+	// ActorService.ExecActor); the first request names worker, actor and
+	// process.
+	Exec(context.Context, *connect.BidiStream[v1.ExecRequest, v1.ExecOutput]) error
+	// Logs reads the actor's log on this node (see ActorService.GetActorLogs).
+	Logs(context.Context, *connect.Request[v1.LogsRequest], *connect.ServerStream[v1.GetActorLogsResponse]) error
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -378,6 +418,18 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithSchema(nodeAgentServiceMethods.ByName("Warm")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceExecHandler := connect.NewBidiStreamHandler(
+		NodeAgentServiceExecProcedure,
+		svc.Exec,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("Exec")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceLogsHandler := connect.NewServerStreamHandler(
+		NodeAgentServiceLogsProcedure,
+		svc.Logs,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("Logs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/torpor.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceRunProcedure:
@@ -392,6 +444,10 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceStatsHandler.ServeHTTP(w, r)
 		case NodeAgentServiceWarmProcedure:
 			nodeAgentServiceWarmHandler.ServeHTTP(w, r)
+		case NodeAgentServiceExecProcedure:
+			nodeAgentServiceExecHandler.ServeHTTP(w, r)
+		case NodeAgentServiceLogsProcedure:
+			nodeAgentServiceLogsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -423,4 +479,12 @@ func (UnimplementedNodeAgentServiceHandler) Stats(context.Context, *connect.Requ
 
 func (UnimplementedNodeAgentServiceHandler) Warm(context.Context, *connect.Request[v1.WarmRequest]) (*connect.Response[v1.WarmResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeAgentService.Warm is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) Exec(context.Context, *connect.BidiStream[v1.ExecRequest, v1.ExecOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeAgentService.Exec is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) Logs(context.Context, *connect.Request[v1.LogsRequest], *connect.ServerStream[v1.GetActorLogsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeAgentService.Logs is not implemented"))
 }

@@ -102,6 +102,14 @@ const (
 	// ActorServiceReportActivityProcedure is the fully-qualified name of the ActorService's
 	// ReportActivity RPC.
 	ActorServiceReportActivityProcedure = "/torpor.v1.ActorService/ReportActivity"
+	// ActorServiceExecActorProcedure is the fully-qualified name of the ActorService's ExecActor RPC.
+	ActorServiceExecActorProcedure = "/torpor.v1.ActorService/ExecActor"
+	// ActorServiceGetActorLogsProcedure is the fully-qualified name of the ActorService's GetActorLogs
+	// RPC.
+	ActorServiceGetActorLogsProcedure = "/torpor.v1.ActorService/GetActorLogs"
+	// ActorServiceGetActorStatsProcedure is the fully-qualified name of the ActorService's
+	// GetActorStats RPC.
+	ActorServiceGetActorStatsProcedure = "/torpor.v1.ActorService/GetActorStats"
 	// WorkerServiceCreateWorkerProcedure is the fully-qualified name of the WorkerService's
 	// CreateWorker RPC.
 	WorkerServiceCreateWorkerProcedure = "/torpor.v1.WorkerService/CreateWorker"
@@ -564,6 +572,19 @@ type ActorServiceClient interface {
 	// ReportActivity records the traffic a router served, in batches: the
 	// activity the idle policy and eviction go by. Routers only.
 	ReportActivity(context.Context, *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error)
+	// ExecActor runs a process in one of the actor's containers, resuming
+	// the actor first. The first request names the actor and the process;
+	// later ones carry its input. The responses carry its output, and the
+	// last one its exit. The actor counts as active until the process ends.
+	ExecActor(context.Context) *connect.BidiStreamForClient[v1.ExecActorRequest, v1.ExecOutput]
+	// GetActorLogs returns the output of the actor's containers, kept
+	// across suspends, resumes and moves (bounded per actor), resuming the
+	// actor first. With follow the stream goes on with new output until the
+	// actor stops or the caller ends it.
+	GetActorLogs(context.Context, *connect.Request[v1.GetActorLogsRequest]) (*connect.ServerStreamForClient[v1.GetActorLogsResponse], error)
+	// GetActorStats reports the actor's resource use and snapshot sizes. It
+	// reads: a stopped actor is not resumed, and the call is no activity.
+	GetActorStats(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ActorStats], error)
 }
 
 // NewActorServiceClient constructs a client for the torpor.v1.ActorService service. By default, it
@@ -643,6 +664,24 @@ func NewActorServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(actorServiceMethods.ByName("ReportActivity")),
 			connect.WithClientOptions(opts...),
 		),
+		execActor: connect.NewClient[v1.ExecActorRequest, v1.ExecOutput](
+			httpClient,
+			baseURL+ActorServiceExecActorProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("ExecActor")),
+			connect.WithClientOptions(opts...),
+		),
+		getActorLogs: connect.NewClient[v1.GetActorLogsRequest, v1.GetActorLogsResponse](
+			httpClient,
+			baseURL+ActorServiceGetActorLogsProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("GetActorLogs")),
+			connect.WithClientOptions(opts...),
+		),
+		getActorStats: connect.NewClient[v1.GetRequest, v1.ActorStats](
+			httpClient,
+			baseURL+ActorServiceGetActorStatsProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("GetActorStats")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -659,6 +698,9 @@ type actorServiceClient struct {
 	listActorEvents *connect.Client[v1.GetRequest, v1.ListActorEventsResponse]
 	revertActor     *connect.Client[v1.RevertActorRequest, v1.Actor]
 	reportActivity  *connect.Client[v1.ReportActivityRequest, v1.ReportActivityResponse]
+	execActor       *connect.Client[v1.ExecActorRequest, v1.ExecOutput]
+	getActorLogs    *connect.Client[v1.GetActorLogsRequest, v1.GetActorLogsResponse]
+	getActorStats   *connect.Client[v1.GetRequest, v1.ActorStats]
 }
 
 // CreateActor calls torpor.v1.ActorService.CreateActor.
@@ -716,6 +758,21 @@ func (c *actorServiceClient) ReportActivity(ctx context.Context, req *connect.Re
 	return c.reportActivity.CallUnary(ctx, req)
 }
 
+// ExecActor calls torpor.v1.ActorService.ExecActor.
+func (c *actorServiceClient) ExecActor(ctx context.Context) *connect.BidiStreamForClient[v1.ExecActorRequest, v1.ExecOutput] {
+	return c.execActor.CallBidiStream(ctx)
+}
+
+// GetActorLogs calls torpor.v1.ActorService.GetActorLogs.
+func (c *actorServiceClient) GetActorLogs(ctx context.Context, req *connect.Request[v1.GetActorLogsRequest]) (*connect.ServerStreamForClient[v1.GetActorLogsResponse], error) {
+	return c.getActorLogs.CallServerStream(ctx, req)
+}
+
+// GetActorStats calls torpor.v1.ActorService.GetActorStats.
+func (c *actorServiceClient) GetActorStats(ctx context.Context, req *connect.Request[v1.GetRequest]) (*connect.Response[v1.ActorStats], error) {
+	return c.getActorStats.CallUnary(ctx, req)
+}
+
 // ActorServiceHandler is an implementation of the torpor.v1.ActorService service.
 type ActorServiceHandler interface {
 	CreateActor(context.Context, *connect.Request[v1.CreateActorRequest]) (*connect.Response[v1.Actor], error)
@@ -741,6 +798,19 @@ type ActorServiceHandler interface {
 	// ReportActivity records the traffic a router served, in batches: the
 	// activity the idle policy and eviction go by. Routers only.
 	ReportActivity(context.Context, *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error)
+	// ExecActor runs a process in one of the actor's containers, resuming
+	// the actor first. The first request names the actor and the process;
+	// later ones carry its input. The responses carry its output, and the
+	// last one its exit. The actor counts as active until the process ends.
+	ExecActor(context.Context, *connect.BidiStream[v1.ExecActorRequest, v1.ExecOutput]) error
+	// GetActorLogs returns the output of the actor's containers, kept
+	// across suspends, resumes and moves (bounded per actor), resuming the
+	// actor first. With follow the stream goes on with new output until the
+	// actor stops or the caller ends it.
+	GetActorLogs(context.Context, *connect.Request[v1.GetActorLogsRequest], *connect.ServerStream[v1.GetActorLogsResponse]) error
+	// GetActorStats reports the actor's resource use and snapshot sizes. It
+	// reads: a stopped actor is not resumed, and the call is no activity.
+	GetActorStats(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ActorStats], error)
 }
 
 // NewActorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -816,6 +886,24 @@ func NewActorServiceHandler(svc ActorServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(actorServiceMethods.ByName("ReportActivity")),
 		connect.WithHandlerOptions(opts...),
 	)
+	actorServiceExecActorHandler := connect.NewBidiStreamHandler(
+		ActorServiceExecActorProcedure,
+		svc.ExecActor,
+		connect.WithSchema(actorServiceMethods.ByName("ExecActor")),
+		connect.WithHandlerOptions(opts...),
+	)
+	actorServiceGetActorLogsHandler := connect.NewServerStreamHandler(
+		ActorServiceGetActorLogsProcedure,
+		svc.GetActorLogs,
+		connect.WithSchema(actorServiceMethods.ByName("GetActorLogs")),
+		connect.WithHandlerOptions(opts...),
+	)
+	actorServiceGetActorStatsHandler := connect.NewUnaryHandler(
+		ActorServiceGetActorStatsProcedure,
+		svc.GetActorStats,
+		connect.WithSchema(actorServiceMethods.ByName("GetActorStats")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/torpor.v1.ActorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ActorServiceCreateActorProcedure:
@@ -840,6 +928,12 @@ func NewActorServiceHandler(svc ActorServiceHandler, opts ...connect.HandlerOpti
 			actorServiceRevertActorHandler.ServeHTTP(w, r)
 		case ActorServiceReportActivityProcedure:
 			actorServiceReportActivityHandler.ServeHTTP(w, r)
+		case ActorServiceExecActorProcedure:
+			actorServiceExecActorHandler.ServeHTTP(w, r)
+		case ActorServiceGetActorLogsProcedure:
+			actorServiceGetActorLogsHandler.ServeHTTP(w, r)
+		case ActorServiceGetActorStatsProcedure:
+			actorServiceGetActorStatsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -891,6 +985,18 @@ func (UnimplementedActorServiceHandler) RevertActor(context.Context, *connect.Re
 
 func (UnimplementedActorServiceHandler) ReportActivity(context.Context, *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.ReportActivity is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) ExecActor(context.Context, *connect.BidiStream[v1.ExecActorRequest, v1.ExecOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.ExecActor is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) GetActorLogs(context.Context, *connect.Request[v1.GetActorLogsRequest], *connect.ServerStream[v1.GetActorLogsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.GetActorLogs is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) GetActorStats(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.ActorStats], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.GetActorStats is not implemented"))
 }
 
 // WorkerServiceClient is a client for the torpor.v1.WorkerService service.
