@@ -44,7 +44,13 @@ func BenchmarkResumeSuspend(b *testing.B) {
 	for _, backend := range storetest.Backends {
 		for _, goroutines := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", backend, goroutines), func(b *testing.B) {
-				f := newBenchFleet(b, storetest.URL(b, backend), 0)
+				url := storetest.URL(b, backend)
+				var trips *atomic.Int64
+				if backend == "postgres" {
+					url, trips = storetest.RoundTrips(b, url)
+				}
+				f := newBenchFleet(b, url, 0)
+				f.trips = trips
 				f.run(b, goroutines)
 			})
 		}
@@ -103,6 +109,8 @@ type benchFleet struct {
 	// claims counts resume claim attempts: more than one per resume means
 	// concurrent resumes raced for the same worker and retried.
 	claims atomic.Int64
+	// trips, when set, counts the store's round trips to its database.
+	trips *atomic.Int64
 }
 
 // newBenchFleet seeds the fleet, plus idle suspended actors that are
@@ -211,6 +219,10 @@ func (f *benchFleet) cycle(tb testing.TB, name string, resumes, suspends *latenc
 func (f *benchFleet) run(b *testing.B, goroutines int) {
 	restoresBefore := f.calls("Restore")
 	f.claims.Store(0)
+	var tripsBefore int64
+	if f.trips != nil {
+		tripsBefore = f.trips.Load()
+	}
 	var next atomic.Int64
 	resumes := make([]latency.Samples, goroutines)
 	suspends := make([]latency.Samples, goroutines)
@@ -247,6 +259,9 @@ func (f *benchFleet) run(b *testing.B, goroutines int) {
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
 	b.ReportMetric(float64(f.claims.Load())/float64(b.N), "claims/resume")
+	if f.trips != nil {
+		b.ReportMetric(float64(f.trips.Load()-tripsBefore)/float64(b.N), "round-trips/cycle")
+	}
 	slices.Concat(resumes...).Report(b, "resume", 0.50, 0.99)
 	slices.Concat(suspends...).Report(b, "suspend", 0.50, 0.99)
 }
