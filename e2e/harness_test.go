@@ -24,7 +24,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
-	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
@@ -77,7 +77,7 @@ type cluster struct {
 	ingress string
 	// conn reaches the API as the admin (the CA to verify it with and the
 	// admin token); http is its client.
-	conn cli.Connection
+	conn client.Connection
 	http *http.Client
 
 	actors    torporv1connect.ActorServiceClient
@@ -132,7 +132,7 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 		}
 	})
 	c.store, c.objects, c.server, c.api = cp.Store, cp.Objects, cp.Server, cp.URL
-	c.connect(cli.Connection{Server: c.api, CA: cp.CAPEM, Token: cp.AdminToken})
+	c.connect(client.Connection{Server: c.api, CA: cp.CAPEM, Token: cp.AdminToken})
 
 	for range opts.nodes {
 		c.addNode(opts.workersPerNode)
@@ -152,7 +152,7 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 }
 
 // connect sets the API clients of c to conn.
-func (c *cluster) connect(conn cli.Connection) {
+func (c *cluster) connect(conn client.Connection) {
 	c.t.Helper()
 	hc, err := conn.HTTPClient()
 	if err != nil {

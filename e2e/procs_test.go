@@ -19,7 +19,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
-	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 )
 
@@ -171,12 +171,12 @@ func allowExamples(t testing.TB) []string {
 // and CA written into dir, waits until it serves, and returns it with the
 // connection an admin uses. A restart on the same store and dir has the
 // same CA and admin token.
-func serverProcess(t testing.TB, dir, addr string, args ...string) (*process, cli.Connection) {
+func serverProcess(t testing.TB, dir, addr string, args ...string) (*process, client.Connection) {
 	t.Helper()
 	tokenFile, caFile := filepath.Join(dir, "admin-token"), filepath.Join(dir, "ca.pem")
 	args = append(append([]string{"server", "--listen", addr, "--admin-token-file", tokenFile, "--ca-file", caFile}, allowExamples(t)...), args...)
 	p := startProcess(t, "server", args...)
-	conn := cli.Connection{Server: "https://" + addr}
+	conn := client.Connection{Server: "https://" + addr}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if err := p.serving(&conn, tokenFile, caFile); err == nil {
@@ -192,7 +192,7 @@ func serverProcess(t testing.TB, dir, addr string, args ...string) (*process, cl
 
 // serving reads the server's client files into conn and checks that the
 // server answers over TLS with a certificate of that CA.
-func (p *process) serving(conn *cli.Connection, tokenFile, caFile string) error {
+func (p *process) serving(conn *client.Connection, tokenFile, caFile string) error {
 	token, err := os.ReadFile(tokenFile)
 	if err != nil {
 		return err
@@ -219,7 +219,7 @@ func (p *process) serving(conn *cli.Connection, tokenFile, caFile string) error 
 
 // apiCluster is a cluster view over a control plane the test does not run
 // itself: only the API clients are set.
-func apiCluster(t *testing.T, conn cli.Connection) *cluster {
+func apiCluster(t *testing.T, conn client.Connection) *cluster {
 	c := &cluster{t: t, ctx: context.Background(), api: conn.Server}
 	c.connect(conn)
 	return c

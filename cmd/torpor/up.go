@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/internal/cli"
 	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
@@ -174,9 +175,9 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	case <-g.Failed():
 	case <-ctx.Done():
 	}
-	configPath, err := cli.ConfigPath()
+	configPath, err := client.ConfigPath()
 	if err == nil {
-		err = cli.WriteClientConfig(configPath, cli.ClientConfig{Server: cp.URL, CA: string(cp.CAPEM), Token: cp.AdminToken})
+		err = client.WriteConfig(configPath, client.Config{Server: cp.URL, CA: string(cp.CAPEM), Token: cp.AdminToken})
 	}
 	if err != nil {
 		logger.Warn("write client config", "err", err)

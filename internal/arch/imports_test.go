@@ -9,9 +9,10 @@ import (
 
 const module = "github.com/torpor-dev/torpor"
 
-// The peer processes (node agent, router, CLI) talk to the control plane
-// over its API only: they must not link the engine, the store or a SQL
-// driver, or a change there would ship in every peer. The identity
+// The peer processes (node agent, router, CLI) and the Go client package
+// talk to the control plane over its API only: they must not link the
+// engine, the store or a SQL driver, or a change there would ship in every
+// peer (and in every program that imports the client). The identity
 // package is shared by both sides, and the gVisor runtime receives its
 // network from the node, so neither may reach across either.
 var importRules = []struct {
@@ -22,6 +23,7 @@ var importRules = []struct {
 	{pkg: "internal/node", forbidden: controlPlane},
 	{pkg: "internal/router", forbidden: controlPlane},
 	{pkg: "internal/cli", forbidden: controlPlane},
+	{pkg: "client", forbidden: controlPlane},
 	{pkg: "internal/identity", forbidden: controlPlane},
 	{pkg: "internal/runtime/gvisor", forbidden: []string{module + "/internal/netns"}},
 }

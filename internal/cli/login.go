@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/internal/identity"
 )
 
@@ -31,7 +32,7 @@ and renew it when two thirds of its life have passed. A certificate left to
 expire needs a new token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			conn, err := ResolveConnection(a.serverFlag, a.caFlag, "")
+			conn, err := client.Discover(client.Options{Server: a.serverFlag, CAFile: a.caFlag})
 			if err != nil {
 				return err
 			}
@@ -49,7 +50,7 @@ expire needs a new token.`,
 			if token == "" {
 				return errors.New("--join-token (or $TORPOR_JOIN_TOKEN): made by torpor token create --client " + name)
 			}
-			configPath, err := ConfigPath()
+			configPath, err := client.ConfigPath()
 			if err != nil {
 				return err
 			}
@@ -67,7 +68,7 @@ expire needs a new token.`,
 				return err
 			}
 			ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: creds.TrustBundle()[0]})
-			if err := WriteClientConfig(configPath, ClientConfig{Server: conn.Server, CA: string(ca), Client: name, Credentials: credentials}); err != nil {
+			if err := client.WriteConfig(configPath, client.Config{Server: conn.Server, CA: string(ca), Client: name, Credentials: credentials}); err != nil {
 				return err
 			}
 			leaf := creds.Keypair().Certificate().Leaf

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/client"
+	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/server"
 )
@@ -113,11 +115,11 @@ func realServer(t *testing.T, opts server.Options) (*server.Server, string) {
 			t.Errorf("stop the control plane: %v", err)
 		}
 	})
-	path, err := ConfigPath()
+	path, err := client.ConfigPath()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteClientConfig(path, ClientConfig{Server: cp.URL, CA: string(cp.CAPEM), Token: cp.AdminToken}); err != nil {
+	if err := client.WriteConfig(path, client.Config{Server: cp.URL, CA: string(cp.CAPEM), Token: cp.AdminToken}); err != nil {
 		t.Fatal(err)
 	}
 	return cp.Server, cp.URL
@@ -204,11 +206,11 @@ func TestLoginAgainstRealServer(t *testing.T) {
 	if !strings.Contains(out, "spiffe://torpor.local/client/dev") {
 		t.Errorf("login printed %q", out)
 	}
-	path, err := ConfigPath()
+	path, err := client.ConfigPath()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ReadClientConfig(path)
+	cfg, err := client.ReadConfig(path)
 	if err != nil || cfg.Token != "" || cfg.Client != "dev" {
 		t.Fatalf("client config after login: %+v (%v), want client dev and no token", cfg, err)
 	}
@@ -226,13 +228,13 @@ func TestLoginAgainstRealServer(t *testing.T) {
 		t.Errorf("client list:\n%s", clients)
 	}
 
-	conn, err := ResolveConnection("", "", "")
+	conn, err := client.Discover(client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	saved := func() *x509.Certificate {
 		t.Helper()
-		creds, err := conn.member().LoadCredentials()
+		creds, err := (&identity.Member{File: conn.Credentials}).LoadCredentials()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/client"
 )
 
 // Output formats accepted by -o.
@@ -45,22 +46,21 @@ type clients struct {
 }
 
 func (a *app) clients() (*clients, error) {
-	conn, err := ResolveConnection(a.serverFlag, a.caFlag, a.tokenFlag)
+	conn, err := client.Discover(client.Options{Server: a.serverFlag, CAFile: a.caFlag, Token: a.tokenFlag})
 	if err != nil {
 		return nil, err
 	}
-	hc, err := conn.HTTPClient()
+	c, err := client.New(conn)
 	if err != nil {
 		return nil, err
 	}
-	base := conn.Server
 	return &clients{
-		spaces:    torporv1connect.NewSpaceServiceClient(hc, base),
-		templates: torporv1connect.NewTemplateServiceClient(hc, base),
-		actors:    torporv1connect.NewActorServiceClient(hc, base),
-		workers:   torporv1connect.NewWorkerServiceClient(hc, base),
-		snapshots: torporv1connect.NewSnapshotServiceClient(hc, base),
-		identity:  torporv1connect.NewIdentityServiceClient(hc, base),
+		spaces:    c.Spaces,
+		templates: c.Templates,
+		actors:    c.Actors,
+		workers:   c.Workers,
+		snapshots: c.Snapshots,
+		identity:  c.Identity,
 	}, nil
 }
 
@@ -86,7 +86,7 @@ func NewRoot() *cobra.Command {
 		},
 	}
 	flags := root.PersistentFlags()
-	flags.StringVar(&a.serverFlag, "server", "", "API server URL (default: $TORPOR_SERVER, else server: in the client config file, else "+defaultServer+")")
+	flags.StringVar(&a.serverFlag, "server", "", "API server URL (default: $TORPOR_SERVER, else server: in the client config file, else "+client.DefaultServer+")")
 	flags.StringVar(&a.caFlag, "ca", "", "file of the CA certificate (PEM) the server's certificate must chain to (default: $TORPOR_CA, else ca: in the client config file, else the system's roots)")
 	flags.StringVar(&a.tokenFlag, "token", "", "API token (default: $TORPOR_TOKEN, else token: in the client config file)")
 	flags.StringVar(&a.space, "space", "default", "space of the objects to act on")

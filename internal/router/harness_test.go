@@ -23,7 +23,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
-	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/image"
@@ -131,7 +131,7 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 	}
 	e.apiURL = "https://" + apiLn.Addr().String()
 	e.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.CACertificate().Raw})
-	if e.apiClient, err = (cli.Connection{Server: e.apiURL, CA: e.caPEM, Token: adminToken}).HTTPClient(); err != nil {
+	if e.apiClient, err = (client.Connection{Server: e.apiURL, CA: e.caPEM, Token: adminToken}).HTTPClient(); err != nil {
 		t.Fatal(err)
 	}
 

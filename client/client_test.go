@@ -1,4 +1,4 @@
-package cli
+package client
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 const testCA = "-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIBATAKBggqhkjOPQQDAjAAMB4XDTI2MDEwMTAwMDAwMFoX\n-----END CERTIFICATE-----\n"
 
-func TestResolveConnection(t *testing.T) {
+func TestDiscover(t *testing.T) {
 	tests := []struct {
 		name                     string
 		serverFlag, caFlag, tok  string
@@ -21,27 +21,27 @@ func TestResolveConnection(t *testing.T) {
 		files                    map[string]string
 		wantServer, wantCA, want string // want: the token
 	}{
-		{name: "default", wantServer: defaultServer},
-		{name: "flag host:port", serverFlag: "127.0.0.1:9000", env: map[string]string{envServer: "https://env:1"}, wantServer: "https://127.0.0.1:9000"},
+		{name: "default", wantServer: DefaultServer},
+		{name: "flag host:port", serverFlag: "127.0.0.1:9000", env: map[string]string{EnvServer: "https://env:1"}, wantServer: "https://127.0.0.1:9000"},
 		{name: "flag URL with slash", serverFlag: "https://api.example/", wantServer: "https://api.example"},
-		{name: "environment", env: map[string]string{envServer: "env.example:7070", envToken: "env-token"}, config: "server: https://file:1\ntoken: file-token\n",
+		{name: "environment", env: map[string]string{EnvServer: "env.example:7070", EnvToken: "env-token"}, config: "server: https://file:1\ntoken: file-token\n",
 			wantServer: "https://env.example:7070", want: "env-token"},
 		{name: "config file", config: "server: https://file.example:7070/\ntoken: file-token\nca: |\n  " + strings.ReplaceAll(strings.TrimSpace(testCA), "\n", "\n  ") + "\n",
 			wantServer: "https://file.example:7070", want: "file-token", wantCA: testCA},
 		{name: "config CA file relative to the config", config: "ca: ca.pem\n", files: map[string]string{"torpor/ca.pem": testCA},
-			wantServer: defaultServer, wantCA: testCA},
+			wantServer: DefaultServer, wantCA: testCA},
 		{name: "flags win", serverFlag: "https://flag", caFlag: "flag-ca.pem", tok: "flag-token", files: map[string]string{"flag-ca.pem": testCA},
-			env: map[string]string{envToken: "env-token", envCA: "/nonexistent"}, config: "token: file-token\nca: /nonexistent\n",
+			env: map[string]string{EnvToken: "env-token", EnvCA: "/nonexistent"}, config: "token: file-token\nca: /nonexistent\n",
 			wantServer: "https://flag", want: "flag-token", wantCA: testCA},
-		{name: "CA from the environment", env: map[string]string{envCA: "env-ca.pem"}, files: map[string]string{"env-ca.pem": testCA}, config: "ca: /nonexistent\n",
-			wantServer: defaultServer, wantCA: testCA},
+		{name: "CA from the environment", env: map[string]string{EnvCA: "env-ca.pem"}, files: map[string]string{"env-ca.pem": testCA}, config: "ca: /nonexistent\n",
+			wantServer: DefaultServer, wantCA: testCA},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			t.Chdir(dir)
 			t.Setenv("XDG_CONFIG_HOME", dir)
-			for _, k := range []string{envServer, envCA, envToken} {
+			for _, k := range []string{EnvServer, EnvCA, EnvToken} {
 				t.Setenv(k, tt.env[k])
 			}
 			for name, content := range tt.files {
@@ -61,7 +61,7 @@ func TestResolveConnection(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, err := ResolveConnection(tt.serverFlag, tt.caFlag, tt.tok)
+			got, err := Discover(Options{Server: tt.serverFlag, CAFile: tt.caFlag, Token: tt.tok})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,13 +72,51 @@ func TestResolveConnection(t *testing.T) {
 	}
 }
 
-func TestResolveConnectionErrors(t *testing.T) {
-	isolate(t)
-	if _, err := ResolveConnection("", "/nonexistent/ca.pem", ""); err == nil || !strings.Contains(err.Error(), "--ca") {
-		t.Errorf("missing --ca file: %v, want an error naming --ca", err)
+// isolate keeps a test away from the user's environment and config file.
+func isolate(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{EnvServer, EnvCA, EnvToken} {
+		t.Setenv(k, "")
 	}
-	if _, err := (Connection{Server: defaultServer, CA: []byte("not PEM")}).HTTPClient(); err == nil || !strings.Contains(err.Error(), "ca") {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+}
+
+func TestDiscoverErrors(t *testing.T) {
+	isolate(t)
+	if _, err := Discover(Options{CAFile: "/nonexistent/ca.pem"}); err == nil || !strings.Contains(err.Error(), "/nonexistent/ca.pem") {
+		t.Errorf("missing CA file: %v, want an error naming it", err)
+	}
+	if _, err := (Connection{Server: DefaultServer, CA: []byte("not PEM")}).HTTPClient(); err == nil || !strings.Contains(err.Error(), "ca") {
 		t.Errorf("CA that is not PEM: %v, want an error naming ca", err)
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	isolate(t)
+	got, err := Discover(Options{})
+	if err != nil || got.Server != DefaultServer {
+		t.Errorf("server without config = %q, %v; want %q", got.Server, err, DefaultServer)
+	}
+	path, err := ConfigPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := Config{Server: "https://10.1.2.3:7070", CA: testCA, Token: "torpor-secret"}
+	if err := WriteConfig(path, written); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := ReadConfig(path); err != nil || cfg != written {
+		t.Errorf("read back %+v, %v; wrote %+v", cfg, err, written)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("config file with a token: %v (%v), want mode 0600", fi.Mode(), err)
+	}
+	other := filepath.Join(t.TempDir(), "other.yaml")
+	if err := WriteConfig(other, Config{Server: "https://other:1", Token: "other-token"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Discover(Options{ConfigFile: other}); err != nil || got.Server != "https://other:1" || got.Token != "other-token" {
+		t.Errorf("Options.ConfigFile: %+v, %v", got, err)
 	}
 }
 

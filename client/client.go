@@ -1,4 +1,12 @@
-package cli
+// Package client connects Go programs to a Torpor API server. It finds
+// the server, the CA the server's certificate chains to and the credential
+// the way the torpor command line does (flags aside: Options stand in for
+// them), and gives a connect client for each API service.
+//
+//	conn, err := client.Discover(client.Options{})
+//	c, err := client.New(conn)
+//	actors, err := c.Actors.ListActors(ctx, connect.NewRequest(&torporv1.ListRequest{Space: "default"}))
+package client
 
 import (
 	"context"
@@ -7,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,15 +24,35 @@ import (
 	"github.com/torpor-dev/torpor/internal/identity"
 )
 
-// Environment variables a client reads when no flag says otherwise.
+// Environment variables Discover reads for settings Options leave empty.
 const (
-	envServer = "TORPOR_SERVER"
-	envCA     = "TORPOR_CA"
-	envToken  = "TORPOR_TOKEN"
+	EnvServer = "TORPOR_SERVER"
+	EnvCA     = "TORPOR_CA"
+	EnvToken  = "TORPOR_TOKEN"
 )
 
+// Options are what the caller says about the API; every empty field is
+// discovered.
+type Options struct {
+	// Server is the API base URL, or a bare host:port (https:// is
+	// added). Default: $TORPOR_SERVER, else the config file's server,
+	// else DefaultServer.
+	Server string
+	// CAFile names the PEM file of the CA the server's certificate must
+	// chain to. Default: $TORPOR_CA, else the config file's ca, else the
+	// system's roots.
+	CAFile string
+	// Token is the API token. Default: $TORPOR_TOKEN, else the config
+	// file's token, else the certificate of the client the config file
+	// names (torpor login).
+	Token string
+	// ConfigFile is the client config file. Default: ConfigPath(); a
+	// missing file is no error.
+	ConfigFile string
+}
+
 // Connection is how a client reaches the API: the server's base URL, the
-// CA its certificate must chain to and the API token to authenticate with.
+// CA its certificate must chain to and the credential.
 type Connection struct {
 	Server string
 	// CA is PEM; empty trusts the system's roots.
@@ -38,19 +65,17 @@ type Connection struct {
 	Credentials string
 }
 
-// ResolveConnection finds the API the way every client does (the CLI, the
-// router). Each setting comes from its flag, else its environment variable
-// (TORPOR_SERVER, TORPOR_CA naming a file, TORPOR_TOKEN), else the client
-// config file; the server defaults to the local one. A bare host:port, as
-// --listen takes it, gets https://.
-func ResolveConnection(serverFlag, caFlag, tokenFlag string) (Connection, error) {
-	cfg, cfgDir, err := readDefaultConfig()
+// Discover finds the API: each setting from opts, else its environment
+// variable, else the client config file; the server defaults to the
+// local one.
+func Discover(opts Options) (Connection, error) {
+	cfg, cfgDir, err := readConfigFile(opts.ConfigFile)
 	if err != nil {
 		return Connection{}, err
 	}
 	c := Connection{
-		Server: firstSet(serverFlag, os.Getenv(envServer), cfg.Server, defaultServer),
-		Token:  firstSet(tokenFlag, os.Getenv(envToken), cfg.Token),
+		Server: firstSet(opts.Server, os.Getenv(EnvServer), cfg.Server, DefaultServer),
+		Token:  firstSet(opts.Token, os.Getenv(EnvToken), cfg.Token),
 	}
 	if c.Token == "" && cfg.Client != "" {
 		c.Client, c.Credentials = cfg.Client, cfg.Credentials
@@ -62,10 +87,10 @@ func ResolveConnection(serverFlag, caFlag, tokenFlag string) (Connection, error)
 		c.Server = "https://" + c.Server
 	}
 	c.Server = strings.TrimSuffix(c.Server, "/")
-	switch caFile := firstSet(caFlag, os.Getenv(envCA)); {
+	switch caFile := firstSet(opts.CAFile, os.Getenv(EnvCA)); {
 	case caFile != "":
 		if c.CA, err = os.ReadFile(caFile); err != nil {
-			return Connection{}, fmt.Errorf("--ca: %w", err)
+			return Connection{}, fmt.Errorf("CA certificate: %w", err)
 		}
 	case cfg.CA != "":
 		if c.CA, err = cfg.caPEM(cfgDir); err != nil {
@@ -84,23 +109,25 @@ func firstSet(values ...string) string {
 	return ""
 }
 
-// readDefaultConfig reads the client config file, if there is one, and
-// returns it with its directory.
-func readDefaultConfig() (ClientConfig, string, error) {
-	path, err := ConfigPath()
-	if err != nil {
-		return ClientConfig{}, "", nil // no config directory: no config
+// readConfigFile reads the client config file (path, else the default
+// one), if there is one, and returns it with its directory.
+func readConfigFile(path string) (Config, string, error) {
+	if path == "" {
+		var err error
+		if path, err = ConfigPath(); err != nil {
+			return Config{}, "", nil // no config directory: no config
+		}
 	}
-	cfg, err := ReadClientConfig(path)
+	cfg, err := ReadConfig(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return ClientConfig{}, "", nil
+		return Config{}, "", nil
 	}
 	return cfg, filepath.Dir(path), err
 }
 
 // caPEM is the config's CA: PEM itself, or a file (relative to the config
 // file's directory).
-func (c ClientConfig) caPEM(dir string) ([]byte, error) {
+func (c Config) caPEM(dir string) ([]byte, error) {
 	if strings.HasPrefix(strings.TrimSpace(c.CA), "-----BEGIN") {
 		return []byte(c.CA), nil
 	}
@@ -180,12 +207,4 @@ func (c Connection) clientCertificate() (*identity.Keypair, error) {
 		return nil, err
 	}
 	return creds.Keypair(), nil
-}
-
-// member is the logged-in client as a member of the installation.
-func (c Connection) member() *identity.Member {
-	return &identity.Member{
-		Kind: identity.MemberClient, Name: c.Client, ServerURL: c.Server, File: c.Credentials,
-		Logger: slog.New(slog.DiscardHandler),
-	}
 }
