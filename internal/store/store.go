@@ -136,6 +136,7 @@ type Store interface {
 	Tx
 	Secrets
 	ActivityLog
+	ChangeFeed
 	// InTx runs fn in one transaction: all of its writes commit together,
 	// or none do when fn returns an error. fn runs again from the start
 	// when the transaction fails transiently, so it must set whatever it
