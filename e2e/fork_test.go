@@ -55,10 +55,10 @@ func testForkCounter(t *testing.T, backend string) {
 			t.Errorf("fork %s starts from %s, want the source's files %s (no copy)", f, loc, source.GetLocation())
 		}
 		c.wantCount("default", f, 6)
-		c.wantWhoami("default", f)
+		c.wantIdentity("default", f)
 	}
 	c.wantCount("default", "c1", 6)
-	c.wantWhoami("default", "c1")
+	c.wantIdentity("default", "c1")
 	c.wantCount("default", "f1", 7) // the forks go on apart from each other
 	c.wantCount("default", "f2", 7)
 	for _, f := range []string{"f1", "f2", "f3"} {
@@ -84,7 +84,7 @@ func testForkCounter(t *testing.T, backend string) {
 	c.tag("default", "five-public", five, torporv1.SnapshotTagScope_SNAPSHOT_TAG_SCOPE_PUBLISHED)
 	c.fork("team", "g1", &torporv1.ForkSource{Tag: "default/five-public"}, "counter")
 	c.wantCount("team", "g1", 6)
-	c.wantWhoami("team", "g1")
+	c.wantIdentity("team", "g1")
 
 	// Revert of a RUNNING actor: c1 (now at 6, then 7 after a suspend)
 	// goes back to the snapshot it was forked at.
@@ -168,12 +168,16 @@ func (c *cluster) wantCount(space, actor string, n int) {
 	}
 }
 
-// wantWhoami wants actor to answer /whoami with its own identity.
-func (c *cluster) wantWhoami(space, actor string) {
+// wantIdentity wants actor to answer /whoami with its own certificate
+// and /hostname with its own name.
+func (c *cluster) wantIdentity(space, actor string) {
 	c.t.Helper()
 	want := regexp.MustCompile(`^spiffe://torpor\.local/space/` + space + `/actor/` + actor + ` serial=[0-9a-f]+$`)
 	if code, _, body := c.routerGetIn(space, actor, "/whoami"); code != http.StatusOK || !want.MatchString(body) {
 		c.t.Fatalf("GET /whoami of %s/%s: %d %q, want %s", space, actor, code, body, want)
+	}
+	if code, _, body := c.routerGetIn(space, actor, "/hostname"); code != http.StatusOK || body != actor {
+		c.t.Fatalf("GET /hostname of %s/%s: %d %q, want %q", space, actor, code, body, actor)
 	}
 }
 
