@@ -51,10 +51,6 @@ func (e *Engine) Revert(ctx context.Context, space, name, snapshot string) (a *t
 		if err != nil {
 			return nil, err
 		}
-		newer, err := e.newerSnapshots(ctx, a, target)
-		if err != nil {
-			return nil, err
-		}
 		if state == torporv1.ActorState_ACTOR_STATE_RUNNING {
 			claimed, err := e.claimDiscard(ctx, a, target)
 			if errors.Is(err, errRetry) {
@@ -67,7 +63,11 @@ func (e *Engine) Revert(ctx context.Context, space, name, snapshot string) (a *t
 				return nil, err
 			}
 		} else {
-			err := e.rewind(ctx, a, target, newer)
+			newer, err := e.newerSnapshots(ctx, a, target)
+			if err != nil {
+				return nil, err
+			}
+			err = e.rewind(ctx, a, target, newer)
 			if errors.Is(err, errRetry) {
 				continue
 			}
