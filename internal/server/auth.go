@@ -104,6 +104,7 @@ var accessRules = func() map[string]access {
 		}
 	}
 	rules[torporv1connect.ActorServiceReportActivityProcedure] = accessRouter
+	rules[torporv1connect.PlacementServiceWatchPlacementsProcedure] = accessRouter
 	return rules
 }()
 
@@ -177,10 +178,11 @@ func (g *gate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.S
 				return g.check(ctx, procedure, conn.RequestHeader(), msg)
 			}})
 		}
-		if err := g.check(ctx, procedure, conn.RequestHeader(), nil); err != nil {
+		p, err := g.checkAs(ctx, procedure, conn.RequestHeader(), nil)
+		if err != nil {
 			return err
 		}
-		return next(ctx, conn)
+		return next(withVisibleSpaces(ctx, p), conn)
 	}
 }
 
@@ -221,6 +223,39 @@ func (g *gate) WrapStreamingClient(next connect.StreamingClientFunc) connect.Str
 }
 
 func (g *gate) check(ctx context.Context, procedure string, header http.Header, msg any) error {
+	_, err := g.checkAs(ctx, procedure, header, msg)
+	return err
+}
+
+// visibleSpacesKey carries into a stream's handler the spaces its caller
+// may see, for streams that name no space (a router's placement watch).
+type visibleSpacesKey struct{}
+
+func withVisibleSpaces(ctx context.Context, p principal) context.Context {
+	var spaces []string // nil: every space
+	if !p.admin && !p.everySpace {
+		spaces = append([]string{}, p.spaces...)
+	}
+	return context.WithValue(ctx, visibleSpacesKey{}, spaces)
+}
+
+// visibleSpaces returns the spaces the stream's caller may see, nil for
+// every space; ok is false outside a checked stream.
+func visibleSpaces(ctx context.Context) (spaces []string, ok bool) {
+	spaces, ok = ctx.Value(visibleSpacesKey{}).([]string)
+	return spaces, ok
+}
+
+// checkAs checks a call and returns who makes it.
+func (g *gate) checkAs(ctx context.Context, procedure string, header http.Header, msg any) (principal, error) {
+	var p principal
+	if err := g.decide(ctx, procedure, header, msg, &p); err != nil {
+		return principal{}, err
+	}
+	return p, nil
+}
+
+func (g *gate) decide(ctx context.Context, procedure string, header http.Header, msg any, out *principal) error {
 	rule, ok := accessRules[procedure]
 	if !ok {
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s has no access rule", procedure))
@@ -232,6 +267,7 @@ func (g *gate) check(ctx context.Context, procedure string, header http.Header, 
 	if err != nil {
 		return err
 	}
+	*out = p
 	if rule == accessNode && p.node == "" {
 		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s needs a node certificate", procedure))
 	}

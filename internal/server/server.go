@@ -157,6 +157,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine}, opts...))
+	mux.Handle(torporv1connect.NewPlacementServiceHandler(&placementService{store: s.store}, opts...))
 	ids := s.newIdentityService()
 	mux.Handle(ids.handler(opts...))
 	mux.Handle("GET /.well-known/", ids.authority.WellKnown(s.log))

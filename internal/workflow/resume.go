@@ -253,7 +253,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 	st.Operation = op
 	st.Worker = &torporv1.WorkerRef{
 		Namespace: w.GetMetadata().GetSpace(), Name: w.GetMetadata().GetName(), Uid: w.GetMetadata().GetUid(),
-		Node: w.GetSpec().GetNode(), Ip: w.GetSpec().GetIp(),
+		Node: w.GetSpec().GetNode(), Ip: w.GetSpec().GetIp(), Gate: w.GetSpec().GetGate(),
 	}
 	// The guest about to run is built on this template (invariant 8).
 	st.CurrentTemplate = revision

@@ -1845,12 +1845,16 @@ func (x *ActorSpec) GetTemplateRevision() int64 {
 }
 
 type WorkerRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Uid           string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
-	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
-	Ip            string                 `protobuf:"bytes,5,opt,name=ip,proto3" json:"ip,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Uid       string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Node      string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	Ip        string                 `protobuf:"bytes,5,opt,name=ip,proto3" json:"ip,omitempty"`
+	// host:port of the node's slot gate, the only way routers reach the
+	// worker's workload: it admits a connection only for the actor the
+	// worker hosts (see WorkerSpec.gate).
+	Gate          string `protobuf:"bytes,6,opt,name=gate,proto3" json:"gate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1916,6 +1920,13 @@ func (x *WorkerRef) GetNode() string {
 func (x *WorkerRef) GetIp() string {
 	if x != nil {
 		return x.Ip
+	}
+	return ""
+}
+
+func (x *WorkerRef) GetGate() string {
+	if x != nil {
+		return x.Gate
 	}
 	return ""
 }
@@ -2340,11 +2351,15 @@ func (x *Worker) GetStatus() *WorkerStatus {
 }
 
 type WorkerSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Ip            string                 `protobuf:"bytes,2,opt,name=ip,proto3" json:"ip,omitempty"`
-	Pool          string                 `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
-	SandboxClass  string                 `protobuf:"bytes,4,opt,name=sandbox_class,json=sandboxClass,proto3" json:"sandbox_class,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Node         string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Ip           string                 `protobuf:"bytes,2,opt,name=ip,proto3" json:"ip,omitempty"`
+	Pool         string                 `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	SandboxClass string                 `protobuf:"bytes,4,opt,name=sandbox_class,json=sandboxClass,proto3" json:"sandbox_class,omitempty"`
+	// host:port of the node's slot gate for this worker: a connection there
+	// names the actor it is for and is admitted only while the worker hosts
+	// that actor, and closed when it stops hosting it.
+	Gate          string `protobuf:"bytes,5,opt,name=gate,proto3" json:"gate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2403,6 +2418,13 @@ func (x *WorkerSpec) GetPool() string {
 func (x *WorkerSpec) GetSandboxClass() string {
 	if x != nil {
 		return x.SandboxClass
+	}
+	return ""
+}
+
+func (x *WorkerSpec) GetGate() string {
+	if x != nil {
+		return x.Gate
 	}
 	return ""
 }
@@ -2996,13 +3018,14 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x11template_revision\x18\x03 \x01(\x03R\x10templateRevision\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"s\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x01\n" +
 	"\tWorkerRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x0e\n" +
-	"\x02ip\x18\x05 \x01(\tR\x02ip\"\x85\x05\n" +
+	"\x02ip\x18\x05 \x01(\tR\x02ip\x12\x12\n" +
+	"\x04gate\x18\x06 \x01(\tR\x04gate\"\x85\x05\n" +
 	"\vActorStatus\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.torpor.v1.ActorStateR\x05state\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.torpor.v1.WorkerRefR\x06worker\x12'\n" +
@@ -3043,13 +3066,14 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x06Worker\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12)\n" +
 	"\x04spec\x18\x02 \x01(\v2\x15.torpor.v1.WorkerSpecR\x04spec\x12/\n" +
-	"\x06status\x18\x03 \x01(\v2\x17.torpor.v1.WorkerStatusR\x06status\"i\n" +
+	"\x06status\x18\x03 \x01(\v2\x17.torpor.v1.WorkerStatusR\x06status\"}\n" +
 	"\n" +
 	"WorkerSpec\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x0e\n" +
 	"\x02ip\x18\x02 \x01(\tR\x02ip\x12\x12\n" +
 	"\x04pool\x18\x03 \x01(\tR\x04pool\x12#\n" +
-	"\rsandbox_class\x18\x04 \x01(\tR\fsandboxClass\"F\n" +
+	"\rsandbox_class\x18\x04 \x01(\tR\fsandboxClass\x12\x12\n" +
+	"\x04gate\x18\x05 \x01(\tR\x04gate\"F\n" +
 	"\bActorRef\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
