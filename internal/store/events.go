@@ -19,7 +19,9 @@ func (v *view) AppendEvent(ctx context.Context, ev Event) error {
 	if ev.Time.IsZero() {
 		t = now()
 	}
-	_, err := v.ex.write.ExecContext(ctx,
+	// Nothing reads the insert's result: in a transaction on PostgreSQL
+	// it goes out with the next statement or the commit (pgpipeline.go).
+	_, err := v.ex.write.ExecContext(deferrable(ctx),
 		"INSERT INTO actor_events ("+eventColumns+") VALUES ("+placeholders(1, 8)+")",
 		ev.ActorUID, t, ev.FromState.String(), ev.ToState.String(), ev.Reason, ev.OperationID, ev.Worker, int64(ev.Duration))
 	if err != nil {

@@ -152,7 +152,9 @@ func openPostgres(ctx context.Context, rawURL string) (Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres %s: %w", where, err)
 	}
-	db := stdlib.OpenDBFromPool(pool)
+	// As stdlib.OpenDBFromPool, with transactions pipelined (pgpipeline.go).
+	db := sql.OpenDB(pipeliningConnector{stdlib.GetPoolConnector(pool)})
+	db.SetMaxIdleConns(0)
 	s := newSQLStore(postgresDialect(firstSchema(cfg.ConnConfig.RuntimeParams["search_path"])), db, db, func() error {
 		err := db.Close()
 		pool.Close()
