@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/guestfs"
 	"github.com/torpor-dev/torpor/internal/version"
 )
 
@@ -24,14 +25,17 @@ func register(newCommand func() *cobra.Command) {
 }
 
 func main() {
+	// The file helper the node runs inside sandboxes: no flags, no
+	// command tree, nothing else (see internal/guestfs).
+	if len(os.Args) > 1 && os.Args[1] == guestfs.Command {
+		os.Exit(guestfs.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	root := cli.NewRoot()
 	root.Version = version.Get().String()
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newVersionCommand())
-	for _, newCommand := range processCommands {
-		root.AddCommand(newCommand())
-	}
+	addProcessCommands(root)
 	code := cli.Execute(ctx, root, os.Args[1:])
 	stop()
 	os.Exit(code)
