@@ -55,6 +55,10 @@ type Config struct {
 	// set, is used instead.
 	Listen   string
 	Listener net.Listener
+	// GateListen is the address of the slot gate, through which routers
+	// reach the workloads (internal/slotgate). Default: where the previous
+	// run listened, else the API's host with a port the system picks.
+	GateListen string
 	// Advertise is the base URL the control plane reaches this agent at.
 	// Default: https://<listen address>, with 127.0.0.1 for an unspecified
 	// host.
@@ -255,13 +259,26 @@ func (a *Agent) Run(ctx context.Context) error {
 	if address == "" {
 		address = advertised(ln.Addr())
 	}
+	gateLn, gate, err := listenGate(a.cfg, ln.Addr())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	a.member.gate = gate
 	controlPlane := creds.ControlPlaneClient()
 	a.identity.minter = torporv1connect.NewIdentityServiceClient(controlPlane, a.member.serverURL)
-	a.log.Info("serving node agent API", "listen", ln.Addr().String(), "address", address, "workers", len(a.machine.slots), "runtime", a.cfg.Runtime.Class())
+	a.log.Info("serving node agent API", "listen", ln.Addr().String(), "address", address, "gate", gate, "workers", len(a.machine.slots), "runtime", a.cfg.Runtime.Class())
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
 	served := make(chan error, 1)
 	go func() { served <- httpserve.Serve(serveCtx, ln, a.handler(creds), creds.ServerTLSConfig()) }()
+	gated := make(chan error, 1)
+	go func() { gated <- a.machine.gate.Serve(serveCtx, gateLn) }()
+	defer func() {
+		if err := <-gated; err != nil {
+			a.log.Error("slot gate", "err", err)
+		}
+	}()
 	go a.member.cert.KeepRenewed(serveCtx, creds)
 	go a.member.stayRegistered(serveCtx, torporv1connect.NewNodeServiceClient(controlPlane, a.member.serverURL), address)
 	err = <-served

@@ -12,6 +12,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/slotgate"
 )
 
 // slotMachine is the node's slot state machine. It moves each worker slot
@@ -53,6 +54,8 @@ type slotMachine struct {
 	identity  *workloadIdentity
 	probes    *prober
 	warm      *warmer
+	// gate admits routed connections to the actor each slot hosts.
+	gate *slotgate.Gate
 }
 
 func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) *slotMachine {
@@ -63,6 +66,7 @@ func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) 
 		volumes:  volumeDirs{root: d.volumes, log: log},
 		identity: id,
 		probes:   &prober{client: newProbeClient(), rt: cfg.Runtime},
+		gate:     slotgate.New(log),
 	}
 	m.metrics = newMetrics(cfg.Registry, m.busy)
 	m.warm = &warmer{off: cfg.NoWarm, rt: cfg.Runtime, log: log, workload: m.warmWorkload, background: m.ops.Go}
@@ -83,6 +87,7 @@ func (m *slotMachine) openSlots(ctx context.Context, network Network, workers in
 			return fmt.Errorf("worker %s: network: %w", name, err)
 		}
 		s := newSlot(rs, filepath.Join(dir, name+".json"))
+		s.occupy = func(actorUID string) { m.gate.Occupy(name, rs.IP, actorUID) }
 		if err := s.load(); err != nil {
 			return err
 		}

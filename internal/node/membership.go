@@ -38,6 +38,9 @@ type membership struct {
 	class   string
 	orphans orphanRemover
 
+	// gate is the slot gate's advertised address (set when it listens).
+	gate string
+
 	// workers are the records the control plane answered the latest
 	// registration with, by worker name; registered is closed after the
 	// first.
@@ -124,7 +127,7 @@ func (m *membership) register(ctx context.Context, client torporv1connect.NodeSe
 		}
 		req.Workers = append(req.Workers, &torporv1.Worker{
 			Metadata: &torporv1.ObjectMeta{Name: s.name(), Space: validate.WorkerNamespace, Labels: m.labels},
-			Spec:     &torporv1.WorkerSpec{Node: m.name, Ip: s.rt.IP, Pool: m.pool, SandboxClass: m.class},
+			Spec:     &torporv1.WorkerSpec{Node: m.name, Ip: s.rt.IP, Pool: m.pool, SandboxClass: m.class, Gate: m.gate},
 		})
 	}
 	// Idle slots stay locked until the placements read by this call are

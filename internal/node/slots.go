@@ -88,6 +88,10 @@ type slot struct {
 	rec slotRecord // the current state; on disk once committed
 	// after runs once the next commit is durable (see afterCommit).
 	after []func()
+	// occupy tells the slot gate which actor the slot hosts, whenever the
+	// state in memory changes: a claim closes the connections admitted for
+	// the previous actor before the new workload starts.
+	occupy func(actorUID string)
 }
 
 func newSlot(rt runtime.Slot, file string) *slot {
@@ -122,6 +126,7 @@ func (s *slot) stage(rec slotRecord) {
 	defer s.mu.Unlock()
 	rec.LastOp = s.rec.LastOp
 	s.rec = rec
+	s.occupy(rec.ActorUID)
 }
 
 // afterCommit makes fn run right after the slot's next successful commit,
@@ -167,6 +172,7 @@ func (s *slot) load() error {
 	}
 	s.mu.Lock()
 	s.rec = rec
+	s.occupy(rec.ActorUID)
 	s.mu.Unlock()
 	return nil
 }
