@@ -20,19 +20,24 @@ build:
 	CGO_ENABLED=0 go build $(VERSION_FLAGS) -o $(BIN)/torpor ./cmd/torpor
 
 # Release binaries: torpor and runsc, static, for each of DIST_ARCHES
-# (linux), under $(DIST)/linux-<arch>/. go install cannot write
-# cross-compiled binaries to GOBIN, so runsc is built into a GOPATH of its
-# own (sharing the module and build caches) and copied out.
+# (linux), under $(DIST)/linux-<arch>/. runsc for this machine's
+# architecture is built as make runsc builds it, so the build cache serves
+# both; go install cannot write a cross-compiled binary to GOBIN, so the
+# other's goes into a GOPATH of its own and is copied out.
 DIST := $(CURDIR)/dist
 DIST_ARCHES := amd64 arm64
 dist:
 	set -e; for arch in $(DIST_ARCHES); do \
 	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch go build -trimpath $(VERSION_FLAGS) -o $(DIST)/linux-$$arch/torpor ./cmd/torpor; \
-	  gopath=$$(mktemp -d); \
-	  GOPATH=$$gopath GOMODCACHE=$$(go env GOMODCACHE) GOBIN= CGO_ENABLED=0 GOOS=linux GOARCH=$$arch \
-	    go install -trimpath -ldflags="-s -w" gvisor.dev/gvisor/runsc@$(GVISOR_VERSION); \
-	  cp $$(find $$gopath/bin -name runsc -type f) $(DIST)/linux-$$arch/runsc; \
-	  chmod -R u+w $$gopath; rm -rf $$gopath; \
+	  if [ "$$arch" = "$$(go env GOARCH)" ]; then \
+	    CGO_ENABLED=0 GOBIN=$(DIST)/linux-$$arch go install -ldflags="-s -w" gvisor.dev/gvisor/runsc@$(GVISOR_VERSION); \
+	  else \
+	    gopath=$$(mktemp -d); \
+	    GOPATH=$$gopath GOMODCACHE=$$(go env GOMODCACHE) GOBIN= CGO_ENABLED=0 GOOS=linux GOARCH=$$arch \
+	      go install -ldflags="-s -w" gvisor.dev/gvisor/runsc@$(GVISOR_VERSION); \
+	    cp $$(find $$gopath/bin -name runsc -type f) $(DIST)/linux-$$arch/runsc; \
+	    chmod -R u+w $$gopath; rm -rf $$gopath; \
+	  fi; \
 	done
 
 # The torpor container image (torpor and runsc, every DIST_ARCHES) as an
