@@ -112,25 +112,14 @@ func (c *collection[T]) List(ctx context.Context, opts ListOptions) ([]T, string
 	case size > MaxPageSize:
 		size = MaxPageSize
 	}
-	var where []string
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
-	for _, field := range slices.Sorted(maps.Keys(opts.Filter)) {
-		col, ok := c.kind.column(field)
-		if !ok {
-			return nil, "", fmt.Errorf("list %s: unknown filter field %q (indexed: %s): %w", plural, field, c.kind.columnNames(), ErrInvalidArgument)
-		}
-		v, err := col.normalize(opts.Filter[field])
-		if err != nil {
-			return nil, "", fmt.Errorf("list %s: %w", plural, err)
-		}
-		where = append(where, col.name+" = "+arg(v))
-	}
-	if opts.Space != "" {
-		where = append(where, "space = "+arg(opts.Space))
+	where, err := c.conditions(opts, arg)
+	if err != nil {
+		return nil, "", err
 	}
 	if opts.PageToken != "" {
 		space, name, err := decodePageToken(opts.PageToken)
@@ -167,6 +156,27 @@ func (c *collection[T]) List(ctx context.Context, opts ListOptions) ([]T, string
 	recs = recs[:size]
 	last := recs[size-1].GetMetadata()
 	return recs, encodePageToken(last.GetSpace(), last.GetName()), nil
+}
+
+// conditions are the WHERE conditions of opts' filter and space; arg
+// adds an argument and returns its placeholder.
+func (c *collection[T]) conditions(opts ListOptions, arg func(any) string) ([]string, error) {
+	var where []string
+	for _, field := range slices.Sorted(maps.Keys(opts.Filter)) {
+		col, ok := c.kind.column(field)
+		if !ok {
+			return nil, fmt.Errorf("list %s: unknown filter field %q (indexed: %s): %w", c.kind.table, field, c.kind.columnNames(), ErrInvalidArgument)
+		}
+		v, err := col.normalize(opts.Filter[field])
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", c.kind.table, err)
+		}
+		where = append(where, col.name+" = "+arg(v))
+	}
+	if opts.Space != "" {
+		where = append(where, "space = "+arg(opts.Space))
+	}
+	return where, nil
 }
 
 func (c *collection[T]) Update(ctx context.Context, obj T) (T, error) {
@@ -317,36 +327,53 @@ func anys(values []string) []any {
 	return a
 }
 
-// scan decodes rows of recordColumns. The key, uid, version and times come
-// from their columns, so a record never disagrees with what the store
-// compares against.
+// scan decodes rows of recordColumns.
 func (c *collection[T]) scan(rows *sql.Rows) ([]T, error) {
 	defer rows.Close()
 	var recs []T
 	for rows.Next() {
-		var (
-			space, name, uid       string
-			version                int64
-			createTime, updateTime time.Time
-			data                   []byte
-		)
-		if err := rows.Scan(&space, &name, &uid, &version, &createTime, &updateTime, &data); err != nil {
+		var r rawRecord
+		if err := rows.Scan(r.dest()...); err != nil {
 			return nil, err
 		}
-		rec := newObject[T]()
-		if err := proto.Unmarshal(data, rec); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", c.describe(space, name), err)
+		rec, err := c.decode(&r)
+		if err != nil {
+			return nil, err
 		}
-		meta := c.kind.metadata(rec)
-		meta.Space, meta.Name, meta.Uid, meta.Version = space, name, uid, version
-		if c.ex.columns != nil && len(c.kind.columns) > 0 {
-			c.ex.columns.put(c.kind.table, uid, version, c.columnValues(rec))
-		}
-		meta.CreateTime = timestamppb.New(createTime)
-		meta.UpdateTime = timestamppb.New(updateTime)
 		recs = append(recs, rec)
 	}
 	return recs, rows.Err()
+}
+
+// rawRecord is one row of recordColumns.
+type rawRecord struct {
+	space, name, uid       string
+	version                int64
+	createTime, updateTime time.Time
+	data                   []byte
+}
+
+func (r *rawRecord) dest() []any {
+	return []any{&r.space, &r.name, &r.uid, &r.version, &r.createTime, &r.updateTime, &r.data}
+}
+
+// decode makes the record of a row. The key, uid, version and times come
+// from their columns, so a record never disagrees with what the store
+// compares against.
+func (c *collection[T]) decode(r *rawRecord) (T, error) {
+	rec := newObject[T]()
+	if err := proto.Unmarshal(r.data, rec); err != nil {
+		var zero T
+		return zero, fmt.Errorf("decode %s: %w", c.describe(r.space, r.name), err)
+	}
+	meta := c.kind.metadata(rec)
+	meta.Space, meta.Name, meta.Uid, meta.Version = r.space, r.name, r.uid, r.version
+	if c.ex.columns != nil && len(c.kind.columns) > 0 {
+		c.ex.columns.put(c.kind.table, r.uid, r.version, c.columnValues(rec))
+	}
+	meta.CreateTime = timestamppb.New(r.createTime)
+	meta.UpdateTime = timestamppb.New(r.updateTime)
+	return rec, nil
 }
 
 // describe names a record in messages: "actor default/web".

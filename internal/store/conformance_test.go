@@ -40,6 +40,7 @@ func TestConformance(t *testing.T) {
 		{"list page sizes", testListPageSizes},
 		{"list filters", testListFilters},
 		{"list rejects bad input", testListBadInput},
+		{"reads of several kinds at once", testReads},
 		{"transaction commits together", testTxCommit},
 		{"transaction rolls back on error", testTxRollbackOnError},
 		{"transaction rolls back on panic", testTxRollbackOnPanic},

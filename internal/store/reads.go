@@ -1,0 +1,158 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Reads gathers reads of records, of any kinds, that go to the database as
+// one statement (a UNION ALL): one round trip where each read would be one
+// of its own. A resume reads its template, the nodes, the free workers and
+// the actor's snapshots before it claims; together they cost what one did.
+//
+// Add reads with ReadGet and ReadAll, call Run once, then take each read's
+// result from what they returned. The collections must all be of one Tx
+// (or all of the Store).
+type Reads struct {
+	ex    *executor
+	parts []string
+	args  []any
+	// sinks[i] takes the rows of part i; resets empty the reads before a
+	// run (again).
+	sinks  []func(*rawRecord) error
+	resets []func()
+	// retry: the collections are the store's, outside a transaction,
+	// whose calls are made again while the database is out of reach.
+	retry bool
+}
+
+// Read is a read added to Reads; its result is there once Run returned.
+type Read[T Object] struct {
+	recs []T
+	err  error
+	// notFound, for a read of one record, is the error when it is absent.
+	notFound error
+}
+
+// Record is the result of a ReadGet: ErrNotFound when absent, as Get.
+func (r *Read[T]) Record() (T, error) {
+	var zero T
+	switch {
+	case r.err != nil:
+		return zero, r.err
+	case len(r.recs) == 0:
+		return zero, r.notFound
+	}
+	return r.recs[0], nil
+}
+
+// Records is the result of a ReadAll, in (space, name) order.
+func (r *Read[T]) Records() ([]T, error) { return r.recs, r.err }
+
+// ReadGet adds a read of the record (space, name) of c.
+func ReadGet[T Object](rs *Reads, c Collection[T], space, name string) *Read[T] {
+	r := &Read[T]{}
+	cc, ok := own(rs, c)
+	if !ok {
+		r.err = fmt.Errorf("read %T: not a collection of the store: %w", c, ErrInvalidArgument)
+		return r
+	}
+	r.notFound = fmt.Errorf("%s: %w", cc.describe(space, name), ErrNotFound)
+	add(rs, cc, r, []string{"space = " + rs.arg(space), "name = " + rs.arg(name)})
+	return r
+}
+
+// ReadAll adds a read of every record of c that opts' filter and space
+// select, as ListAll (opts' page size and token are not used).
+func ReadAll[T Object](rs *Reads, c Collection[T], opts ListOptions) *Read[T] {
+	r := &Read[T]{}
+	cc, ok := own(rs, c)
+	if !ok {
+		r.err = fmt.Errorf("read %T: not a collection of the store: %w", c, ErrInvalidArgument)
+		return r
+	}
+	where, err := cc.conditions(opts, rs.arg)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	add(rs, cc, r, where)
+	return r
+}
+
+func (rs *Reads) arg(v any) string {
+	rs.args = append(rs.args, v)
+	return "$" + strconv.Itoa(len(rs.args))
+}
+
+// own returns the store's collection behind c.
+func own[T Object](rs *Reads, c Collection[T]) (*collection[T], bool) {
+	switch c := c.(type) {
+	case *collection[T]:
+		return c, true
+	case retrying[T]:
+		rs.retry = true
+		return c.c, true
+	}
+	return nil, false
+}
+
+func add[T Object](rs *Reads, cc *collection[T], r *Read[T], where []string) {
+	if rs.ex == nil {
+		rs.ex = &cc.ex
+	}
+	part := "SELECT " + strconv.Itoa(len(rs.parts)) + " AS part, " + recordColumns + " FROM " + cc.kind.table
+	if len(where) > 0 {
+		part += " WHERE " + strings.Join(where, " AND ")
+	}
+	rs.parts = append(rs.parts, part)
+	rs.resets = append(rs.resets, func() { r.recs = nil })
+	rs.sinks = append(rs.sinks, func(raw *rawRecord) error {
+		rec, err := cc.decode(raw)
+		r.recs = append(r.recs, rec)
+		return err
+	})
+}
+
+// Run does the reads. Its error is the statement's; a read's own error
+// (ErrNotFound of a ReadGet, say) is returned by its Record or Records.
+func (rs *Reads) Run(ctx context.Context) error {
+	if len(rs.parts) == 0 {
+		return nil
+	}
+	if rs.retry {
+		return retried(ctx, rs.run)
+	}
+	return rs.run(ctx)
+}
+
+func (rs *Reads) run(ctx context.Context) error {
+	for _, reset := range rs.resets {
+		reset()
+	}
+	query := strings.Join(rs.parts, " UNION ALL ") + " ORDER BY part, space, name"
+	rows, err := rs.ex.read.QueryContext(ctx, query, rs.args...)
+	if err != nil {
+		return fmt.Errorf("read %d record sets: %w", len(rs.parts), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var part int64
+		var raw rawRecord
+		if err := rows.Scan(append([]any{&part}, raw.dest()...)...); err != nil {
+			return fmt.Errorf("read %d record sets: %w", len(rs.parts), err)
+		}
+		if part < 0 || int(part) >= len(rs.sinks) {
+			return fmt.Errorf("read %d record sets: row of part %d", len(rs.parts), part)
+		}
+		if err := rs.sinks[part](&raw); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read %d record sets: %w", len(rs.parts), err)
+	}
+	return nil
+}
