@@ -213,27 +213,12 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 		}
 		return worker, nil
 	}
-	var expire []*torporv1.Snapshot
-	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE {
-		// Retention is not worth failing the step for: the next suspend
-		// applies it again.
-		if expire, err = e.expiring(ctx, a, snap); err != nil {
-			e.logger(a).Warn("list snapshots for retention", "err", err)
-		}
-	}
 	var out, lost *torporv1.Actor
 	var expired []*torporv1.Snapshot
 	err = e.endStep(ctx, e.logger(a), func() error {
-		// What the transaction changes besides the actor is read before
-		// it, so the store's single writer (SQLite) does not wait for the
-		// reads: the worker (its release compare-and-sets the version read
-		// here) and the actor's snapshots (retention, above).
-		var worker *torporv1.Worker
-		if ref := st.GetWorker(); ref != nil {
-			var err error
-			if worker, err = e.store.Workers().Get(ctx, ref.GetNamespace(), ref.GetName()); err != nil && !errors.Is(err, store.ErrNotFound) {
-				return err
-			}
+		worker, expire, err := e.readForCheckpointEnd(ctx, a, kind, snap)
+		if err != nil {
+			return err
 		}
 		return e.store.InTx(ctx, func(tx store.Tx) error {
 			out, lost, expired = nil, nil, nil
@@ -357,6 +342,48 @@ func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, cause er
 	return cause
 }
 
+// readForCheckpointEnd reads what the end of a's checkpoint changes
+// besides the actor before its transaction, in one round trip, so the
+// store's single writer (SQLite) does not wait for the reads: the worker
+// (nil when gone; its release compare-and-sets the version read here) and,
+// for a checkpoint to storage, the actor's snapshots, of which it returns
+// those retention expires once latest is committed.
+func (e *Engine) readForCheckpointEnd(ctx context.Context, a *torporv1.Actor, kind checkpointKind, latest *torporv1.Snapshot) (*torporv1.Worker, []*torporv1.Snapshot, error) {
+	rs := &store.Reads{}
+	var workerRead *store.Read[*torporv1.Worker]
+	if ref := a.GetStatus().GetWorker(); ref != nil {
+		workerRead = store.ReadGet(rs, e.store.Workers(), ref.GetNamespace(), ref.GetName())
+	}
+	var snapsRead *store.Read[*torporv1.Snapshot]
+	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE {
+		snapsRead = store.ReadAll(rs, e.store.Snapshots(), actorSnapshotList(a))
+	}
+	if err := rs.Run(ctx); err != nil {
+		return nil, nil, err
+	}
+	var worker *torporv1.Worker
+	if workerRead != nil {
+		var err error
+		if worker, err = workerRead.Record(); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, nil, err
+		}
+	}
+	if snapsRead == nil {
+		return worker, nil, nil
+	}
+	snaps, err := snapsRead.Records()
+	var expire []*torporv1.Snapshot
+	if err == nil {
+		expire, err = e.expiring(ctx, a, snaps, latest)
+	}
+	if err != nil {
+		// Retention is not worth failing the step for: the next suspend
+		// applies it again.
+		e.logger(a).Warn("list snapshots for retention", "err", err)
+	}
+	return worker, expire, nil
+}
+
 // expiring applies retention to the actor's durable snapshots once
 // latest is committed as its newest: it keeps the newest K (its template's
 // keep) and returns the older ones that no tag keeps. An actor's
@@ -364,14 +391,10 @@ func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, cause er
 // list read before the finalize's transaction is the list at its commit;
 // a tag or fork made since bumps a snapshot's version, which expireInTx
 // compare-and-sets.
-func (e *Engine) expiring(ctx context.Context, a *torporv1.Actor, latest *torporv1.Snapshot) ([]*torporv1.Snapshot, error) {
+func (e *Engine) expiring(ctx context.Context, a *torporv1.Actor, snaps []*torporv1.Snapshot, latest *torporv1.Snapshot) ([]*torporv1.Snapshot, error) {
 	keep := int(a.GetStatus().GetCurrentTemplateSpec().GetSnapshotPolicy().GetKeep())
 	if keep <= 0 {
 		keep = 2
-	}
-	snaps, err := e.actorSnapshots(ctx, a)
-	if err != nil {
-		return nil, err
 	}
 	var durable []*torporv1.Snapshot
 	for _, s := range snaps {
@@ -408,7 +431,11 @@ func expireInTx(ctx context.Context, tx store.Tx, expire []*torporv1.Snapshot) (
 // actorSnapshots lists an actor's snapshots, oldest first (names sort by
 // creation time).
 func (e *Engine) actorSnapshots(ctx context.Context, a *torporv1.Actor) ([]*torporv1.Snapshot, error) {
-	return store.ListAll(ctx, e.store.Snapshots(), store.ListOptions{Space: a.GetMetadata().GetSpace(), Filter: store.Filter{"actor_uid": a.GetMetadata().GetUid()}})
+	return store.ListAll(ctx, e.store.Snapshots(), actorSnapshotList(a))
+}
+
+func actorSnapshotList(a *torporv1.Actor) store.ListOptions {
+	return store.ListOptions{Space: a.GetMetadata().GetSpace(), Filter: store.Filter{"actor_uid": a.GetMetadata().GetUid()}}
 }
 
 // removeSnapshot deletes a snapshot's record as it was read (a tag or

@@ -16,11 +16,16 @@ func (e *Engine) liveNodes(ctx context.Context) (func(string) bool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return e.liveIn(nodes), nil
+}
+
+// liveIn tells which of the nodes, as read, are alive.
+func (e *Engine) liveIn(nodes []*torporv1.Node) func(string) bool {
 	live := map[string]bool{}
 	for _, n := range nodes {
 		live[n.GetMetadata().GetName()] = e.alive(n)
 	}
-	return func(node string) bool { return live[node] }, nil
+	return func(node string) bool { return live[node] }
 }
 
 func (e *Engine) alive(n *torporv1.Node) bool {
@@ -29,8 +34,11 @@ func (e *Engine) alive(n *torporv1.Node) bool {
 }
 
 func (e *Engine) freeWorkers(ctx context.Context) ([]*torporv1.Worker, error) {
-	return store.ListAll(ctx, e.store.Workers(), store.ListOptions{Filter: store.Filter{"actor": ""}})
+	return store.ListAll(ctx, e.store.Workers(), freeWorkerList)
 }
+
+// freeWorkerList lists the workers no actor holds.
+var freeWorkerList = store.ListOptions{Filter: store.Filter{"actor": ""}}
 
 // CheckNodes crashes the actors of nodes that stopped heartbeating: each
 // becomes CRASHED with the reason and its worker is released.

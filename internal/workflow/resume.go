@@ -118,10 +118,12 @@ type source struct {
 	note string
 }
 
-func (e *Engine) resumeSource(ctx context.Context, a *torporv1.Actor, opts ResumeOptions, live func(string) bool) (source, error) {
-	space, st := a.GetMetadata().GetSpace(), a.GetStatus()
+// resumeSource decides where a's state comes from, given which nodes are
+// live and the records of the snapshots it names.
+func resumeSource(a *torporv1.Actor, opts ResumeOptions, live func(string) bool, snapshot func(name string) (*torporv1.Snapshot, error)) (source, error) {
+	st := a.GetStatus()
 	if opts.Snapshot != "" {
-		snap, err := e.store.Snapshots().Get(ctx, space, opts.Snapshot)
+		snap, err := snapshot(opts.Snapshot)
 		if err != nil {
 			return source{}, err
 		}
@@ -138,7 +140,7 @@ func (e *Engine) resumeSource(ctx context.Context, a *torporv1.Actor, opts Resum
 	// failed for a reason that did not spoil it.
 	var note string
 	if st.GetLocalCheckpoint() != "" {
-		snap, err := e.store.Snapshots().Get(ctx, space, st.GetLocalCheckpoint())
+		snap, err := snapshot(st.GetLocalCheckpoint())
 		switch {
 		case err == nil && live(snap.GetNode()):
 			return source{kind: SourceLocal, snap: snap, requireNode: snap.GetNode()}, nil
@@ -153,7 +155,7 @@ func (e *Engine) resumeSource(ctx context.Context, a *torporv1.Actor, opts Resum
 	if st.GetLatestSnapshot() == "" {
 		return source{kind: SourceNone, note: note}, nil
 	}
-	snap, err := e.store.Snapshots().Get(ctx, space, st.GetLatestSnapshot())
+	snap, err := snapshot(st.GetLatestSnapshot())
 	if errors.Is(err, store.ErrNotFound) {
 		return source{}, errdefs.Errorf(errdefs.ErrDataLoss, "actor %s: its latest snapshot %s has no record", actorKey(a), st.GetLatestSnapshot())
 	}
@@ -172,18 +174,23 @@ func (e *Engine) resumeSource(ctx context.Context, a *torporv1.Actor, opts Resum
 func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts ResumeOptions) (*torporv1.Actor, *torporv1.Snapshot, error) {
 	space := a.GetMetadata().GetSpace()
 	revision := validate.RevisionName(a.GetSpec().GetTemplate(), a.GetSpec().GetTemplateRevision())
-	tmpl, err := e.store.Revisions().Get(ctx, space, revision)
+	reads, err := e.readForResume(ctx, a, opts, revision)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl, err := reads.tmpl.Record()
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s: template %s/%s does not exist", actorKey(a), space, revision)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	live, err := e.liveNodes(ctx)
+	nodes, err := reads.nodes.Records()
 	if err != nil {
 		return nil, nil, err
 	}
-	src, err := e.resumeSource(ctx, a, opts, live)
+	live := e.liveIn(nodes)
+	src, err := resumeSource(a, opts, live, reads.snapshot)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -204,7 +211,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts Resume
 		Golden:            golden,
 		ForceBoot:         opts.Boot,
 	})
-	free, err := e.freeWorkers(ctx)
+	free, err := reads.free.Records()
 	if err != nil {
 		return nil, nil, err
 	}
