@@ -93,6 +93,14 @@ func NewCache(dir string, maxBytes int64, store ObjectStore) (*Cache, error) {
 // stays until release is called; callers must not modify it. A download
 // continues while any caller still waits for it.
 func (c *Cache) Get(ctx context.Context, location, digest string) (dir string, release func(), err error) {
+	return c.GetFrom(ctx, c.store, location, digest)
+}
+
+// GetFrom is Get of a snapshot of another store than the cache's own, so
+// one cache, under one bound, serves every store a node restores from. A
+// tree is verified against its manifest digest, which is part of the key:
+// an entry is the same content whichever store filled it.
+func (c *Cache) GetFrom(ctx context.Context, store ObjectStore, location, digest string) (dir string, release func(), err error) {
 	k := cacheKey{location, digest}
 	c.mu.Lock()
 	if e := c.entries[k]; e != nil {
@@ -108,7 +116,7 @@ func (c *Cache) Get(ctx context.Context, location, digest string) (dir string, r
 		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		l = &cacheLoad{done: make(chan struct{}), cancel: cancel}
 		c.loading[k] = l
-		go c.load(lctx, k, l, c.newEntryDirLocked(k))
+		go c.load(lctx, store, k, l, c.newEntryDirLocked(k))
 	}
 	l.waiters++
 	c.mu.Unlock()
@@ -139,9 +147,9 @@ func (c *Cache) Get(ctx context.Context, location, digest string) (dir string, r
 	}
 }
 
-func (c *Cache) load(ctx context.Context, k cacheKey, l *cacheLoad, dir string) {
+func (c *Cache) load(ctx context.Context, store ObjectStore, k cacheKey, l *cacheLoad, dir string) {
 	defer l.cancel()
-	err := Download(ctx, c.store, k.location, k.digest, dir)
+	err := Download(ctx, store, k.location, k.digest, dir)
 	var size int64
 	if err == nil {
 		if size, err = treeSize(dir); err != nil {

@@ -340,3 +340,31 @@ func TestNewCacheClearsOnlyItsOwnLeftovers(t *testing.T) {
 		t.Error("NewCache accepted a zero size bound")
 	}
 }
+
+// TestCacheServesSeveralStores: one cache, under one bound, holds the
+// snapshots of two stores (a node's snapshot storage and its local
+// checkpoints), each downloaded from the store it was asked of.
+func TestCacheServesSeveralStores(t *testing.T) {
+	storage := newCacheFixture(t, "default/a/A")
+	local := newCacheFixture(t, "default/a/L")
+	c := newTestCache(t, fixtureFileSize+500, storage.store)
+	dirA, release := storage.get(t, c, "default/a/A")
+	release()
+	dirL, release, err := c.GetFrom(t.Context(), local.store, "default/a/L", local.digests["default/a/L"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if b, err := os.ReadFile(filepath.Join(dirL, "pages.img")); err != nil || string(b) != strings.Repeat("L", fixtureFileSize) {
+		t.Fatalf("the local checkpoint's cached content is wrong: %v", err)
+	}
+	if storage.store.manifestGets() != 1 || local.store.manifestGets() != 1 {
+		t.Errorf("downloads: %d from storage, %d from local, want one each", storage.store.manifestGets(), local.store.manifestGets())
+	}
+	// The bound holds one tree: L's download evicted A, whose store is
+	// another.
+	waitFor(t, "A to be evicted by L", func() bool { return !exists(dirA) })
+	if got := c.Bytes(); got != fixtureFileSize {
+		t.Errorf("Bytes() = %d, want one tree, %d", got, fixtureFileSize)
+	}
+}
