@@ -3,10 +3,12 @@ package e2e
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -202,4 +204,125 @@ func interactive(t *testing.T, cmd *exec.Cmd) {
 	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 3 {
 		t.Fatalf("exec -it sh, exit 3: %v\n%s", err, seen.String())
 	}
+}
+
+// TestLogs: `torpor actor logs` shows an actor's output from before and
+// after two suspends and a move to another node, with torpor's records
+// where it stopped and resumed; -f follows until the actor stops.
+func TestLogs(t *testing.T) {
+	c := newCluster(t, clusterOptions{backend: "sqlite", nodes: 2, workersPerNode: 1})
+	c.applyTemplate(lineWriter(buildShellImage(t, t.TempDir())))
+	for _, name := range []string{"c1", "c2", "c3"} {
+		c.createActor(name, "lines")
+	}
+	token := c.apiToken("default")
+	logs := func(args ...string) string {
+		t.Helper()
+		out, err := c.torporAs(token, append([]string{"actor", "logs", "c1"}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("logs %s: %v", strings.Join(args, " "), err)
+		}
+		return string(out)
+	}
+	lastLine := func() int {
+		t.Helper()
+		n := 0
+		for _, l := range strings.Split(logs("-c", "writer"), "\n") {
+			if _, num, ok := strings.Cut(l, " writer line "); ok {
+				fmt.Sscan(num, &n)
+			}
+		}
+		return n
+	}
+	// The first call resumes the actor.
+	logs()
+	c.waitFor("lines in the log", func() bool { return lastLine() >= 3 })
+
+	follow := c.torporAs(token, "actor", "logs", "c1", "-f", "--tail", "1")
+	stdout, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	followed := make(chan []string, 1)
+	go func() {
+		var lines []string
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			lines = append(lines, s.Text())
+		}
+		followed <- lines
+	}()
+	before := lastLine()
+	c.waitFor("more lines", func() bool { return lastLine() >= before+3 })
+	c.suspend("c1")
+	var got []string
+	select {
+	case got = <-followed:
+	case <-time.After(time.Minute):
+		t.Fatal("logs -f goes on after the actor was suspended")
+	}
+	if err := follow.Wait(); err != nil {
+		t.Fatalf("logs -f: %v", err)
+	}
+	if len(got) < 4 || !strings.Contains(got[len(got)-1], " -- suspended") {
+		t.Fatalf("logs -f printed:\n%s\nwant new lines, then the suspend", strings.Join(got, "\n"))
+	}
+
+	// Second suspend, then a move: the other node's worker is the only
+	// free one when c1 resumes.
+	first := c.mustResume("c1").GetStatus().GetWorker()
+	before = lastLine()
+	c.waitFor("lines after the first resume", func() bool { return lastLine() >= before+3 })
+	c.suspend("c1")
+	for _, name := range []string{"c2", "c3"} {
+		c.mustResume(name)
+	}
+	for _, name := range []string{"c2", "c3"} {
+		if c.actor(name).GetStatus().GetWorker().GetName() != first.GetName() {
+			c.suspend(name)
+		}
+	}
+	moved := c.mustResume("c1").GetStatus().GetWorker()
+	if moved.GetNode() == first.GetNode() {
+		t.Fatalf("c1 resumed on node %s again, want the other one", moved.GetNode())
+	}
+	before = lastLine()
+	c.waitFor("lines after the move", func() bool { return lastLine() >= before+3 })
+
+	all := logs()
+	var markers []string
+	n := 0
+	for _, l := range strings.Split(strings.TrimSpace(all), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 {
+			t.Fatalf("log line %q", l)
+		}
+		if _, err := time.Parse(time.RFC3339, f[0]); err != nil {
+			t.Fatalf("log line %q has no time: %v", l, err)
+		}
+		if f[1] == "--" {
+			markers = append(markers, f[2])
+			continue
+		}
+		var num int
+		if _, err := fmt.Sscanf(strings.Join(f[1:], " "), "writer line %d", &num); err != nil || num != n+1 {
+			t.Fatalf("log line %q after line %d:\n%s", l, n, all)
+		}
+		n = num
+	}
+	// The first start restores the template's golden snapshot, or boots
+	// while it is not ready.
+	if want := []string{"resumed", "suspended", "resumed", "suspended", "resumed"}; len(markers) != len(want) || !slices.Equal(markers[1:], want[1:]) || markers[0] != "started" && markers[0] != "resumed" {
+		t.Fatalf("torpor's records %q, want %q:\n%s", markers, want, all)
+	}
+	if !strings.Contains(all, "resumed (restored) on node "+moved.GetNode()) {
+		t.Fatalf("the last resume does not name node %s:\n%s", moved.GetNode(), all)
+	}
+	if tail := strings.Split(strings.TrimSpace(logs("--tail", "2")), "\n"); len(tail) != 2 {
+		t.Fatalf("logs --tail 2: %q", tail)
+	}
+	t.Logf("%d lines over two suspends and a move from %s to %s", n, first.GetNode(), moved.GetNode())
 }

@@ -135,6 +135,8 @@ const (
 // dirs is the layout of the state directory.
 type dirs struct {
 	slots, ops, volumes, images, cache, local, localCache, work string
+	// logs holds the actors' logs; output the slots' output FIFOs.
+	logs, output string
 }
 
 func newDirs(root string) dirs {
@@ -147,6 +149,8 @@ func newDirs(root string) dirs {
 		local:      filepath.Join(root, "local"),
 		localCache: filepath.Join(root, "local-cache"),
 		work:       filepath.Join(root, "work"),
+		logs:       filepath.Join(root, "logs"),
+		output:     filepath.Join(root, "output"),
 	}
 }
 

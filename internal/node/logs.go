@@ -1,15 +1,500 @@
 package node
 
+// Actors' logs. Each slot's workload writes its containers' standard
+// streams into FIFOs of the slot (runtime.Slot.Output); the node reads
+// them, stamps each line with the time it read it and appends it to the
+// log of the actor the slot hosts, under logs/<actor uid>/. A log is
+// bounded (maxLogBytes: the current file, and the previous one once the
+// current passed half of it). It travels with the actor: a checkpoint
+// puts it in the snapshot (logs/ in its tree), and a restore from storage
+// brings it back, so the log goes on across suspends, resumes and moves.
+// The node adds its own records (stream "torpor") where the actor
+// started, resumed, paused or was suspended.
+
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/atomicfile"
+	"github.com/torpor-dev/torpor/internal/runtime"
 )
 
-// Logs streams the actor's log on this node.
+const (
+	// maxLogBytes bounds an actor's log (both files, records included).
+	maxLogBytes = 2 << 20
+	// maxLineBytes: a longer line is cut into partial records.
+	maxLineBytes = 16 << 10
+	// logsDir is where a snapshot's tree holds the actor's log.
+	logsDir = "logs"
+	// torporStream is the stream of the node's own records.
+	torporStream = "torpor"
+	// logBatch bounds the records of one Logs message.
+	logBatch = 500
+	// drainWait is how long a stopping reader waits for what a workload
+	// that just stopped left in its FIFOs.
+	drainWait = 100 * time.Millisecond
+)
+
+var logFiles = []string{"previous", "current"}
+
+// actorLogs keeps the logs of the actors on this node and reads the
+// slots' output into them.
+type actorLogs struct {
+	dir    string // logs/<actor uid>/{previous,current}
+	output string // output/<worker>/<i>.{out,err}
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	actors  map[string]*actorLog // by uid, while open
+	readers map[string]*slotReader
+}
+
+func newActorLogs(dir, output string, log *slog.Logger) *actorLogs {
+	return &actorLogs{dir: dir, output: output, log: log, actors: map[string]*actorLog{}, readers: map[string]*slotReader{}}
+}
+
+// outputDir is the output FIFO directory of worker, made if missing.
+func (l *actorLogs) outputDir(worker string) (string, error) {
+	dir := filepath.Join(l.output, worker)
+	return dir, os.MkdirAll(dir, 0o700)
+}
+
+// actorLog is one actor's log, open for appending and following.
+type actorLog struct {
+	dir  string
+	mu   sync.Mutex
+	f    *os.File
+	size int64
+	// followers get every record appended; closed when the log closes.
+	followers map[chan *torporv1.LogRecord]bool
+}
+
+func (l *actorLogs) open(uid string) (*actorLog, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if a := l.actors[uid]; a != nil {
+		return a, nil
+	}
+	dir := filepath.Join(l.dir, uid)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "current"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	a := &actorLog{dir: dir, f: f, size: fi.Size(), followers: map[chan *torporv1.LogRecord]bool{}}
+	l.actors[uid] = a
+	return a, nil
+}
+
+// append writes r, rotating the files when the current one is full.
+func (a *actorLog) append(r *torporv1.LogRecord) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.f == nil {
+		return os.ErrClosed
+	}
+	line := encodeRecord(r)
+	if a.size+int64(len(line)) > maxLogBytes/2 && a.size > 0 {
+		if err := a.rotate(); err != nil {
+			return err
+		}
+	}
+	n, err := a.f.Write(line)
+	a.size += int64(n)
+	for ch := range a.followers {
+		select {
+		case ch <- r:
+		default:
+			// A follower that does not keep up is let go.
+			delete(a.followers, ch)
+			close(ch)
+		}
+	}
+	return err
+}
+
+func (a *actorLog) rotate() error {
+	if err := os.Rename(filepath.Join(a.dir, "current"), filepath.Join(a.dir, "previous")); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(a.dir, "current"), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	a.f.Close()
+	a.f, a.size = f, 0
+	return nil
+}
+
+// close ends the log's followers and closes its file.
+func (l *actorLogs) close(uid string) {
+	l.mu.Lock()
+	a := l.actors[uid]
+	delete(l.actors, uid)
+	l.mu.Unlock()
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for ch := range a.followers {
+		close(ch)
+	}
+	a.followers = nil
+	if a.f != nil {
+		a.f.Close()
+		a.f = nil
+	}
+}
+
+// mark appends the node's own record to the actor's log.
+func (l *actorLogs) mark(uid, format string, args ...any) {
+	a, err := l.open(uid)
+	if err == nil {
+		err = a.append(&torporv1.LogRecord{Time: timestamppb.Now(), Stream: torporStream, Text: fmt.Appendf(nil, format, args...)})
+	}
+	if err != nil {
+		l.log.Warn("actor log: record not written", "actor_uid", uid, "err", err)
+	}
+}
+
+// slotReader reads one slot's FIFOs into its actor's log.
+type slotReader struct {
+	actor string
+	files []*os.File
+	done  sync.WaitGroup
+}
+
+// attach starts reading worker's output into the log of actor uid,
+// whose containers are named in order; a reader of another actor there
+// is stopped first. Reading an attached actor's again does nothing.
+func (l *actorLogs) attach(worker, uid string, containers []string) {
+	l.mu.Lock()
+	r := l.readers[worker]
+	l.mu.Unlock()
+	if r != nil {
+		if r.actor == uid {
+			return
+		}
+		l.detach(worker)
+	}
+	a, err := l.open(uid)
+	if err != nil {
+		l.log.Warn("actor log: not opened", "actor_uid", uid, "err", err)
+		return
+	}
+	dir, err := l.outputDir(worker)
+	if err != nil {
+		l.log.Warn("actor log: output directory", "worker", worker, "err", err)
+		return
+	}
+	r = &slotReader{actor: uid}
+	for i, name := range containers {
+		for _, stream := range []string{"out", "err"} {
+			f, err := openFIFO(runtime.OutputPath(dir, i, stream))
+			if err != nil {
+				l.log.Warn("actor log: output not read", "worker", worker, "actor_uid", uid, "err", err)
+				continue
+			}
+			r.files = append(r.files, f)
+			r.done.Add(1)
+			go func() {
+				defer r.done.Done()
+				readOutput(f, a, name, map[string]string{"out": "stdout", "err": "stderr"}[stream])
+			}()
+		}
+	}
+	l.mu.Lock()
+	l.readers[worker] = r
+	l.mu.Unlock()
+}
+
+// detach stops reading worker's output, after what its FIFOs still hold
+// (the workload stopped: what it wrote last is there).
+func (l *actorLogs) detach(worker string) {
+	l.mu.Lock()
+	r := l.readers[worker]
+	delete(l.readers, worker)
+	l.mu.Unlock()
+	if r == nil {
+		return
+	}
+	for _, f := range r.files {
+		f.SetReadDeadline(time.Now().Add(drainWait))
+	}
+	r.done.Wait()
+	for _, f := range r.files {
+		f.Close()
+	}
+}
+
+// openFIFO opens the FIFO at path (made if missing) for reading, and for
+// writing too, so a read waits for data instead of seeing the end when
+// no workload writes.
+func openFIFO(path string) (*os.File, error) {
+	if err := unix.Mkfifo(path, 0o600); err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_RDWR, 0)
+}
+
+// readOutput appends what f delivers to a as records of container's
+// stream, a line each (longer ones, and a line's end not there yet, as
+// partial records), until f is closed or its read deadline passes.
+func readOutput(f io.Reader, a *actorLog, container, stream string) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		chunk := buf[:n]
+		now := timestamppb.Now()
+		for len(chunk) > 0 {
+			line, rest, complete := bytes.Cut(chunk, []byte("\n"))
+			if len(line) > maxLineBytes {
+				line, rest, complete = line[:maxLineBytes], chunk[maxLineBytes:], false
+			}
+			a.append(&torporv1.LogRecord{Time: now, Container: container, Stream: stream, Text: bytes.Clone(line), Partial: !complete})
+			chunk = rest
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// encodeRecord is r as a line of a log file: time (Unix nanoseconds),
+// container ("-" for none), stream, F or P (partial), the text.
+func encodeRecord(r *torporv1.LogRecord) []byte {
+	container := r.GetContainer()
+	if container == "" {
+		container = "-"
+	}
+	flag := "F"
+	if r.GetPartial() {
+		flag = "P"
+	}
+	b := fmt.Appendf(nil, "%d %s %s %s ", r.GetTime().AsTime().UnixNano(), container, r.GetStream(), flag)
+	b = append(b, r.GetText()...)
+	return append(b, '\n')
+}
+
+func decodeRecord(line []byte) (*torporv1.LogRecord, bool) {
+	fields := bytes.SplitN(line, []byte(" "), 5)
+	if len(fields) != 5 {
+		return nil, false
+	}
+	ns, err := strconv.ParseInt(string(fields[0]), 10, 64)
+	if err != nil {
+		return nil, false
+	}
+	r := &torporv1.LogRecord{Time: timestamppb.New(time.Unix(0, ns)), Container: string(fields[1]), Stream: string(fields[2]), Partial: string(fields[3]) == "P", Text: fields[4]}
+	if r.Container == "-" {
+		r.Container = ""
+	}
+	return r, true
+}
+
+// logFilter is what a Logs call asks for.
+type logFilter struct {
+	container string
+	since     time.Time
+}
+
+func (f logFilter) match(r *torporv1.LogRecord) bool {
+	if f.container != "" && r.GetContainer() != f.container {
+		return false
+	}
+	return f.since.IsZero() || !r.GetTime().AsTime().Before(f.since)
+}
+
+// read returns the records of actor uid's log that match f, oldest
+// first, and with follow a channel of those appended from then on.
+func (l *actorLogs) read(uid string, f logFilter, follow bool) ([]*torporv1.LogRecord, chan *torporv1.LogRecord, error) {
+	a, err := l.open(uid)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Under the log's lock: no record is both read and followed, or
+	// neither.
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var recs []*torporv1.LogRecord
+	for _, name := range logFiles {
+		b, err := os.ReadFile(filepath.Join(a.dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		s := bufio.NewScanner(bytes.NewReader(b))
+		s.Buffer(nil, maxLineBytes+1024)
+		for s.Scan() {
+			if r, ok := decodeRecord(bytes.Clone(s.Bytes())); ok && f.match(r) {
+				recs = append(recs, r)
+			}
+		}
+	}
+	if !follow {
+		return recs, nil, nil
+	}
+	if a.followers == nil {
+		// Closed meanwhile: the actor stopped.
+		return recs, nil, nil
+	}
+	ch := make(chan *torporv1.LogRecord, 1024)
+	a.followers[ch] = true
+	return recs, ch, nil
+}
+
+// unfollow stops sending to ch.
+func (l *actorLogs) unfollow(uid string, ch chan *torporv1.LogRecord) {
+	l.mu.Lock()
+	a := l.actors[uid]
+	l.mu.Unlock()
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.followers[ch] {
+		delete(a.followers, ch)
+		close(ch)
+	}
+}
+
+// capture copies actor uid's log into a snapshot tree.
+func (l *actorLogs) capture(uid, tree string) error {
+	l.mu.Lock()
+	a := l.actors[uid]
+	l.mu.Unlock()
+	if a != nil {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+	}
+	return copyLogFiles(filepath.Join(l.dir, uid), filepath.Join(tree, logsDir))
+}
+
+// restore replaces actor uid's log on this node with the one in a
+// snapshot tree, when it holds one.
+func (l *actorLogs) restore(uid, tree string) error {
+	from := filepath.Join(tree, logsDir)
+	if _, err := os.Stat(from); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	l.close(uid)
+	to := filepath.Join(l.dir, uid)
+	if err := os.RemoveAll(to); err != nil {
+		return err
+	}
+	return copyLogFiles(from, to)
+}
+
+// remove deletes actor uid's log from this node.
+func (l *actorLogs) remove(uid string) error {
+	l.close(uid)
+	return os.RemoveAll(filepath.Join(l.dir, uid))
+}
+
+func copyLogFiles(from, to string) error {
+	if err := os.MkdirAll(to, 0o700); err != nil {
+		return err
+	}
+	for _, name := range logFiles {
+		b, err := os.ReadFile(filepath.Join(from, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := atomicfile.Write(filepath.Join(to, name), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Logs streams the actor's log on this node: the records asked for (the
+// last tail of them), then with follow each new one until the actor
+// stops here or the caller leaves.
 func (m *slotMachine) Logs(ctx context.Context, req *connect.Request[torporv1.LogsRequest], stream *connect.ServerStream[torporv1.GetActorLogsResponse]) error {
-	return connect.NewError(connect.CodeUnimplemented, errors.New("logs are not kept yet"))
+	msg := req.Msg
+	s, err := m.slot(msg.GetWorker())
+	if err != nil {
+		return err
+	}
+	if err := hosts(s, s.current(), msg.GetActorUid()); err != nil {
+		return err
+	}
+	f := logFilter{container: msg.GetContainer()}
+	if msg.GetSince() != nil {
+		f.since = msg.GetSince().AsTime()
+	}
+	recs, follow, err := m.logs.read(msg.GetActorUid(), f, msg.GetFollow())
+	if err != nil {
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("worker %s: log of actor %s: %w", s.name(), msg.GetActorUid(), err))
+	}
+	if follow != nil {
+		defer m.logs.unfollow(msg.GetActorUid(), follow)
+	}
+	if n := int(msg.GetTail()); n > 0 && len(recs) > n {
+		recs = recs[len(recs)-n:]
+	}
+	for batch := range slices.Chunk(recs, logBatch) {
+		if err := stream.Send(&torporv1.GetActorLogsResponse{Records: batch}); err != nil {
+			return err
+		}
+	}
+	if follow == nil {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case r, ok := <-follow:
+			if !ok {
+				return nil
+			}
+			if !f.match(r) {
+				continue
+			}
+			if err := stream.Send(&torporv1.GetActorLogsResponse{Records: []*torporv1.LogRecord{r}}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// containerNames are w's containers' names, in order.
+func containerNames(w *torporv1.Workload) []string {
+	var names []string
+	for _, c := range w.GetTemplate().GetContainers() {
+		names = append(names, c.GetName())
+	}
+	return names
 }

@@ -54,6 +54,7 @@ type slotMachine struct {
 	identity  *workloadIdentity
 	probes    *prober
 	warm      *warmer
+	logs      *actorLogs
 	// gate admits routed connections to the actor each slot hosts.
 	gate *slotgate.Gate
 }
@@ -66,6 +67,7 @@ func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) 
 		volumes:  volumeDirs{root: d.volumes, log: log},
 		identity: id,
 		probes:   &prober{client: newProbeClient(), rt: cfg.Runtime},
+		logs:     newActorLogs(d.logs, d.output, log),
 		gate:     slotgate.New(log),
 	}
 	m.metrics = newMetrics(cfg.Registry, m.busy)
@@ -85,6 +87,9 @@ func (m *slotMachine) openSlots(ctx context.Context, network Network, workers in
 		rs, err := network.Slot(ctx, name, i)
 		if err != nil {
 			return fmt.Errorf("worker %s: network: %w", name, err)
+		}
+		if rs.Output, err = m.logs.outputDir(name); err != nil {
+			return fmt.Errorf("worker %s: output: %w", name, err)
 		}
 		s := newSlot(rs, filepath.Join(dir, name+".json"))
 		s.occupy = func(actorUID string) { m.gate.Occupy(name, rs.IP, actorUID) }

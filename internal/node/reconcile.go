@@ -82,6 +82,9 @@ func (m *slotMachine) reconcile(ctx context.Context) error {
 		case rec.Phase == phaseRunning && present[s.name()]:
 			log.Info("adopted running workload", "operation", rec.Operation)
 			m.identity.adopt(s, rec)
+			if w, err := rec.workload(); err == nil {
+				m.logs.attach(s.name(), rec.ActorUID, containerNames(w))
+			}
 		case rec.Capture != "":
 			if err := m.settleCapture(ctx, s, rec, present[s.name()]); err != nil {
 				return err

@@ -88,10 +88,13 @@ func (m *slotMachine) Terminate(ctx context.Context, req *connect.Request[torpor
 		case "":
 			// Already stopped; its volumes may still be here.
 			m.warm.drop(ctx, s, op.GetActorUid())
-			return &torporv1.TerminateResponse{}, m.removeVolumes(op.GetActorUid())
+			return &torporv1.TerminateResponse{}, errors.Join(m.removeVolumes(op.GetActorUid()), m.logs.remove(op.GetActorUid()))
 		case op.GetActorUid():
 			m.warm.drop(ctx, s, op.GetActorUid())
-			return &torporv1.TerminateResponse{}, m.vacate(ctx, s, cur)
+			if err := m.vacate(ctx, s, cur); err != nil {
+				return nil, err
+			}
+			return &torporv1.TerminateResponse{}, m.logs.remove(op.GetActorUid())
 		}
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s, not %s: not terminating it", s.name(), cur.ActorUID, op.GetActorUid()))
 	})
@@ -135,6 +138,8 @@ func hosts(s *slot, cur slotRecord, actorUID string) error {
 type bootSource struct {
 	memory string
 	data   string
+	// logs: a snapshot tree with the actor's log to go on from.
+	logs string
 }
 
 func noSource(context.Context) (bootSource, func(), error) { return bootSource{}, func() {}, nil }
@@ -214,6 +219,12 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 	}
 	defer release()
 	steps.done("fetch")
+	if src.logs != "" {
+		if err := m.logs.restore(w.GetActorUid(), src.logs); err != nil {
+			m.log.Warn("actor log: not restored from the snapshot", "actor_uid", w.GetActorUid(), "err", err)
+		}
+	}
+	m.logs.attach(s.name(), w.GetActorUid(), containerNames(w))
 	volumes, err := prepareVolumes(ctx, m.volumes.dir(w.GetActorUid()), durableVolumes(w.GetTemplate()), src.data)
 	if err != nil {
 		return false, fmt.Errorf("actor %s/%s: durable volumes: %w", w.GetSpace(), w.GetActor(), err)
@@ -235,6 +246,11 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 	}
 	if err != nil {
 		return false, fmt.Errorf("actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
+	}
+	if src.memory == "" {
+		m.logs.mark(w.GetActorUid(), "started (cold boot) on node %s, worker %s", m.node, s.name())
+	} else {
+		m.logs.mark(w.GetActorUid(), "resumed (restored) on node %s, worker %s", m.node, s.name())
 	}
 	steps.done("start")
 	if ws, ok := m.rt.(warmStarts); ok {
@@ -264,6 +280,7 @@ func (m *slotMachine) vacate(ctx context.Context, s *slot, cur slotRecord) error
 	if err := m.rt.Terminate(ctx, s.rt); err != nil {
 		return fmt.Errorf("worker %s: stop the workload of actor %s: %w", s.name(), cur.ActorUID, err)
 	}
+	m.logs.detach(s.name())
 	var stageErr error
 	if cur.Capture != "" {
 		stageErr = removeStage(m.stageDir(cur.ActorUID, cur.Capture))
@@ -406,6 +423,13 @@ func (m *slotMachine) checkpoint(ctx context.Context, s *slot, cur slotRecord, r
 	}
 	steps.done("capture")
 	capturedNow = true
+	if !leave {
+		m.logs.detach(s.name())
+		m.logs.mark(cur.ActorUID, "%s (checkpoint %s)", map[bool]string{true: "paused", false: "suspended"}[req.GetTarget() == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL], opID)
+	}
+	if err := m.logs.capture(cur.ActorUID, stage); err != nil {
+		return nil, fmt.Errorf("checkpoint actor %s/%s: its log: %w", w.GetSpace(), w.GetActor(), err)
+	}
 	testHook("captured")
 	names := durableVolumes(w.GetTemplate())
 	if len(names) > 0 {
@@ -436,6 +460,13 @@ func (m *slotMachine) checkpoint(ctx context.Context, s *slot, cur slotRecord, r
 		}
 		if leave {
 			return
+		}
+		// A local checkpoint is restored here, its log with it; one in
+		// storage takes its own.
+		if req.GetTarget() == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
+			m.logs.close(cur.ActorUID)
+		} else if err := m.logs.remove(cur.ActorUID); err != nil {
+			m.log.Warn("actor log not removed", "actor_uid", cur.ActorUID, "err", err)
 		}
 		// The capture stopped the workload already.
 		if err := errors.Join(m.identity.drop(s), m.removeVolumes(cur.ActorUID)); err != nil {

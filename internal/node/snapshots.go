@@ -130,6 +130,10 @@ func (sn *snapshots) source(ctx context.Context, req *torporv1.RestoreRequest) (
 		if src.data, err = optional(filepath.Join(dir, dataArchive)); err != nil {
 			return fail(err)
 		}
+		// A local checkpoint's log is this node's already, as new.
+		if req.GetSnapshot().GetNode() == "" {
+			src.logs = dir
+		}
 		if req.GetScope() == torporv1.RestoreScope_RESTORE_SCOPE_FULL {
 			if src.memory, err = memoryImage("snapshot", req.GetSnapshot(), dir); err != nil {
 				return fail(err)

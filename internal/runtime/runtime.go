@@ -9,6 +9,8 @@ package runtime
 import (
 	"context"
 	"io"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -31,6 +33,18 @@ type Slot struct {
 	// configuration to put it back before the next start.
 	PrefixLen int
 	Gateway   string
+	// Output, when set, is a directory of FIFOs the slot's workload
+	// writes to, which its node reads: the i-th container's standard
+	// output to <i>.out and error to <i>.err (OutputPath). They belong to
+	// the slot, not to a workload: a sandbox made ahead of one (Warm)
+	// takes them already.
+	Output string
+}
+
+// OutputPath is the FIFO of slot output directory dir where the i-th
+// container's stream ("out" or "err") goes.
+func OutputPath(dir string, i int, stream string) string {
+	return filepath.Join(dir, strconv.Itoa(i)+"."+stream)
 }
 
 // Workload is what runs in a slot.

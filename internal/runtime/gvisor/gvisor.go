@@ -12,7 +12,8 @@
 //	    name                        the container's name
 //	    rootfs/                     overlay of the shared rootfs (see below)
 //	    upper/ work/                that overlay's private layers
-//	    console.log                 workload stdout/stderr and runsc errors
+//	    console.log                 runsc errors, and the workload's stdout
+//	                                and stderr when the slot has no Output
 //	    warm.json                   only while the sandbox is warm (below)
 //	    hostname                    the hostname the guest keeps (hostname.go)
 //	    mnt/<i>/                    warm sandboxes: where the i-th bind
@@ -317,7 +318,7 @@ func (r *Runtime) launch(ctx context.Context, slot runtime.Slot, w runtime.Workl
 	if err := writeBundle(dir, w, containers, 0, id, slot.NetNS); err != nil {
 		return err
 	}
-	if err := r.detached(ctx, filepath.Join(dir, "console.log"), startArgs(dir, id, imageDir)...); err != nil {
+	if err := r.detachedFor(ctx, slot, 0, dir, startArgs(dir, id, imageDir)...); err != nil {
 		return err
 	}
 	if err := r.join(ctx, slot, w, containers, id, imageDir); err != nil {
@@ -347,7 +348,7 @@ func (r *Runtime) join(ctx context.Context, slot runtime.Slot, w runtime.Workloa
 		if err := writeBundle(sub, w, containers, i, id, slot.NetNS); err != nil {
 			return fmt.Errorf("container %s: %w", name, err)
 		}
-		if err := r.detached(ctx, filepath.Join(dir, "console.log"), startArgs(sub, subID(id, name), imageDir)...); err != nil {
+		if err := r.detachedFor(ctx, slot, i, dir, startArgs(sub, subID(id, name), imageDir)...); err != nil {
 			return fmt.Errorf("container %s: %w", name, err)
 		}
 	}
@@ -576,7 +577,7 @@ func (r *Runtime) create(ctx context.Context, slot runtime.Slot, w runtime.Workl
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o644); err != nil {
 		return err
 	}
-	return r.detached(ctx, filepath.Join(dir, "console.log"), "create", "--bundle="+dir, id)
+	return r.detachedFor(ctx, slot, 0, dir, "create", "--bundle="+dir, id)
 }
 
 // activate starts w (imageDir empty) or restores it in the warm sandbox
@@ -594,7 +595,7 @@ func (r *Runtime) activate(ctx context.Context, slot runtime.Slot, w runtime.Wor
 	if imageDir != "" {
 		args = startArgs(dir, id, imageDir)
 	}
-	if err := r.detached(ctx, filepath.Join(dir, "console.log"), args...); err != nil {
+	if err := r.detachedFor(ctx, slot, 0, dir, args...); err != nil {
 		return err
 	}
 	if err := r.join(ctx, slot, w, containers, id, imageDir); err != nil {
