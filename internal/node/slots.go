@@ -64,6 +64,19 @@ func (r slotRecord) workload() (*torporv1.Workload, error) {
 	return w, nil
 }
 
+// admits is the actor whose connections the slot gate lets through:
+// none while the workload is being stopped (a checkpoint's capture, a
+// terminate), since what a request changed then would be lost with it;
+// its requests wait for the resume instead. (A checkpoint that leaves the
+// workload running, which the control plane does not ask for, cuts its
+// connections too.)
+func (r slotRecord) admits() string {
+	if r.Phase == phaseStopping {
+		return ""
+	}
+	return r.ActorUID
+}
+
 // occupied returns the record of w running (or about to run) for op.
 func occupied(ph phase, op *torporv1.Operation, w *torporv1.Workload) (slotRecord, error) {
 	body, err := protojson.Marshal(w)
@@ -88,9 +101,9 @@ type slot struct {
 	rec slotRecord // the current state; on disk once committed
 	// after runs once the next commit is durable (see afterCommit).
 	after []func()
-	// occupy tells the slot gate which actor the slot hosts, whenever the
-	// state in memory changes: a claim closes the connections admitted for
-	// the previous actor before the new workload starts.
+	// occupy tells the slot gate which actor to admit (admits) whenever
+	// the state in memory changes: a claim closes the connections
+	// admitted for the previous actor before the new workload starts.
 	occupy func(actorUID string)
 }
 
@@ -126,7 +139,7 @@ func (s *slot) stage(rec slotRecord) {
 	defer s.mu.Unlock()
 	rec.LastOp = s.rec.LastOp
 	s.rec = rec
-	s.occupy(rec.ActorUID)
+	s.occupy(rec.admits())
 }
 
 // afterCommit makes fn run right after the slot's next successful commit,
@@ -172,7 +185,7 @@ func (s *slot) load() error {
 	}
 	s.mu.Lock()
 	s.rec = rec
-	s.occupy(rec.ActorUID)
+	s.occupy(rec.admits())
 	s.mu.Unlock()
 	return nil
 }

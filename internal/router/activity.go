@@ -35,25 +35,26 @@ func (r *Router) syncReport(ctx context.Context, key ActorKey) {
 	e := r.actors.m[key]
 	a := activity{key: key, lastActive: now, inflight: e.inflight}
 	r.actors.mu.Unlock()
+	r.metrics.requestCalls.WithLabelValues(callReport).Inc()
 	if err := r.sendReport(ctx, []activity{a}); err != nil {
 		r.log.Debug("report activity before the request", "actor", key.String(), "err", err)
 		return
 	}
-	r.actors.markReported([]activity{a}, now, r.cfg.EndpointTTL)
+	r.actors.markReported([]activity{a}, now)
 }
 
 // reportBatch sends what the control plane has not heard yet.
 func (r *Router) reportBatch(ctx context.Context) {
 	batch := r.actors.unreported()
 	if len(batch) == 0 {
-		r.actors.markReported(nil, time.Now(), r.cfg.EndpointTTL)
+		r.actors.markReported(nil, time.Now())
 		return
 	}
 	if err := r.sendReport(ctx, batch); err != nil {
 		r.log.Warn("report activity", "actors", len(batch), "err", err)
 		return
 	}
-	r.actors.markReported(batch, time.Now(), r.cfg.EndpointTTL)
+	r.actors.markReported(batch, time.Now())
 }
 
 func (r *Router) sendReport(ctx context.Context, batch []activity) error {
@@ -75,10 +76,17 @@ func (r *Router) sendReport(ctx context.Context, batch []activity) error {
 	return err
 }
 
-// Run reports the actors' activity to the control plane every
-// ReportInterval until ctx is done, then once more. The control plane
-// applies the idle policies and evictions by it.
+// Run keeps the router's placements current (the placement watch) and
+// reports the actors' activity to the control plane every ReportInterval
+// until ctx is done, then once more. The control plane applies the idle
+// policies and evictions by it.
 func (r *Router) Run(ctx context.Context) error {
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		r.watch(ctx)
+	}()
+	defer func() { <-watched }()
 	tick := time.NewTicker(r.cfg.ReportInterval)
 	defer tick.Stop()
 	for {

@@ -1,24 +1,48 @@
 package router
 
 import (
+	"net"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/torpor-dev/torpor/internal/slotgate"
 )
 
-// actorTable is what this router knows about the actors it routes to: where
-// a running one listens (a routing hint only: a dial failure or the TTL
-// sends the router back to the control plane) and its traffic, which the
-// router reports to the control plane (activity.go).
+// actorTable is what this router knows about the actors it routes to:
+// where a running one is reached (from the placement watch, a resume's or
+// a read's answer) and its traffic, which the router reports to the
+// control plane (activity.go). A placement is a hint the node's slot gate
+// checks on every connection: one gone stale is refused there, never
+// delivered to another actor, and the router then asks the control plane.
 type actorTable struct {
 	mu sync.Mutex
 	m  map[ActorKey]*actorEntry
+	// gen counts the watch's resets; a reset ends with dropping the
+	// placements it did not confirm (synced).
+	gen uint64
+}
+
+// placement is where a RUNNING actor's workload is reached: through its
+// node's slot gate, for the actor's uid only.
+type placement struct {
+	// version is the actor record's: of two placements of one actor, the
+	// newer wins.
+	version int64
+	target  slotgate.Target
+}
+
+// poolKey names the proxy's keep-alive connections to the placement: one
+// pool per actor, worker and port, never shared with another actor.
+func (p placement) poolKey() string {
+	return net.JoinHostPort(p.target.ActorUID+"."+p.target.Worker, strconv.Itoa(p.target.Port))
 }
 
 type actorEntry struct {
-	// endpoint is host:port of the running workload, "" when the actor is
-	// not known to be RUNNING.
-	endpoint   string
-	resolvedAt time.Time
+	// at is where the actor runs, nil when it is not known to be RUNNING.
+	at *placement
+	// gen is the reset that last confirmed at.
+	gen uint64
 	// inflight counts requests being served, streams and upgraded
 	// connections included: the actor is busy while it is above zero.
 	inflight   int
@@ -58,39 +82,79 @@ func (t *actorTable) leave(key ActorKey, now time.Time) {
 	}
 }
 
-// endpoint returns where the actor was last seen running, if that was less
-// than ttl ago.
-func (t *actorTable) endpoint(key ActorKey, now time.Time, ttl time.Duration) (string, bool) {
+// placement returns where the actor was last known to run.
+func (t *actorTable) placement(key ActorKey) (placement, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.m[key]
-	if e == nil || e.endpoint == "" || now.Sub(e.resolvedAt) >= ttl {
-		return "", false
+	if e == nil || e.at == nil {
+		return placement{}, false
 	}
-	return e.endpoint, true
+	return *e.at, true
 }
 
-// learn records where a RUNNING actor listens.
-func (t *actorTable) learn(key ActorKey, endpoint string, now time.Time) {
+// learn records where a RUNNING actor runs, unless the table knows a
+// newer placement of it.
+func (t *actorTable) learn(key ActorKey, p placement) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.m[key]
 	if e == nil {
-		// A resume can finish after its requests gave up; the actor is
-		// active since.
-		e = &actorEntry{lastActive: now}
+		e = &actorEntry{}
 		t.m[key] = e
 	}
-	e.endpoint, e.resolvedAt = endpoint, now
+	if e.at == nil || e.at.target.ActorUID != p.target.ActorUID || e.at.version <= p.version {
+		e.at = &p
+	}
+	e.gen = t.gen
 }
 
-// forget drops the endpoint of an actor that is not (or no longer) running
-// where the router thought.
-func (t *actorTable) forget(key ActorKey) {
+// stopped records that the actor of uid, of record version, does not run
+// (any more) where the table may say.
+func (t *actorTable) stopped(key ActorKey, uid string, version int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e := t.m[key]; e != nil {
-		e.endpoint = ""
+	if e := t.m[key]; e != nil && e.at != nil && (e.at.target.ActorUID != uid || e.at.version < version) {
+		e.at = nil
+	}
+}
+
+// gone drops the placement of a deleted actor.
+func (t *actorTable) gone(uid string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.m {
+		if e.at != nil && e.at.target.ActorUID == uid {
+			e.at = nil
+		}
+	}
+}
+
+// forget drops a placement the gate refused, unless the table learned a
+// newer one meanwhile.
+func (t *actorTable) forget(key ActorKey, stale placement) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.m[key]; e != nil && e.at != nil && *e.at == stale {
+		e.at = nil
+	}
+}
+
+// reset begins replacing every placement: the ones not learned again by
+// synced are dropped.
+func (t *actorTable) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gen++
+}
+
+func (t *actorTable) synced() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.m {
+		if e.gen != t.gen {
+			e.at = nil
+		}
 	}
 }
 
@@ -116,9 +180,9 @@ func (t *actorTable) unreported() []activity {
 	return out
 }
 
-// reported records what the control plane now has, and drops entries that
-// carry nothing left to report and whose routing hint has expired.
-func (t *actorTable) markReported(sent []activity, now time.Time, ttl time.Duration) {
+// markReported records what the control plane now has, and drops entries
+// that carry nothing left to report and no placement.
+func (t *actorTable) markReported(sent []activity, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, a := range sent {
@@ -130,7 +194,7 @@ func (t *actorTable) markReported(sent []activity, now time.Time, ttl time.Durat
 		}
 	}
 	for key, e := range t.m {
-		if e.inflight == 0 && e.reportedInflight == 0 && !e.lastActive.After(e.reported) && now.Sub(e.resolvedAt) >= ttl && now.Sub(e.reported) > syncAfter {
+		if e.at == nil && e.inflight == 0 && e.reportedInflight == 0 && !e.lastActive.After(e.reported) && now.Sub(e.reported) > syncAfter {
 			delete(t.m, key)
 		}
 	}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -34,7 +35,7 @@ func BenchmarkProxy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	direct, err := http.NewRequest(http.MethodGet, "http://"+endpointOf(a.Msg)+"/", nil)
+	direct, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s:%d/", a.Msg.GetStatus().GetWorker().GetIp(), e.port), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

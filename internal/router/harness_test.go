@@ -28,6 +28,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/server"
+	"github.com/torpor-dev/torpor/internal/slotgate"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
@@ -198,7 +199,7 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 		e.agent.workerIP[name] = ip
 		reg.Workers = append(reg.Workers, &torporv1.Worker{
 			Metadata: &torporv1.ObjectMeta{Space: validate.WorkerNamespace, Name: name},
-			Spec:     &torporv1.WorkerSpec{Node: "node-1", Ip: ip, SandboxClass: "gvisor"},
+			Spec:     &torporv1.WorkerSpec{Node: "node-1", Ip: ip, SandboxClass: "gvisor", Gate: e.agent.gateAddr},
 		})
 	}
 	asNode := &http.Client{Transport: &http.Transport{TLSClientConfig: identity.ClientTLSConfig(nodeCert, ca.Roots(), ""), ForceAttemptHTTP2: true}}
@@ -448,6 +449,10 @@ type fakeAgent struct {
 	entered  map[string]chan struct{} // method -> closed when a call is waiting at its gate
 	workerIP map[string]string
 	fails    map[string]connect.Code // method -> code its calls fail with
+	// gate is the node's slot gate, the real one, told of each worker's
+	// actor as a node agent tells it; gateAddr is where it listens.
+	slotGate *slotgate.Gate
+	gateAddr string
 }
 
 type runningWorkload struct {
@@ -456,11 +461,25 @@ type runningWorkload struct {
 }
 
 func newFakeAgent(t testing.TB, port int, wl workload) *fakeAgent {
+	gate := slotgate.New(slog.New(slog.DiscardHandler))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- gate.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("slot gate: %v", err)
+		}
+	})
 	return &fakeAgent{
 		t: t, port: port, wl: wl,
 		running: map[string]*runningWorkload{}, done: map[string]bool{}, counts: map[string]int{},
 		gates: map[string]chan struct{}{}, entered: map[string]chan struct{}{}, workerIP: map[string]string{},
-		fails: map[string]connect.Code{},
+		fails: map[string]connect.Code{}, slotGate: gate, gateAddr: ln.Addr().String(),
 	}
 }
 
@@ -532,6 +551,8 @@ func (f *fakeAgent) start(ctx context.Context, method string, op *torporv1.Opera
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s runs actor %s", op.GetWorker(), cur.actorUID))
 	}
 	rw := &runningWorkload{actorUID: op.GetActorUid()}
+	// As a node's claim does, before the workload starts.
+	f.slotGate.Occupy(op.GetWorker(), f.workerIP[op.GetWorker()], op.GetActorUid())
 	if f.wl != nil {
 		ip, err := f.ipOf(op.GetWorker())
 		if err != nil {
@@ -571,6 +592,7 @@ func (f *fakeAgent) stop(worker, actorUID string) {
 		rw.srv.Close()
 	}
 	delete(f.running, worker)
+	f.slotGate.Occupy(worker, f.workerIP[worker], "")
 }
 
 func (f *fakeAgent) stopAll() {
@@ -596,6 +618,13 @@ func (f *fakeAgent) Restore(ctx context.Context, req *connect.Request[torporv1.R
 }
 
 func (f *fakeAgent) Checkpoint(ctx context.Context, req *connect.Request[torporv1.CheckpointRequest]) (*connect.Response[torporv1.CheckpointResponse], error) {
+	// As a node does, the gate admits no connection to a workload being
+	// stopped.
+	f.mu.Lock()
+	if op := req.Msg.GetOp(); f.running[op.GetWorker()] != nil && f.running[op.GetWorker()].actorUID == op.GetActorUid() {
+		f.slotGate.Occupy(op.GetWorker(), f.workerIP[op.GetWorker()], "")
+	}
+	f.mu.Unlock()
 	if err := f.enter(ctx, "Checkpoint"); err != nil {
 		return nil, err
 	}

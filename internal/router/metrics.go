@@ -26,7 +26,20 @@ type metrics struct {
 	requests   *prometheus.CounterVec
 	parked     prometheus.Gauge
 	reports    *prometheus.CounterVec
+	// requestCalls counts the control-plane calls requests waited for;
+	// divided by requests it is the calls per proxied request (near 0 when
+	// the placements are known).
+	requestCalls  *prometheus.CounterVec
+	watchRestarts prometheus.Counter
 }
+
+// Calls a request may wait for, the label of
+// torpor_router_request_control_plane_calls_total.
+const (
+	callGet    = "get_actor"
+	callResume = "resume_actor"
+	callReport = "report_activity"
+)
 
 // activationOf is the activation histogram of the resumed actor a.
 func (m *metrics) activationOf(a *torporv1.Actor) prometheus.Observer {
@@ -63,7 +76,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Activity reports this router sent to the control plane, by result (ok, error).",
 		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.activation, m.resumes, m.requests, m.parked, m.reports} {
+	m.requestCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "torpor_router_request_control_plane_calls_total",
+		Help: "Control-plane calls made while a request waited, by call (get_actor, resume_actor, report_activity); over torpor_router_requests_total, the calls per proxied request. Batched activity reports and the placement watch are not counted.",
+	}, []string{"call"})
+	m.watchRestarts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "torpor_router_placement_watch_restarts_total",
+		Help: "Times the placement watch ended (the control plane restarted or was out of reach) and was resumed.",
+	})
+	for _, c := range []prometheus.Collector{m.activation, m.resumes, m.requests, m.parked, m.reports, m.requestCalls, m.watchRestarts} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register router metrics: %w", err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/torpor-dev/torpor/internal/slotgate"
 	"github.com/torpor-dev/torpor/internal/tracing"
 )
 
@@ -26,10 +27,10 @@ type proxy struct {
 
 // proxyTarget is where one proxy attempt goes and what it reports.
 type proxyTarget struct {
-	actor    ActorKey
-	endpoint string
-	// retryDial: a dial failure is reported to the caller (who re-resolves
-	// the actor) instead of being answered 502.
+	actor ActorKey
+	at    placement
+	// retryDial: a failure to connect to the workload is reported to the
+	// caller (who resolves the actor again) instead of being answered 502.
 	retryDial bool
 	// activationStart, when set, is when the request for a non-running
 	// actor arrived; the first response byte observes activation.
@@ -41,7 +42,8 @@ type proxyOutcome int
 
 const (
 	proxied    proxyOutcome = iota // the workload answered, or the client left
-	dialFailed                     // nothing sent: the endpoint could not be dialled
+	dialFailed                     // nothing sent: the workload could not be reached
+	refused                        // nothing sent: the slot gate refused a stale placement
 	unanswered                     // the workload did not answer; nothing was written
 )
 
@@ -55,9 +57,16 @@ type attempt struct {
 
 type attemptKey struct{}
 
-func newProxy(log *slog.Logger) *proxy {
+func newProxy(log *slog.Logger, dialer *net.Dialer) *proxy {
 	transport := &http.Transport{
-		DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		// Every connection goes through the slot gate of the actor's node
+		// and carries the actor's uid; the pool is keyed by placement
+		// (Rewrite), so a connection admitted for one actor never serves
+		// a request for another.
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			a := ctx.Value(attemptKey{}).(*attempt)
+			return slotgate.Dial(ctx, dialer, a.target.at.target)
+		},
 		// Workloads are few per worker and a router talks to many workers:
 		// keep a generous idle pool so steady traffic never re-dials.
 		MaxIdleConns:          4096,
@@ -71,7 +80,7 @@ func newProxy(log *slog.Logger) *proxy {
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			a := pr.Out.Context().Value(attemptKey{}).(*attempt)
-			pr.SetURL(&url.URL{Scheme: "http", Host: a.target.endpoint})
+			pr.SetURL(&url.URL{Scheme: "http", Host: a.target.at.poolKey()})
 			// The workload sees the name it was addressed by, as behind
 			// any ingress, and who asked.
 			pr.Out.Host = pr.In.Host
@@ -107,11 +116,15 @@ func (p *proxy) serve(w http.ResponseWriter, req *http.Request, t proxyTarget) (
 // before writing anything.
 func (p *proxy) fail(_ http.ResponseWriter, req *http.Request, err error) {
 	a := req.Context().Value(attemptKey{}).(*attempt)
-	// A failed dial sent nothing (not even the body), so the request can
-	// safely go elsewhere.
+	// A failed dial or a refusal sent nothing (not even the body), so
+	// the request can safely go elsewhere.
+	if errors.Is(err, slotgate.ErrStale) {
+		a.outcome, a.err = refused, err
+		return
+	}
 	var op *net.OpError
-	if a.target.retryDial && errors.As(err, &op) && op.Op == "dial" {
-		a.outcome = dialFailed
+	if a.target.retryDial && (errors.As(err, &op) && op.Op == "dial" || errors.Is(err, slotgate.ErrUnreachable)) {
+		a.outcome, a.err = dialFailed, err
 		return
 	}
 	a.outcome, a.err = unanswered, err

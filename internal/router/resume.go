@@ -164,6 +164,7 @@ func (r *Router) resumeOnce(ctx context.Context, key ActorKey, repeat bool) (*to
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonResumeAfter)
 		defer cancel()
+		r.metrics.requestCalls.WithLabelValues(callResume).Inc()
 		resp, err := r.api.ResumeActor(ctx, connect.NewRequest(&torporv1.ResumeActorRequest{Space: key.Space, Name: key.Name, Repeat: repeat}))
 		if err != nil {
 			done <- result{err: fmt.Errorf("actor %s: %w: %w", key, errResumeFailed, err)}

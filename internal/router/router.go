@@ -53,16 +53,7 @@ const (
 	DefaultParkTimeout    = 10 * time.Second
 	DefaultResumeTimeout  = 30 * time.Second
 	DefaultReportInterval = 250 * time.Millisecond
-	// DefaultEndpointTTL asks the control plane on every request: a cached
-	// address can outlive the actor's placement (suspended through the API,
-	// its worker given to another actor) and send one actor's traffic to
-	// another.
-	DefaultEndpointTTL = 0
 )
-
-// defaultWorkloadPort is where a workload listens when its template names
-// no port and no readiness probe.
-const defaultWorkloadPort = 8080
 
 // Config configures a Router.
 type Config struct {
@@ -90,11 +81,6 @@ type Config struct {
 	// Name is the router's name in activity reports (each reporter's
 	// in-flight counts are its own). Default a random router-<id>.
 	Name string
-	// EndpointTTL bounds how long a running actor's address is reused
-	// without asking the control plane again; it bounds how long traffic can
-	// follow an actor that another party moved to a new worker, possibly to
-	// another actor's workload. Default 0: no reuse.
-	EndpointTTL time.Duration
 	// AdminOnIngress serves the admin endpoints (/metrics, /healthz) from
 	// ServeHTTP to requests that name no actor. Requests naming an actor
 	// always go to the actor, whatever their path, so the two never collide.
@@ -120,6 +106,9 @@ type actorAPI interface {
 type Router struct {
 	cfg     Config
 	api     actorAPI
+	watcher placementWatcher
+	// dialer connects to slot gates, for proxied requests and tunnels.
+	dialer net.Dialer
 	log     *slog.Logger
 	metrics *metrics
 	actors  *actorTable
@@ -146,7 +135,6 @@ func New(cfg Config) (*Router, error) {
 		{"ParkTimeout", &cfg.ParkTimeout, DefaultParkTimeout},
 		{"ResumeTimeout", &cfg.ResumeTimeout, DefaultResumeTimeout},
 		{"ReportInterval", &cfg.ReportInterval, DefaultReportInterval},
-		{"EndpointTTL", &cfg.EndpointTTL, DefaultEndpointTTL},
 	} {
 		switch {
 		case *d.val < 0:
@@ -182,12 +170,14 @@ func New(cfg Config) (*Router, error) {
 	r := &Router{
 		cfg:     cfg,
 		api:     torporv1connect.NewActorServiceClient(cfg.HTTPClient, cfg.Server, connect.WithInterceptors(tracing.Interceptor())),
+		watcher: torporv1connect.NewPlacementServiceClient(cfg.HTTPClient, cfg.Server),
+		dialer:  net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
 		log:     cfg.Logger,
 		metrics: m,
 		actors:  newActorTable(),
 		flights: flights{m: map[ActorKey]*resumeFlight{}},
 	}
-	r.proxy = newProxy(r.log)
+	r.proxy = newProxy(r.log, &r.dialer)
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{r.log}}))
 	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -286,8 +276,8 @@ func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start 
 	// The activation is labelled with the resume's outcome, which a
 	// re-resolve after a failed dial does not repeat.
 	var activation prometheus.Observer
-	for fresh := false; ; fresh = true {
-		target, woken, err := r.resolveActor(ctx, key, fresh, resumed)
+	for attempt := 0; ; attempt++ {
+		at, woken, err := r.resolveActor(ctx, key, attempt > 0, resumed)
 		if woken != nil {
 			activation = r.metrics.activationOf(woken)
 		}
@@ -295,24 +285,32 @@ func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start 
 			r.writeError(w, req, key, err)
 			return
 		}
-		// A workload that was just resumed has passed its readiness probe, so
-		// failing to reach it is its fault; an address from the cache or an
-		// earlier read may be stale, so it is re-resolved once.
+		// A workload that was just resumed has passed its readiness probe,
+		// so failing to reach it is its fault; a placement from the table
+		// may be stale, so it is resolved again. A gate's refusal proves
+		// the placement stale (and that nothing was sent): it is resolved
+		// again whatever its source, up to maxRefusals.
 		outcome, err := r.proxy.serve(w, req, proxyTarget{
-			actor: key, endpoint: target, retryDial: !fresh && *resumed == 0,
+			actor: key, at: at, retryDial: attempt == 0 && *resumed == 0,
 			activationStart: activationStart(start, *resumed), activation: activation,
 		})
-		switch outcome {
-		case proxied:
+		switch {
+		case outcome == proxied:
 			return
-		case unanswered:
-			r.writeError(w, req, key, fmt.Errorf("actor %s at %s: %w: %w", key, target, errNoAnswer, err))
+		case outcome == unanswered, outcome == refused && attempt >= maxRefusals:
+			r.writeError(w, req, key, fmt.Errorf("actor %s at %s: %w: %w", key, at.target, errNoAnswer, err))
 			return
 		}
-		r.log.Debug("cached endpoint unreachable, re-resolving", "actor", key.String(), "endpoint", target)
-		r.actors.forget(key)
+		r.log.Debug("placement refused or unreachable, resolving again", "actor", key.String(), "placement", at.target.String(), "err", err)
+		r.actors.forget(key, at)
 	}
 }
+
+// maxRefusals bounds how often one request is sent back by slot gates
+// (its placement was stale) before it is answered 502: after the first,
+// placements come from the control plane, so a third refusal in a row
+// means the control plane and the node disagree.
+const maxRefusals = 2
 
 func activationStart(start time.Time, resumed time.Duration) time.Time {
 	if resumed == 0 {
@@ -321,20 +319,15 @@ func activationStart(start time.Time, resumed time.Duration) time.Time {
 	return start
 }
 
-// resolve returns the address of the actor's running workload, resuming the
-// actor if it is not running; *resumed grows by the time spent waiting for
-// a resume. fresh skips the cached address.
-func (r *Router) resolve(ctx context.Context, key ActorKey, fresh bool, resumed *time.Duration) (string, error) {
-	ep, _, err := r.resolveActor(ctx, key, fresh, resumed)
-	return ep, err
-}
-
-// resolveActor is resolve, also returning the actor as the resume left it
-// (nil when there was none).
-func (r *Router) resolveActor(ctx context.Context, key ActorKey, fresh bool, resumed *time.Duration) (string, *torporv1.Actor, error) {
+// resolveActor returns where the actor's workload runs, resuming the
+// actor if it is not running, and the actor as the resume left it (nil
+// when there was none); *resumed grows by the time spent waiting for a
+// resume. fresh skips the table and asks the control plane. A request to
+// a running actor the table knows makes no call.
+func (r *Router) resolveActor(ctx context.Context, key ActorKey, fresh bool, resumed *time.Duration) (placement, *torporv1.Actor, error) {
 	if !fresh {
-		if ep, ok := r.actors.endpoint(key, time.Now(), r.cfg.EndpointTTL); ok {
-			return ep, nil, nil
+		if at, ok := r.actors.placement(key); ok {
+			return at, nil, nil
 		}
 	}
 	// While a resume is in flight the answer is known: wait for it rather
@@ -347,59 +340,46 @@ func (r *Router) resolveActor(ctx context.Context, key ActorKey, fresh bool, res
 		// the waits between calls, not a call that may still answer.
 		err := retry.Do(parked, parkBackoff, unavailable, func(context.Context) error {
 			var err error
+			r.metrics.requestCalls.WithLabelValues(callGet).Inc()
 			resp, err = r.api.GetActor(ctx, connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name}))
 			return err
 		})
 		if unavailable(err) {
-			return "", nil, fmt.Errorf("get actor %s: %w for %s: %w", key, errControlPlaneDown, r.cfg.ParkTimeout, err)
+			return placement{}, nil, fmt.Errorf("get actor %s: %w for %s: %w", key, errControlPlaneDown, r.cfg.ParkTimeout, err)
 		}
 		if err != nil {
-			return "", nil, fmt.Errorf("get actor %s: %w", key, err)
+			return placement{}, nil, fmt.Errorf("get actor %s: %w", key, err)
 		}
 		switch resp.Msg.GetStatus().GetState() {
 		case torporv1.ActorState_ACTOR_STATE_RUNNING:
-			ep, err := r.learn(key, resp.Msg)
-			return ep, nil, err
+			at, err := r.learn(key, resp.Msg)
+			return at, nil, err
 		case torporv1.ActorState_ACTOR_STATE_DELETING:
 			// Said here because the resume's refusal would carry the control
 			// plane's words, which clients do not get.
-			return "", nil, fmt.Errorf("actor %s: %w", key, errDeleting)
+			return placement{}, nil, fmt.Errorf("actor %s: %w", key, errDeleting)
 		}
-		r.actors.forget(key)
+		m := resp.Msg.GetMetadata()
+		r.actors.stopped(key, m.GetUid(), m.GetVersion())
 	}
 	waitStart := time.Now()
 	a, err := r.awaitResume(ctx, key)
 	*resumed += max(time.Since(waitStart), time.Nanosecond)
 	if err != nil {
-		return "", nil, err
+		return placement{}, nil, err
 	}
-	return endpointOf(a), a, nil
+	at, err := actorPlacement(key, a)
+	return at, a, err
 }
 
-// learn records a RUNNING actor's address and returns it.
-func (r *Router) learn(key ActorKey, a *torporv1.Actor) (string, error) {
-	st := a.GetStatus()
-	if st.GetState() != torporv1.ActorState_ACTOR_STATE_RUNNING || st.GetWorker().GetIp() == "" {
-		return "", fmt.Errorf("actor %s is %s on no worker after resume", key, st.GetState())
+// learn records where a RUNNING actor runs and returns it.
+func (r *Router) learn(key ActorKey, a *torporv1.Actor) (placement, error) {
+	at, err := actorPlacement(key, a)
+	if err != nil {
+		return placement{}, err
 	}
-	ep := endpointOf(a)
-	r.actors.learn(key, ep, time.Now())
-	return ep, nil
-}
-
-// endpointOf is host:port of a running actor's workload: its worker's IP and
-// the first container's port (default: its readiness probe's port, else
-// 8080).
-func endpointOf(a *torporv1.Actor) string {
-	port := int32(defaultWorkloadPort)
-	if cs := a.GetStatus().GetCurrentTemplateSpec().GetContainers(); len(cs) > 0 {
-		if p := cs[0].GetPort(); p > 0 {
-			port = p
-		} else if p := cs[0].GetReadinessProbe().GetHttpGet().GetPort(); p > 0 {
-			port = p
-		}
-	}
-	return net.JoinHostPort(a.GetStatus().GetWorker().GetIp(), strconv.Itoa(int(port)))
+	r.actors.learn(key, at)
+	return at, nil
 }
 
 var (

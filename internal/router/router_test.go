@@ -556,7 +556,7 @@ func TestRequestDuringIdleSuspendWaitsAndResumes(t *testing.T) {
 func TestStaleEndpointIsResolvedAgain(t *testing.T) {
 	e := newEnv(t, 1, helloWorkload)
 	key := e.createActor("app", nil)
-	tr := e.newRouter(Config{EndpointTTL: time.Hour})
+	tr := e.newRouter(Config{})
 	if status, body := tr.get(t, key, "/"); status != http.StatusOK {
 		t.Fatalf("first request: %d %q", status, body)
 	}

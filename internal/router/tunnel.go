@@ -36,10 +36,6 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 )
 
-// tunnelDialTimeout bounds connecting to the actor's port once the actor
-// runs: a workload that listens accepts at once.
-const tunnelDialTimeout = 5 * time.Second
-
 var (
 	// errNoCredential: a tunnel without a token.
 	errNoCredential = errors.New("a tunnel needs an API token for the actor's space (Proxy-Authorization: Bearer <token>, or Basic with the token as password)")
@@ -197,33 +193,6 @@ func (r *Router) authorizeTunnel(ctx context.Context, req *http.Request, key Act
 		return fmt.Errorf("check the tunnel's token for actor %s: %w", key, err)
 	}
 	return nil
-}
-
-// dialActor connects to port of key's running workload, resuming it
-// first if needed. An address from the cache or an earlier read may be
-// stale: a failed dial to one is re-resolved once.
-func (r *Router) dialActor(ctx context.Context, key ActorKey, port int, resumed *time.Duration) (net.Conn, error) {
-	for fresh := false; ; fresh = true {
-		before := *resumed
-		endpoint, err := r.resolve(ctx, key, fresh, resumed)
-		if err != nil {
-			return nil, err
-		}
-		host, _, err := net.SplitHostPort(endpoint)
-		if err != nil {
-			return nil, fmt.Errorf("actor %s: endpoint %q: %w", key, endpoint, err)
-		}
-		addr := net.JoinHostPort(host, strconv.Itoa(port))
-		d := net.Dialer{Timeout: tunnelDialTimeout}
-		conn, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			return conn, nil
-		}
-		if fresh || *resumed != before {
-			return nil, fmt.Errorf("actor %s at %s: %w: %w", key, addr, errPortClosed, err)
-		}
-		r.actors.forget(key)
-	}
 }
 
 // refuseTunnel answers a CONNECT whose token the control plane did not
