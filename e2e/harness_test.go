@@ -231,6 +231,7 @@ func (c *cluster) addNode(workers int) *nodeAgent {
 		HeartbeatInterval: 200 * time.Millisecond,
 		Logger:            testLogger(),
 		Images:            runtimetest.ImagePolicy(t),
+		GuestHelper:       torporBinary(t),
 	})
 	if err != nil {
 		t.Fatal(err)

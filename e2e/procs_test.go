@@ -55,6 +55,9 @@ func torporBinary(t testing.TB) string {
 		path := filepath.Join(torporBuild.dir, "torpor")
 		cmd := exec.Command("go", "build", "-o", path, "./cmd/torpor")
 		cmd.Dir = root
+		// Static, as make build builds it: node agents run it inside
+		// sandboxes too (the file helper).
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			torporBuild.err = fmt.Errorf("go build ./cmd/torpor: %w: %s", err, out)
 			return

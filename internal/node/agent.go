@@ -104,6 +104,10 @@ type Config struct {
 	// registry credentials; nil allows none. The control plane checked
 	// each template against its own policy, this node checks again.
 	Images *image.Policy
+	// GuestHelper is the statically linked torpor binary the node runs
+	// inside sandboxes for the API's file calls (guestfiles.go). Default:
+	// the node's own executable.
+	GuestHelper string
 }
 
 // A runtime or network may hold node-wide parts (runsc's shared namespace

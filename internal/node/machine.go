@@ -57,6 +57,8 @@ type slotMachine struct {
 	logs      *actorLogs
 	// gate admits routed connections to the actor each slot hosts.
 	gate *slotgate.Gate
+	// guest is the file helper run inside sandboxes (guestfiles.go).
+	guest *guestHelper
 }
 
 func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) *slotMachine {
@@ -69,6 +71,7 @@ func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) 
 		probes:   &prober{client: newProbeClient(), rt: cfg.Runtime},
 		logs:     newActorLogs(d.logs, d.output, log),
 		gate:     slotgate.New(log),
+		guest:    &guestHelper{source: cfg.GuestHelper, dir: id.root},
 	}
 	m.metrics = newMetrics(cfg.Registry, m.busy)
 	m.warm = &warmer{off: cfg.NoWarm, rt: cfg.Runtime, log: log, workload: m.warmWorkload, background: m.ops.Go}

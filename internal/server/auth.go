@@ -412,7 +412,8 @@ func (g *gate) authenticate(ctx context.Context, header http.Header) (principal,
 }
 
 // requestSpace is the space a request acts on: its space field (Get,
-// List, Delete, ResumeActor), else the metadata.space of the object it
+// List, Delete, ResumeActor), else the space of a message it carries
+// (the file calls' file), else the metadata.space of the object it
 // carries (Create, Update). named is false for a request with neither.
 func requestSpace(msg any) (space string, named bool) {
 	m, ok := msg.(interface{ ProtoReflect() protoreflect.Message })
@@ -428,6 +429,11 @@ func requestSpace(msg any) (space string, named bool) {
 		f := fields.Get(i)
 		if f.Kind() != protoreflect.MessageKind || f.IsList() || f.IsMap() {
 			continue
+		}
+		// A request about one actor's files carries the actor's space
+		// in its file field (ActorFileRequest).
+		if inner := f.Message().Fields().ByName("space"); inner != nil && inner.Kind() == protoreflect.StringKind && !inner.IsList() {
+			return r.Get(f).Message().Get(inner).String(), true
 		}
 		meta := f.Message().Fields().ByName("metadata")
 		if meta == nil || meta.Kind() != protoreflect.MessageKind {

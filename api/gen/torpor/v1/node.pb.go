@@ -1361,6 +1361,196 @@ func (x *StatsResponse) GetStarted() *timestamppb.Timestamp {
 	return nil
 }
 
+type NodeFileRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Worker   string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	// The container (never empty) and the path.
+	Container     string `protobuf:"bytes,3,opt,name=container,proto3" json:"container,omitempty"`
+	Path          string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeFileRequest) Reset() {
+	*x = NodeFileRequest{}
+	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeFileRequest) ProtoMessage() {}
+
+func (x *NodeFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeFileRequest.ProtoReflect.Descriptor instead.
+func (*NodeFileRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *NodeFileRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *NodeFileRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *NodeFileRequest) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *NodeFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type NodeReadFilesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	File          *NodeFileRequest       `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	Archive       bool                   `protobuf:"varint,2,opt,name=archive,proto3" json:"archive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeReadFilesRequest) Reset() {
+	*x = NodeReadFilesRequest{}
+	mi := &file_torpor_v1_node_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeReadFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeReadFilesRequest) ProtoMessage() {}
+
+func (x *NodeReadFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeReadFilesRequest.ProtoReflect.Descriptor instead.
+func (*NodeReadFilesRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *NodeReadFilesRequest) GetFile() *NodeFileRequest {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+func (x *NodeReadFilesRequest) GetArchive() bool {
+	if x != nil {
+		return x.Archive
+	}
+	return false
+}
+
+type NodeWriteFilesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// First request only.
+	File          *NodeFileRequest `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	Archive       bool             `protobuf:"varint,2,opt,name=archive,proto3" json:"archive,omitempty"`
+	Mode          uint32           `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Data          []byte           `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeWriteFilesRequest) Reset() {
+	*x = NodeWriteFilesRequest{}
+	mi := &file_torpor_v1_node_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeWriteFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeWriteFilesRequest) ProtoMessage() {}
+
+func (x *NodeWriteFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeWriteFilesRequest.ProtoReflect.Descriptor instead.
+func (*NodeWriteFilesRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *NodeWriteFilesRequest) GetFile() *NodeFileRequest {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+func (x *NodeWriteFilesRequest) GetArchive() bool {
+	if x != nil {
+		return x.Archive
+	}
+	return false
+}
+
+func (x *NodeWriteFilesRequest) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *NodeWriteFilesRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_torpor_v1_node_proto protoreflect.FileDescriptor
 
 const file_torpor_v1_node_proto_rawDesc = "" +
@@ -1452,7 +1642,20 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12\x1f\n" +
 	"\vcpu_seconds\x18\x04 \x01(\x01R\n" +
 	"cpuSeconds\x124\n" +
-	"\astarted\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\astarted*q\n" +
+	"\astarted\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\astarted\"x\n" +
+	"\x0fNodeFileRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1c\n" +
+	"\tcontainer\x18\x03 \x01(\tR\tcontainer\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\"`\n" +
+	"\x14NodeReadFilesRequest\x12.\n" +
+	"\x04file\x18\x01 \x01(\v2\x1a.torpor.v1.NodeFileRequestR\x04file\x12\x18\n" +
+	"\aarchive\x18\x02 \x01(\bR\aarchive\"\x89\x01\n" +
+	"\x15NodeWriteFilesRequest\x12.\n" +
+	"\x04file\x18\x01 \x01(\v2\x1a.torpor.v1.NodeFileRequestR\x04file\x12\x18\n" +
+	"\aarchive\x18\x02 \x01(\bR\aarchive\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data*q\n" +
 	"\x10CheckpointTarget\x12!\n" +
 	"\x1dCHECKPOINT_TARGET_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CHECKPOINT_TARGET_STORAGE\x10\x01\x12\x1b\n" +
@@ -1461,7 +1664,7 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\fRegisterNode\x12\x1e.torpor.v1.RegisterNodeRequest\x1a\x1f.torpor.v1.RegisterNodeResponse\x12F\n" +
 	"\tHeartbeat\x12\x1b.torpor.v1.HeartbeatRequest\x1a\x1c.torpor.v1.HeartbeatResponse\x121\n" +
 	"\aGetNode\x12\x15.torpor.v1.GetRequest\x1a\x0f.torpor.v1.Node\x12A\n" +
-	"\tListNodes\x12\x16.torpor.v1.ListRequest\x1a\x1c.torpor.v1.ListNodesResponse2\x90\x04\n" +
+	"\tListNodes\x12\x16.torpor.v1.ListRequest\x1a\x1c.torpor.v1.ListNodesResponse2\xb5\x06\n" +
 	"\x10NodeAgentService\x124\n" +
 	"\x03Run\x12\x15.torpor.v1.RunRequest\x1a\x16.torpor.v1.RunResponse\x12I\n" +
 	"\n" +
@@ -1471,7 +1674,12 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\x05Stats\x12\x17.torpor.v1.StatsRequest\x1a\x18.torpor.v1.StatsResponse\x127\n" +
 	"\x04Warm\x12\x16.torpor.v1.WarmRequest\x1a\x17.torpor.v1.WarmResponse\x129\n" +
 	"\x04Exec\x12\x16.torpor.v1.ExecRequest\x1a\x15.torpor.v1.ExecOutput(\x010\x01\x12A\n" +
-	"\x04Logs\x12\x16.torpor.v1.LogsRequest\x1a\x1f.torpor.v1.GetActorLogsResponse0\x01B9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
+	"\x04Logs\x12\x16.torpor.v1.LogsRequest\x1a\x1f.torpor.v1.GetActorLogsResponse0\x01\x12;\n" +
+	"\bStatFile\x12\x1a.torpor.v1.NodeFileRequest\x1a\x13.torpor.v1.FileInfo\x12J\n" +
+	"\tListFiles\x12\x1a.torpor.v1.NodeFileRequest\x1a!.torpor.v1.ListActorFilesResponse\x12D\n" +
+	"\tReadFiles\x12\x1f.torpor.v1.NodeReadFilesRequest\x1a\x14.torpor.v1.FileChunk0\x01\x12T\n" +
+	"\n" +
+	"WriteFiles\x12 .torpor.v1.NodeWriteFilesRequest\x1a\".torpor.v1.WriteActorFilesResponse(\x01B9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
 
 var (
 	file_torpor_v1_node_proto_rawDescOnce sync.Once
@@ -1486,97 +1694,114 @@ func file_torpor_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_torpor_v1_node_proto_goTypes = []any{
-	(CheckpointTarget)(0),         // 0: torpor.v1.CheckpointTarget
-	(*RegisterNodeRequest)(nil),   // 1: torpor.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),  // 2: torpor.v1.RegisterNodeResponse
-	(*HeartbeatRequest)(nil),      // 3: torpor.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 4: torpor.v1.HeartbeatResponse
-	(*ListNodesResponse)(nil),     // 5: torpor.v1.ListNodesResponse
-	(*ExecRequest)(nil),           // 6: torpor.v1.ExecRequest
-	(*LogsRequest)(nil),           // 7: torpor.v1.LogsRequest
-	(*WarmRequest)(nil),           // 8: torpor.v1.WarmRequest
-	(*WarmResponse)(nil),          // 9: torpor.v1.WarmResponse
-	(*Operation)(nil),             // 10: torpor.v1.Operation
-	(*Workload)(nil),              // 11: torpor.v1.Workload
-	(*RunRequest)(nil),            // 12: torpor.v1.RunRequest
-	(*RunResponse)(nil),           // 13: torpor.v1.RunResponse
-	(*CheckpointRequest)(nil),     // 14: torpor.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),    // 15: torpor.v1.CheckpointResponse
-	(*SnapshotSource)(nil),        // 16: torpor.v1.SnapshotSource
-	(*RestoreRequest)(nil),        // 17: torpor.v1.RestoreRequest
-	(*RestoreResponse)(nil),       // 18: torpor.v1.RestoreResponse
-	(*TerminateRequest)(nil),      // 19: torpor.v1.TerminateRequest
-	(*TerminateResponse)(nil),     // 20: torpor.v1.TerminateResponse
-	(*StatsRequest)(nil),          // 21: torpor.v1.StatsRequest
-	(*StatsResponse)(nil),         // 22: torpor.v1.StatsResponse
-	(*Node)(nil),                  // 23: torpor.v1.Node
-	(*Worker)(nil),                // 24: torpor.v1.Worker
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*ExecProcess)(nil),           // 26: torpor.v1.ExecProcess
-	(*ExecInput)(nil),             // 27: torpor.v1.ExecInput
-	(*TemplateSpec)(nil),          // 28: torpor.v1.TemplateSpec
-	(SnapshotScope)(0),            // 29: torpor.v1.SnapshotScope
-	(RestoreScope)(0),             // 30: torpor.v1.RestoreScope
-	(*GetRequest)(nil),            // 31: torpor.v1.GetRequest
-	(*ListRequest)(nil),           // 32: torpor.v1.ListRequest
-	(*ExecOutput)(nil),            // 33: torpor.v1.ExecOutput
-	(*GetActorLogsResponse)(nil),  // 34: torpor.v1.GetActorLogsResponse
+	(CheckpointTarget)(0),           // 0: torpor.v1.CheckpointTarget
+	(*RegisterNodeRequest)(nil),     // 1: torpor.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),    // 2: torpor.v1.RegisterNodeResponse
+	(*HeartbeatRequest)(nil),        // 3: torpor.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),       // 4: torpor.v1.HeartbeatResponse
+	(*ListNodesResponse)(nil),       // 5: torpor.v1.ListNodesResponse
+	(*ExecRequest)(nil),             // 6: torpor.v1.ExecRequest
+	(*LogsRequest)(nil),             // 7: torpor.v1.LogsRequest
+	(*WarmRequest)(nil),             // 8: torpor.v1.WarmRequest
+	(*WarmResponse)(nil),            // 9: torpor.v1.WarmResponse
+	(*Operation)(nil),               // 10: torpor.v1.Operation
+	(*Workload)(nil),                // 11: torpor.v1.Workload
+	(*RunRequest)(nil),              // 12: torpor.v1.RunRequest
+	(*RunResponse)(nil),             // 13: torpor.v1.RunResponse
+	(*CheckpointRequest)(nil),       // 14: torpor.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),      // 15: torpor.v1.CheckpointResponse
+	(*SnapshotSource)(nil),          // 16: torpor.v1.SnapshotSource
+	(*RestoreRequest)(nil),          // 17: torpor.v1.RestoreRequest
+	(*RestoreResponse)(nil),         // 18: torpor.v1.RestoreResponse
+	(*TerminateRequest)(nil),        // 19: torpor.v1.TerminateRequest
+	(*TerminateResponse)(nil),       // 20: torpor.v1.TerminateResponse
+	(*StatsRequest)(nil),            // 21: torpor.v1.StatsRequest
+	(*StatsResponse)(nil),           // 22: torpor.v1.StatsResponse
+	(*NodeFileRequest)(nil),         // 23: torpor.v1.NodeFileRequest
+	(*NodeReadFilesRequest)(nil),    // 24: torpor.v1.NodeReadFilesRequest
+	(*NodeWriteFilesRequest)(nil),   // 25: torpor.v1.NodeWriteFilesRequest
+	(*Node)(nil),                    // 26: torpor.v1.Node
+	(*Worker)(nil),                  // 27: torpor.v1.Worker
+	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
+	(*ExecProcess)(nil),             // 29: torpor.v1.ExecProcess
+	(*ExecInput)(nil),               // 30: torpor.v1.ExecInput
+	(*TemplateSpec)(nil),            // 31: torpor.v1.TemplateSpec
+	(SnapshotScope)(0),              // 32: torpor.v1.SnapshotScope
+	(RestoreScope)(0),               // 33: torpor.v1.RestoreScope
+	(*GetRequest)(nil),              // 34: torpor.v1.GetRequest
+	(*ListRequest)(nil),             // 35: torpor.v1.ListRequest
+	(*ExecOutput)(nil),              // 36: torpor.v1.ExecOutput
+	(*GetActorLogsResponse)(nil),    // 37: torpor.v1.GetActorLogsResponse
+	(*FileInfo)(nil),                // 38: torpor.v1.FileInfo
+	(*ListActorFilesResponse)(nil),  // 39: torpor.v1.ListActorFilesResponse
+	(*FileChunk)(nil),               // 40: torpor.v1.FileChunk
+	(*WriteActorFilesResponse)(nil), // 41: torpor.v1.WriteActorFilesResponse
 }
 var file_torpor_v1_node_proto_depIdxs = []int32{
-	23, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
-	24, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
-	23, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
-	24, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
-	25, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
-	23, // 5: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
-	26, // 6: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
-	27, // 7: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
-	25, // 8: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	26, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
+	27, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
+	26, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
+	27, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
+	28, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
+	26, // 5: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
+	29, // 6: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
+	30, // 7: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
+	28, // 8: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
 	11, // 9: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
-	28, // 10: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
+	31, // 10: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
 	10, // 11: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
 	11, // 12: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
 	10, // 13: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
-	29, // 14: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
+	32, // 14: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
 	0,  // 15: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
 	10, // 16: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
 	11, // 17: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
-	30, // 18: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
+	33, // 18: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
 	16, // 19: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
 	16, // 20: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
 	10, // 21: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
-	25, // 22: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
-	1,  // 23: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
-	3,  // 24: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
-	31, // 25: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
-	32, // 26: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
-	12, // 27: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
-	14, // 28: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
-	17, // 29: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
-	19, // 30: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
-	21, // 31: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
-	8,  // 32: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
-	6,  // 33: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
-	7,  // 34: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
-	2,  // 35: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
-	4,  // 36: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
-	23, // 37: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
-	5,  // 38: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
-	13, // 39: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
-	15, // 40: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
-	18, // 41: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
-	20, // 42: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
-	22, // 43: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
-	9,  // 44: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
-	33, // 45: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
-	34, // 46: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
-	35, // [35:47] is the sub-list for method output_type
-	23, // [23:35] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	28, // 22: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
+	23, // 23: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	23, // 24: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	1,  // 25: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
+	3,  // 26: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
+	34, // 27: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
+	35, // 28: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
+	12, // 29: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
+	14, // 30: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
+	17, // 31: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
+	19, // 32: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
+	21, // 33: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
+	8,  // 34: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
+	6,  // 35: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
+	7,  // 36: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
+	23, // 37: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
+	23, // 38: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
+	24, // 39: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
+	25, // 40: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
+	2,  // 41: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
+	4,  // 42: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
+	26, // 43: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
+	5,  // 44: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
+	13, // 45: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
+	15, // 46: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
+	18, // 47: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
+	20, // 48: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
+	22, // 49: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
+	9,  // 50: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
+	36, // 51: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
+	37, // 52: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
+	38, // 53: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
+	39, // 54: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
+	40, // 55: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
+	41, // 56: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
+	41, // [41:57] is the sub-list for method output_type
+	25, // [25:41] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_node_proto_init() }
@@ -1592,7 +1817,7 @@ func file_torpor_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_node_proto_rawDesc), len(file_torpor_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -2372,6 +2372,417 @@ func (x *ListSnapshotsResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ActorFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Empty: the template's first container.
+	Container     string `protobuf:"bytes,3,opt,name=container,proto3" json:"container,omitempty"`
+	Path          string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActorFileRequest) Reset() {
+	*x = ActorFileRequest{}
+	mi := &file_torpor_v1_services_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActorFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActorFileRequest) ProtoMessage() {}
+
+func (x *ActorFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActorFileRequest.ProtoReflect.Descriptor instead.
+func (*ActorFileRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ActorFileRequest) GetSpace() string {
+	if x != nil {
+		return x.Space
+	}
+	return ""
+}
+
+func (x *ActorFileRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ActorFileRequest) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *ActorFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type FileInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The path as asked for; in a listing, the entry's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Size int64  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// Unix permission bits and type (Go's fs.FileMode).
+	Mode       uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	ModifyTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=modify_time,json=modifyTime,proto3" json:"modify_time,omitempty"`
+	IsDir      bool                   `protobuf:"varint,5,opt,name=is_dir,json=isDir,proto3" json:"is_dir,omitempty"`
+	// Set for a symbolic link: where it points.
+	LinkTarget    string `protobuf:"bytes,6,opt,name=link_target,json=linkTarget,proto3" json:"link_target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileInfo) Reset() {
+	*x = FileInfo{}
+	mi := &file_torpor_v1_services_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileInfo) ProtoMessage() {}
+
+func (x *FileInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
+func (*FileInfo) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *FileInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FileInfo) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *FileInfo) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *FileInfo) GetModifyTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ModifyTime
+	}
+	return nil
+}
+
+func (x *FileInfo) GetIsDir() bool {
+	if x != nil {
+		return x.IsDir
+	}
+	return false
+}
+
+func (x *FileInfo) GetLinkTarget() string {
+	if x != nil {
+		return x.LinkTarget
+	}
+	return ""
+}
+
+type ListActorFilesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Files         []*FileInfo            `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListActorFilesResponse) Reset() {
+	*x = ListActorFilesResponse{}
+	mi := &file_torpor_v1_services_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListActorFilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListActorFilesResponse) ProtoMessage() {}
+
+func (x *ListActorFilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListActorFilesResponse.ProtoReflect.Descriptor instead.
+func (*ListActorFilesResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListActorFilesResponse) GetFiles() []*FileInfo {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+type ReadActorFilesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	File          *ActorFileRequest      `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	Archive       bool                   `protobuf:"varint,2,opt,name=archive,proto3" json:"archive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadActorFilesRequest) Reset() {
+	*x = ReadActorFilesRequest{}
+	mi := &file_torpor_v1_services_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadActorFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadActorFilesRequest) ProtoMessage() {}
+
+func (x *ReadActorFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadActorFilesRequest.ProtoReflect.Descriptor instead.
+func (*ReadActorFilesRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ReadActorFilesRequest) GetFile() *ActorFileRequest {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+func (x *ReadActorFilesRequest) GetArchive() bool {
+	if x != nil {
+		return x.Archive
+	}
+	return false
+}
+
+type FileChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileChunk) Reset() {
+	*x = FileChunk{}
+	mi := &file_torpor_v1_services_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileChunk) ProtoMessage() {}
+
+func (x *FileChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
+func (*FileChunk) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *FileChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type WriteActorFilesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// First request only.
+	File    *ActorFileRequest `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	Archive bool              `protobuf:"varint,2,opt,name=archive,proto3" json:"archive,omitempty"`
+	// Regular files: the permission bits (default 0644).
+	Mode          uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteActorFilesRequest) Reset() {
+	*x = WriteActorFilesRequest{}
+	mi := &file_torpor_v1_services_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteActorFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteActorFilesRequest) ProtoMessage() {}
+
+func (x *WriteActorFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteActorFilesRequest.ProtoReflect.Descriptor instead.
+func (*WriteActorFilesRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *WriteActorFilesRequest) GetFile() *ActorFileRequest {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+func (x *WriteActorFilesRequest) GetArchive() bool {
+	if x != nil {
+		return x.Archive
+	}
+	return false
+}
+
+func (x *WriteActorFilesRequest) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *WriteActorFilesRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type WriteActorFilesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes received.
+	Size          int64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteActorFilesResponse) Reset() {
+	*x = WriteActorFilesResponse{}
+	mi := &file_torpor_v1_services_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteActorFilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteActorFilesResponse) ProtoMessage() {}
+
+func (x *WriteActorFilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteActorFilesResponse.ProtoReflect.Descriptor instead.
+func (*WriteActorFilesResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *WriteActorFilesResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 var File_torpor_v1_services_proto protoreflect.FileDescriptor
 
 const file_torpor_v1_services_proto_rawDesc = "" +
@@ -2537,7 +2948,35 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"r\n" +
 	"\x15ListSnapshotsResponse\x121\n" +
 	"\tsnapshots\x18\x01 \x03(\v2\x13.torpor.v1.SnapshotR\tsnapshots\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\x8c\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"n\n" +
+	"\x10ActorFileRequest\x12\x14\n" +
+	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tcontainer\x18\x03 \x01(\tR\tcontainer\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\"\xbb\x01\n" +
+	"\bFileInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12;\n" +
+	"\vmodify_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"modifyTime\x12\x15\n" +
+	"\x06is_dir\x18\x05 \x01(\bR\x05isDir\x12\x1f\n" +
+	"\vlink_target\x18\x06 \x01(\tR\n" +
+	"linkTarget\"C\n" +
+	"\x16ListActorFilesResponse\x12)\n" +
+	"\x05files\x18\x01 \x03(\v2\x13.torpor.v1.FileInfoR\x05files\"b\n" +
+	"\x15ReadActorFilesRequest\x12/\n" +
+	"\x04file\x18\x01 \x01(\v2\x1b.torpor.v1.ActorFileRequestR\x04file\x12\x18\n" +
+	"\aarchive\x18\x02 \x01(\bR\aarchive\"\x1f\n" +
+	"\tFileChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x8b\x01\n" +
+	"\x16WriteActorFilesRequest\x12/\n" +
+	"\x04file\x18\x01 \x01(\v2\x1b.torpor.v1.ActorFileRequestR\x04file\x12\x18\n" +
+	"\aarchive\x18\x02 \x01(\bR\aarchive\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"-\n" +
+	"\x17WriteActorFilesResponse\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size2\x8c\x02\n" +
 	"\fSpaceService\x12>\n" +
 	"\vCreateSpace\x12\x1d.torpor.v1.CreateSpaceRequest\x1a\x10.torpor.v1.Space\x123\n" +
 	"\bGetSpace\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Space\x12C\n" +
@@ -2551,7 +2990,7 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\x0eDeleteTemplate\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse\x12X\n" +
 	"\x15ListTemplateRevisions\x12\x15.torpor.v1.GetRequest\x1a(.torpor.v1.ListTemplateRevisionsResponse\x12=\n" +
 	"\x0fRebuildTemplate\x12\x15.torpor.v1.GetRequest\x1a\x13.torpor.v1.Template\x12X\n" +
-	"\x0fRolloutTemplate\x12!.torpor.v1.RolloutTemplateRequest\x1a\".torpor.v1.RolloutTemplateResponse2\xb8\a\n" +
+	"\x0fRolloutTemplate\x12!.torpor.v1.RolloutTemplateRequest\x1a\".torpor.v1.RolloutTemplateResponse2\xf5\t\n" +
 	"\fActorService\x12>\n" +
 	"\vCreateActor\x12\x1d.torpor.v1.CreateActorRequest\x1a\x10.torpor.v1.Actor\x123\n" +
 	"\bGetActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x12C\n" +
@@ -2564,7 +3003,11 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\n" +
 	"PauseActor\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Actor\x12L\n" +
 	"\x0fListActorEvents\x12\x15.torpor.v1.GetRequest\x1a\".torpor.v1.ListActorEventsResponse\x12>\n" +
-	"\vRevertActor\x12\x1d.torpor.v1.RevertActorRequest\x1a\x10.torpor.v1.Actor\x12U\n" +
+	"\vRevertActor\x12\x1d.torpor.v1.RevertActorRequest\x1a\x10.torpor.v1.Actor\x12A\n" +
+	"\rStatActorFile\x12\x1b.torpor.v1.ActorFileRequest\x1a\x13.torpor.v1.FileInfo\x12P\n" +
+	"\x0eListActorFiles\x12\x1b.torpor.v1.ActorFileRequest\x1a!.torpor.v1.ListActorFilesResponse\x12J\n" +
+	"\x0eReadActorFiles\x12 .torpor.v1.ReadActorFilesRequest\x1a\x14.torpor.v1.FileChunk0\x01\x12Z\n" +
+	"\x0fWriteActorFiles\x12!.torpor.v1.WriteActorFilesRequest\x1a\".torpor.v1.WriteActorFilesResponse(\x01\x12U\n" +
 	"\x0eReportActivity\x12 .torpor.v1.ReportActivityRequest\x1a!.torpor.v1.ReportActivityResponse\x12C\n" +
 	"\tExecActor\x12\x1b.torpor.v1.ExecActorRequest\x1a\x15.torpor.v1.ExecOutput(\x010\x01\x12Q\n" +
 	"\fGetActorLogs\x12\x1e.torpor.v1.GetActorLogsRequest\x1a\x1f.torpor.v1.GetActorLogsResponse0\x01\x12=\n" +
@@ -2594,7 +3037,7 @@ func file_torpor_v1_services_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_services_proto_rawDescData
 }
 
-var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_torpor_v1_services_proto_goTypes = []any{
 	(*GetRequest)(nil),                    // 0: torpor.v1.GetRequest
 	(*ListRequest)(nil),                   // 1: torpor.v1.ListRequest
@@ -2635,127 +3078,146 @@ var file_torpor_v1_services_proto_goTypes = []any{
 	(*TagSnapshotRequest)(nil),            // 36: torpor.v1.TagSnapshotRequest
 	(*ListSnapshotTagsResponse)(nil),      // 37: torpor.v1.ListSnapshotTagsResponse
 	(*ListSnapshotsResponse)(nil),         // 38: torpor.v1.ListSnapshotsResponse
-	(*Space)(nil),                         // 39: torpor.v1.Space
-	(*Template)(nil),                      // 40: torpor.v1.Template
-	(*timestamppb.Timestamp)(nil),         // 41: google.protobuf.Timestamp
-	(ActorState)(0),                       // 42: torpor.v1.ActorState
-	(*Actor)(nil),                         // 43: torpor.v1.Actor
-	(*fieldmaskpb.FieldMask)(nil),         // 44: google.protobuf.FieldMask
-	(*Worker)(nil),                        // 45: torpor.v1.Worker
-	(SnapshotTagScope)(0),                 // 46: torpor.v1.SnapshotTagScope
-	(*SnapshotTag)(nil),                   // 47: torpor.v1.SnapshotTag
-	(*Snapshot)(nil),                      // 48: torpor.v1.Snapshot
+	(*ActorFileRequest)(nil),              // 39: torpor.v1.ActorFileRequest
+	(*FileInfo)(nil),                      // 40: torpor.v1.FileInfo
+	(*ListActorFilesResponse)(nil),        // 41: torpor.v1.ListActorFilesResponse
+	(*ReadActorFilesRequest)(nil),         // 42: torpor.v1.ReadActorFilesRequest
+	(*FileChunk)(nil),                     // 43: torpor.v1.FileChunk
+	(*WriteActorFilesRequest)(nil),        // 44: torpor.v1.WriteActorFilesRequest
+	(*WriteActorFilesResponse)(nil),       // 45: torpor.v1.WriteActorFilesResponse
+	(*Space)(nil),                         // 46: torpor.v1.Space
+	(*Template)(nil),                      // 47: torpor.v1.Template
+	(*timestamppb.Timestamp)(nil),         // 48: google.protobuf.Timestamp
+	(ActorState)(0),                       // 49: torpor.v1.ActorState
+	(*Actor)(nil),                         // 50: torpor.v1.Actor
+	(*fieldmaskpb.FieldMask)(nil),         // 51: google.protobuf.FieldMask
+	(*Worker)(nil),                        // 52: torpor.v1.Worker
+	(SnapshotTagScope)(0),                 // 53: torpor.v1.SnapshotTagScope
+	(*SnapshotTag)(nil),                   // 54: torpor.v1.SnapshotTag
+	(*Snapshot)(nil),                      // 55: torpor.v1.Snapshot
 }
 var file_torpor_v1_services_proto_depIdxs = []int32{
-	39, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
-	39, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
+	46, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
+	46, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
 	7,  // 2: torpor.v1.ListTemplateRevisionsResponse.revisions:type_name -> torpor.v1.TemplateRevision
-	40, // 3: torpor.v1.TemplateRevision.template:type_name -> torpor.v1.Template
-	40, // 4: torpor.v1.RolloutTemplateResponse.template:type_name -> torpor.v1.Template
+	47, // 3: torpor.v1.TemplateRevision.template:type_name -> torpor.v1.Template
+	47, // 4: torpor.v1.RolloutTemplateResponse.template:type_name -> torpor.v1.Template
 	10, // 5: torpor.v1.RolloutTemplateResponse.results:type_name -> torpor.v1.RolloutResult
-	40, // 6: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
-	40, // 7: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
+	47, // 6: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
+	47, // 7: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
 	14, // 8: torpor.v1.ExecActorRequest.process:type_name -> torpor.v1.ExecProcess
 	16, // 9: torpor.v1.ExecActorRequest.input:type_name -> torpor.v1.ExecInput
 	15, // 10: torpor.v1.ExecProcess.size:type_name -> torpor.v1.TerminalSize
 	15, // 11: torpor.v1.ExecInput.resize:type_name -> torpor.v1.TerminalSize
 	18, // 12: torpor.v1.ExecOutput.exit:type_name -> torpor.v1.ExecExit
-	41, // 13: torpor.v1.GetActorLogsRequest.since:type_name -> google.protobuf.Timestamp
+	48, // 13: torpor.v1.GetActorLogsRequest.since:type_name -> google.protobuf.Timestamp
 	21, // 14: torpor.v1.GetActorLogsResponse.records:type_name -> torpor.v1.LogRecord
-	41, // 15: torpor.v1.LogRecord.time:type_name -> google.protobuf.Timestamp
-	42, // 16: torpor.v1.ActorStats.state:type_name -> torpor.v1.ActorState
-	41, // 17: torpor.v1.ActorStats.started:type_name -> google.protobuf.Timestamp
+	48, // 15: torpor.v1.LogRecord.time:type_name -> google.protobuf.Timestamp
+	49, // 16: torpor.v1.ActorStats.state:type_name -> torpor.v1.ActorState
+	48, // 17: torpor.v1.ActorStats.started:type_name -> google.protobuf.Timestamp
 	24, // 18: torpor.v1.ReportActivityRequest.actors:type_name -> torpor.v1.ActorActivity
-	41, // 19: torpor.v1.ActorActivity.last_active:type_name -> google.protobuf.Timestamp
-	41, // 20: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
-	42, // 21: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
-	42, // 22: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
+	48, // 19: torpor.v1.ActorActivity.last_active:type_name -> google.protobuf.Timestamp
+	48, // 20: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
+	49, // 21: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
+	49, // 22: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
 	27, // 23: torpor.v1.ListActorEventsResponse.events:type_name -> torpor.v1.ActorEvent
-	43, // 24: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
+	50, // 24: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
 	30, // 25: torpor.v1.CreateActorRequest.from:type_name -> torpor.v1.ForkSource
-	43, // 26: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
-	43, // 27: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
-	44, // 28: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
-	45, // 29: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
-	45, // 30: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
-	46, // 31: torpor.v1.TagSnapshotRequest.scope:type_name -> torpor.v1.SnapshotTagScope
-	47, // 32: torpor.v1.ListSnapshotTagsResponse.tags:type_name -> torpor.v1.SnapshotTag
-	48, // 33: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
-	4,  // 34: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
-	0,  // 35: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
-	1,  // 36: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
-	2,  // 37: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
-	11, // 38: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
-	0,  // 39: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
-	1,  // 40: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
-	2,  // 41: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
-	0,  // 42: torpor.v1.TemplateService.ListTemplateRevisions:input_type -> torpor.v1.GetRequest
-	0,  // 43: torpor.v1.TemplateService.RebuildTemplate:input_type -> torpor.v1.GetRequest
-	8,  // 44: torpor.v1.TemplateService.RolloutTemplate:input_type -> torpor.v1.RolloutTemplateRequest
-	29, // 45: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
-	0,  // 46: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
-	1,  // 47: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
-	33, // 48: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
-	2,  // 49: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
-	26, // 50: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
-	0,  // 51: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
-	0,  // 52: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
-	0,  // 53: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
-	31, // 54: torpor.v1.ActorService.RevertActor:input_type -> torpor.v1.RevertActorRequest
-	23, // 55: torpor.v1.ActorService.ReportActivity:input_type -> torpor.v1.ReportActivityRequest
-	13, // 56: torpor.v1.ActorService.ExecActor:input_type -> torpor.v1.ExecActorRequest
-	19, // 57: torpor.v1.ActorService.GetActorLogs:input_type -> torpor.v1.GetActorLogsRequest
-	0,  // 58: torpor.v1.ActorService.GetActorStats:input_type -> torpor.v1.GetRequest
-	34, // 59: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
-	0,  // 60: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
-	1,  // 61: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
-	2,  // 62: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
-	0,  // 63: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
-	1,  // 64: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
-	2,  // 65: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
-	36, // 66: torpor.v1.SnapshotService.TagSnapshot:input_type -> torpor.v1.TagSnapshotRequest
-	1,  // 67: torpor.v1.SnapshotService.ListSnapshotTags:input_type -> torpor.v1.ListRequest
-	2,  // 68: torpor.v1.SnapshotService.UntagSnapshot:input_type -> torpor.v1.DeleteRequest
-	39, // 69: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
-	39, // 70: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
-	5,  // 71: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
-	3,  // 72: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
-	40, // 73: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
-	40, // 74: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
-	12, // 75: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
-	3,  // 76: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
-	6,  // 77: torpor.v1.TemplateService.ListTemplateRevisions:output_type -> torpor.v1.ListTemplateRevisionsResponse
-	40, // 78: torpor.v1.TemplateService.RebuildTemplate:output_type -> torpor.v1.Template
-	9,  // 79: torpor.v1.TemplateService.RolloutTemplate:output_type -> torpor.v1.RolloutTemplateResponse
-	43, // 80: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
-	43, // 81: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
-	32, // 82: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
-	43, // 83: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
-	3,  // 84: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
-	43, // 85: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
-	43, // 86: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
-	43, // 87: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
-	28, // 88: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
-	43, // 89: torpor.v1.ActorService.RevertActor:output_type -> torpor.v1.Actor
-	25, // 90: torpor.v1.ActorService.ReportActivity:output_type -> torpor.v1.ReportActivityResponse
-	17, // 91: torpor.v1.ActorService.ExecActor:output_type -> torpor.v1.ExecOutput
-	20, // 92: torpor.v1.ActorService.GetActorLogs:output_type -> torpor.v1.GetActorLogsResponse
-	22, // 93: torpor.v1.ActorService.GetActorStats:output_type -> torpor.v1.ActorStats
-	45, // 94: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
-	45, // 95: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
-	35, // 96: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
-	3,  // 97: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
-	48, // 98: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
-	38, // 99: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
-	3,  // 100: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
-	47, // 101: torpor.v1.SnapshotService.TagSnapshot:output_type -> torpor.v1.SnapshotTag
-	37, // 102: torpor.v1.SnapshotService.ListSnapshotTags:output_type -> torpor.v1.ListSnapshotTagsResponse
-	3,  // 103: torpor.v1.SnapshotService.UntagSnapshot:output_type -> torpor.v1.DeleteResponse
-	69, // [69:104] is the sub-list for method output_type
-	34, // [34:69] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	50, // 26: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
+	50, // 27: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
+	51, // 28: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
+	52, // 29: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
+	52, // 30: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
+	53, // 31: torpor.v1.TagSnapshotRequest.scope:type_name -> torpor.v1.SnapshotTagScope
+	54, // 32: torpor.v1.ListSnapshotTagsResponse.tags:type_name -> torpor.v1.SnapshotTag
+	55, // 33: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
+	48, // 34: torpor.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
+	40, // 35: torpor.v1.ListActorFilesResponse.files:type_name -> torpor.v1.FileInfo
+	39, // 36: torpor.v1.ReadActorFilesRequest.file:type_name -> torpor.v1.ActorFileRequest
+	39, // 37: torpor.v1.WriteActorFilesRequest.file:type_name -> torpor.v1.ActorFileRequest
+	4,  // 38: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
+	0,  // 39: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
+	1,  // 40: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
+	2,  // 41: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
+	11, // 42: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
+	0,  // 43: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
+	1,  // 44: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
+	2,  // 45: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
+	0,  // 46: torpor.v1.TemplateService.ListTemplateRevisions:input_type -> torpor.v1.GetRequest
+	0,  // 47: torpor.v1.TemplateService.RebuildTemplate:input_type -> torpor.v1.GetRequest
+	8,  // 48: torpor.v1.TemplateService.RolloutTemplate:input_type -> torpor.v1.RolloutTemplateRequest
+	29, // 49: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
+	0,  // 50: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
+	1,  // 51: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
+	33, // 52: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
+	2,  // 53: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
+	26, // 54: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
+	0,  // 55: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
+	0,  // 56: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
+	0,  // 57: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
+	31, // 58: torpor.v1.ActorService.RevertActor:input_type -> torpor.v1.RevertActorRequest
+	39, // 59: torpor.v1.ActorService.StatActorFile:input_type -> torpor.v1.ActorFileRequest
+	39, // 60: torpor.v1.ActorService.ListActorFiles:input_type -> torpor.v1.ActorFileRequest
+	42, // 61: torpor.v1.ActorService.ReadActorFiles:input_type -> torpor.v1.ReadActorFilesRequest
+	44, // 62: torpor.v1.ActorService.WriteActorFiles:input_type -> torpor.v1.WriteActorFilesRequest
+	23, // 63: torpor.v1.ActorService.ReportActivity:input_type -> torpor.v1.ReportActivityRequest
+	13, // 64: torpor.v1.ActorService.ExecActor:input_type -> torpor.v1.ExecActorRequest
+	19, // 65: torpor.v1.ActorService.GetActorLogs:input_type -> torpor.v1.GetActorLogsRequest
+	0,  // 66: torpor.v1.ActorService.GetActorStats:input_type -> torpor.v1.GetRequest
+	34, // 67: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
+	0,  // 68: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
+	1,  // 69: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
+	2,  // 70: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
+	0,  // 71: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
+	1,  // 72: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
+	2,  // 73: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
+	36, // 74: torpor.v1.SnapshotService.TagSnapshot:input_type -> torpor.v1.TagSnapshotRequest
+	1,  // 75: torpor.v1.SnapshotService.ListSnapshotTags:input_type -> torpor.v1.ListRequest
+	2,  // 76: torpor.v1.SnapshotService.UntagSnapshot:input_type -> torpor.v1.DeleteRequest
+	46, // 77: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
+	46, // 78: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
+	5,  // 79: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
+	3,  // 80: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
+	47, // 81: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
+	47, // 82: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
+	12, // 83: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
+	3,  // 84: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
+	6,  // 85: torpor.v1.TemplateService.ListTemplateRevisions:output_type -> torpor.v1.ListTemplateRevisionsResponse
+	47, // 86: torpor.v1.TemplateService.RebuildTemplate:output_type -> torpor.v1.Template
+	9,  // 87: torpor.v1.TemplateService.RolloutTemplate:output_type -> torpor.v1.RolloutTemplateResponse
+	50, // 88: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
+	50, // 89: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
+	32, // 90: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
+	50, // 91: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
+	3,  // 92: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
+	50, // 93: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
+	50, // 94: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
+	50, // 95: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
+	28, // 96: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
+	50, // 97: torpor.v1.ActorService.RevertActor:output_type -> torpor.v1.Actor
+	40, // 98: torpor.v1.ActorService.StatActorFile:output_type -> torpor.v1.FileInfo
+	41, // 99: torpor.v1.ActorService.ListActorFiles:output_type -> torpor.v1.ListActorFilesResponse
+	43, // 100: torpor.v1.ActorService.ReadActorFiles:output_type -> torpor.v1.FileChunk
+	45, // 101: torpor.v1.ActorService.WriteActorFiles:output_type -> torpor.v1.WriteActorFilesResponse
+	25, // 102: torpor.v1.ActorService.ReportActivity:output_type -> torpor.v1.ReportActivityResponse
+	17, // 103: torpor.v1.ActorService.ExecActor:output_type -> torpor.v1.ExecOutput
+	20, // 104: torpor.v1.ActorService.GetActorLogs:output_type -> torpor.v1.GetActorLogsResponse
+	22, // 105: torpor.v1.ActorService.GetActorStats:output_type -> torpor.v1.ActorStats
+	52, // 106: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
+	52, // 107: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
+	35, // 108: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
+	3,  // 109: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
+	55, // 110: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
+	38, // 111: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
+	3,  // 112: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
+	54, // 113: torpor.v1.SnapshotService.TagSnapshot:output_type -> torpor.v1.SnapshotTag
+	37, // 114: torpor.v1.SnapshotService.ListSnapshotTags:output_type -> torpor.v1.ListSnapshotTagsResponse
+	3,  // 115: torpor.v1.SnapshotService.UntagSnapshot:output_type -> torpor.v1.DeleteResponse
+	77, // [77:116] is the sub-list for method output_type
+	38, // [38:77] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_services_proto_init() }
@@ -2770,7 +3232,7 @@ func file_torpor_v1_services_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_services_proto_rawDesc), len(file_torpor_v1_services_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -63,6 +63,18 @@ const (
 	NodeAgentServiceExecProcedure = "/torpor.v1.NodeAgentService/Exec"
 	// NodeAgentServiceLogsProcedure is the fully-qualified name of the NodeAgentService's Logs RPC.
 	NodeAgentServiceLogsProcedure = "/torpor.v1.NodeAgentService/Logs"
+	// NodeAgentServiceStatFileProcedure is the fully-qualified name of the NodeAgentService's StatFile
+	// RPC.
+	NodeAgentServiceStatFileProcedure = "/torpor.v1.NodeAgentService/StatFile"
+	// NodeAgentServiceListFilesProcedure is the fully-qualified name of the NodeAgentService's
+	// ListFiles RPC.
+	NodeAgentServiceListFilesProcedure = "/torpor.v1.NodeAgentService/ListFiles"
+	// NodeAgentServiceReadFilesProcedure is the fully-qualified name of the NodeAgentService's
+	// ReadFiles RPC.
+	NodeAgentServiceReadFilesProcedure = "/torpor.v1.NodeAgentService/ReadFiles"
+	// NodeAgentServiceWriteFilesProcedure is the fully-qualified name of the NodeAgentService's
+	// WriteFiles RPC.
+	NodeAgentServiceWriteFilesProcedure = "/torpor.v1.NodeAgentService/WriteFiles"
 )
 
 // NodeServiceClient is a client for the torpor.v1.NodeService service.
@@ -237,6 +249,12 @@ type NodeAgentServiceClient interface {
 	Exec(context.Context) *connect.BidiStreamForClient[v1.ExecRequest, v1.ExecOutput]
 	// Logs reads the actor's log on this node (see ActorService.GetActorLogs).
 	Logs(context.Context, *connect.Request[v1.LogsRequest]) (*connect.ServerStreamForClient[v1.GetActorLogsResponse], error)
+	// Files of the worker's running workload (see ActorService's file
+	// calls); each names the worker and the actor it must host.
+	StatFile(context.Context, *connect.Request[v1.NodeFileRequest]) (*connect.Response[v1.FileInfo], error)
+	ListFiles(context.Context, *connect.Request[v1.NodeFileRequest]) (*connect.Response[v1.ListActorFilesResponse], error)
+	ReadFiles(context.Context, *connect.Request[v1.NodeReadFilesRequest]) (*connect.ServerStreamForClient[v1.FileChunk], error)
+	WriteFiles(context.Context) *connect.ClientStreamForClient[v1.NodeWriteFilesRequest, v1.WriteActorFilesResponse]
 }
 
 // NewNodeAgentServiceClient constructs a client for the torpor.v1.NodeAgentService service. By
@@ -298,6 +316,30 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("Logs")),
 			connect.WithClientOptions(opts...),
 		),
+		statFile: connect.NewClient[v1.NodeFileRequest, v1.FileInfo](
+			httpClient,
+			baseURL+NodeAgentServiceStatFileProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("StatFile")),
+			connect.WithClientOptions(opts...),
+		),
+		listFiles: connect.NewClient[v1.NodeFileRequest, v1.ListActorFilesResponse](
+			httpClient,
+			baseURL+NodeAgentServiceListFilesProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("ListFiles")),
+			connect.WithClientOptions(opts...),
+		),
+		readFiles: connect.NewClient[v1.NodeReadFilesRequest, v1.FileChunk](
+			httpClient,
+			baseURL+NodeAgentServiceReadFilesProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("ReadFiles")),
+			connect.WithClientOptions(opts...),
+		),
+		writeFiles: connect.NewClient[v1.NodeWriteFilesRequest, v1.WriteActorFilesResponse](
+			httpClient,
+			baseURL+NodeAgentServiceWriteFilesProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("WriteFiles")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -311,6 +353,10 @@ type nodeAgentServiceClient struct {
 	warm       *connect.Client[v1.WarmRequest, v1.WarmResponse]
 	exec       *connect.Client[v1.ExecRequest, v1.ExecOutput]
 	logs       *connect.Client[v1.LogsRequest, v1.GetActorLogsResponse]
+	statFile   *connect.Client[v1.NodeFileRequest, v1.FileInfo]
+	listFiles  *connect.Client[v1.NodeFileRequest, v1.ListActorFilesResponse]
+	readFiles  *connect.Client[v1.NodeReadFilesRequest, v1.FileChunk]
+	writeFiles *connect.Client[v1.NodeWriteFilesRequest, v1.WriteActorFilesResponse]
 }
 
 // Run calls torpor.v1.NodeAgentService.Run.
@@ -353,6 +399,26 @@ func (c *nodeAgentServiceClient) Logs(ctx context.Context, req *connect.Request[
 	return c.logs.CallServerStream(ctx, req)
 }
 
+// StatFile calls torpor.v1.NodeAgentService.StatFile.
+func (c *nodeAgentServiceClient) StatFile(ctx context.Context, req *connect.Request[v1.NodeFileRequest]) (*connect.Response[v1.FileInfo], error) {
+	return c.statFile.CallUnary(ctx, req)
+}
+
+// ListFiles calls torpor.v1.NodeAgentService.ListFiles.
+func (c *nodeAgentServiceClient) ListFiles(ctx context.Context, req *connect.Request[v1.NodeFileRequest]) (*connect.Response[v1.ListActorFilesResponse], error) {
+	return c.listFiles.CallUnary(ctx, req)
+}
+
+// ReadFiles calls torpor.v1.NodeAgentService.ReadFiles.
+func (c *nodeAgentServiceClient) ReadFiles(ctx context.Context, req *connect.Request[v1.NodeReadFilesRequest]) (*connect.ServerStreamForClient[v1.FileChunk], error) {
+	return c.readFiles.CallServerStream(ctx, req)
+}
+
+// WriteFiles calls torpor.v1.NodeAgentService.WriteFiles.
+func (c *nodeAgentServiceClient) WriteFiles(ctx context.Context) *connect.ClientStreamForClient[v1.NodeWriteFilesRequest, v1.WriteActorFilesResponse] {
+	return c.writeFiles.CallClientStream(ctx)
+}
+
 // NodeAgentServiceHandler is an implementation of the torpor.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	// Run cold-boots the actor's workload on a worker (empty durable volumes,
@@ -373,6 +439,12 @@ type NodeAgentServiceHandler interface {
 	Exec(context.Context, *connect.BidiStream[v1.ExecRequest, v1.ExecOutput]) error
 	// Logs reads the actor's log on this node (see ActorService.GetActorLogs).
 	Logs(context.Context, *connect.Request[v1.LogsRequest], *connect.ServerStream[v1.GetActorLogsResponse]) error
+	// Files of the worker's running workload (see ActorService's file
+	// calls); each names the worker and the actor it must host.
+	StatFile(context.Context, *connect.Request[v1.NodeFileRequest]) (*connect.Response[v1.FileInfo], error)
+	ListFiles(context.Context, *connect.Request[v1.NodeFileRequest]) (*connect.Response[v1.ListActorFilesResponse], error)
+	ReadFiles(context.Context, *connect.Request[v1.NodeReadFilesRequest], *connect.ServerStream[v1.FileChunk]) error
+	WriteFiles(context.Context, *connect.ClientStream[v1.NodeWriteFilesRequest]) (*connect.Response[v1.WriteActorFilesResponse], error)
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -430,6 +502,30 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithSchema(nodeAgentServiceMethods.ByName("Logs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceStatFileHandler := connect.NewUnaryHandler(
+		NodeAgentServiceStatFileProcedure,
+		svc.StatFile,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("StatFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceListFilesHandler := connect.NewUnaryHandler(
+		NodeAgentServiceListFilesProcedure,
+		svc.ListFiles,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("ListFiles")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceReadFilesHandler := connect.NewServerStreamHandler(
+		NodeAgentServiceReadFilesProcedure,
+		svc.ReadFiles,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("ReadFiles")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceWriteFilesHandler := connect.NewClientStreamHandler(
+		NodeAgentServiceWriteFilesProcedure,
+		svc.WriteFiles,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("WriteFiles")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/torpor.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceRunProcedure:
@@ -448,6 +544,14 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceExecHandler.ServeHTTP(w, r)
 		case NodeAgentServiceLogsProcedure:
 			nodeAgentServiceLogsHandler.ServeHTTP(w, r)
+		case NodeAgentServiceStatFileProcedure:
+			nodeAgentServiceStatFileHandler.ServeHTTP(w, r)
+		case NodeAgentServiceListFilesProcedure:
+			nodeAgentServiceListFilesHandler.ServeHTTP(w, r)
+		case NodeAgentServiceReadFilesProcedure:
+			nodeAgentServiceReadFilesHandler.ServeHTTP(w, r)
+		case NodeAgentServiceWriteFilesProcedure:
+			nodeAgentServiceWriteFilesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -487,4 +591,20 @@ func (UnimplementedNodeAgentServiceHandler) Exec(context.Context, *connect.BidiS
 
 func (UnimplementedNodeAgentServiceHandler) Logs(context.Context, *connect.Request[v1.LogsRequest], *connect.ServerStream[v1.GetActorLogsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeAgentService.Logs is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) StatFile(context.Context, *connect.Request[v1.NodeFileRequest]) (*connect.Response[v1.FileInfo], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeAgentService.StatFile is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) ListFiles(context.Context, *connect.Request[v1.NodeFileRequest]) (*connect.Response[v1.ListActorFilesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeAgentService.ListFiles is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) ReadFiles(context.Context, *connect.Request[v1.NodeReadFilesRequest], *connect.ServerStream[v1.FileChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeAgentService.ReadFiles is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) WriteFiles(context.Context, *connect.ClientStream[v1.NodeWriteFilesRequest]) (*connect.Response[v1.WriteActorFilesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeAgentService.WriteFiles is not implemented"))
 }

@@ -99,6 +99,18 @@ const (
 	// ActorServiceRevertActorProcedure is the fully-qualified name of the ActorService's RevertActor
 	// RPC.
 	ActorServiceRevertActorProcedure = "/torpor.v1.ActorService/RevertActor"
+	// ActorServiceStatActorFileProcedure is the fully-qualified name of the ActorService's
+	// StatActorFile RPC.
+	ActorServiceStatActorFileProcedure = "/torpor.v1.ActorService/StatActorFile"
+	// ActorServiceListActorFilesProcedure is the fully-qualified name of the ActorService's
+	// ListActorFiles RPC.
+	ActorServiceListActorFilesProcedure = "/torpor.v1.ActorService/ListActorFiles"
+	// ActorServiceReadActorFilesProcedure is the fully-qualified name of the ActorService's
+	// ReadActorFiles RPC.
+	ActorServiceReadActorFilesProcedure = "/torpor.v1.ActorService/ReadActorFiles"
+	// ActorServiceWriteActorFilesProcedure is the fully-qualified name of the ActorService's
+	// WriteActorFiles RPC.
+	ActorServiceWriteActorFilesProcedure = "/torpor.v1.ActorService/WriteActorFiles"
 	// ActorServiceReportActivityProcedure is the fully-qualified name of the ActorService's
 	// ReportActivity RPC.
 	ActorServiceReportActivityProcedure = "/torpor.v1.ActorService/ReportActivity"
@@ -569,6 +581,21 @@ type ActorServiceClient interface {
 	// state: its running workload or local checkpoint and newer snapshots
 	// that no tag keeps. It ends RUNNING. Events record it.
 	RevertActor(context.Context, *connect.Request[v1.RevertActorRequest]) (*connect.Response[v1.Actor], error)
+	// Files in the actor's filesystem, as its workload sees them (root
+	// filesystem and volumes alike), resuming the actor first; each call is
+	// activity while it lasts. Paths are absolute; one with a ".." segment
+	// is refused. One call moves at most 1 GiB (docs/operations.md,
+	// "Files").
+	StatActorFile(context.Context, *connect.Request[v1.ActorFileRequest]) (*connect.Response[v1.FileInfo], error)
+	ListActorFiles(context.Context, *connect.Request[v1.ActorFileRequest]) (*connect.Response[v1.ListActorFilesResponse], error)
+	// ReadActorFiles streams a regular file's bytes, or with archive a tar
+	// of the path (a file, or a directory with everything under it).
+	ReadActorFiles(context.Context, *connect.Request[v1.ReadActorFilesRequest]) (*connect.ServerStreamForClient[v1.FileChunk], error)
+	// WriteActorFiles writes a regular file (created or replaced; its
+	// directory must exist), or with archive extracts a tar into the path
+	// (a directory, created if missing). The first request names the actor
+	// and the path; the data follows in that and later requests.
+	WriteActorFiles(context.Context) *connect.ClientStreamForClient[v1.WriteActorFilesRequest, v1.WriteActorFilesResponse]
 	// ReportActivity records the traffic a router served, in batches: the
 	// activity the idle policy and eviction go by. Routers only.
 	ReportActivity(context.Context, *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error)
@@ -658,6 +685,30 @@ func NewActorServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(actorServiceMethods.ByName("RevertActor")),
 			connect.WithClientOptions(opts...),
 		),
+		statActorFile: connect.NewClient[v1.ActorFileRequest, v1.FileInfo](
+			httpClient,
+			baseURL+ActorServiceStatActorFileProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("StatActorFile")),
+			connect.WithClientOptions(opts...),
+		),
+		listActorFiles: connect.NewClient[v1.ActorFileRequest, v1.ListActorFilesResponse](
+			httpClient,
+			baseURL+ActorServiceListActorFilesProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("ListActorFiles")),
+			connect.WithClientOptions(opts...),
+		),
+		readActorFiles: connect.NewClient[v1.ReadActorFilesRequest, v1.FileChunk](
+			httpClient,
+			baseURL+ActorServiceReadActorFilesProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("ReadActorFiles")),
+			connect.WithClientOptions(opts...),
+		),
+		writeActorFiles: connect.NewClient[v1.WriteActorFilesRequest, v1.WriteActorFilesResponse](
+			httpClient,
+			baseURL+ActorServiceWriteActorFilesProcedure,
+			connect.WithSchema(actorServiceMethods.ByName("WriteActorFiles")),
+			connect.WithClientOptions(opts...),
+		),
 		reportActivity: connect.NewClient[v1.ReportActivityRequest, v1.ReportActivityResponse](
 			httpClient,
 			baseURL+ActorServiceReportActivityProcedure,
@@ -697,6 +748,10 @@ type actorServiceClient struct {
 	pauseActor      *connect.Client[v1.GetRequest, v1.Actor]
 	listActorEvents *connect.Client[v1.GetRequest, v1.ListActorEventsResponse]
 	revertActor     *connect.Client[v1.RevertActorRequest, v1.Actor]
+	statActorFile   *connect.Client[v1.ActorFileRequest, v1.FileInfo]
+	listActorFiles  *connect.Client[v1.ActorFileRequest, v1.ListActorFilesResponse]
+	readActorFiles  *connect.Client[v1.ReadActorFilesRequest, v1.FileChunk]
+	writeActorFiles *connect.Client[v1.WriteActorFilesRequest, v1.WriteActorFilesResponse]
 	reportActivity  *connect.Client[v1.ReportActivityRequest, v1.ReportActivityResponse]
 	execActor       *connect.Client[v1.ExecActorRequest, v1.ExecOutput]
 	getActorLogs    *connect.Client[v1.GetActorLogsRequest, v1.GetActorLogsResponse]
@@ -753,6 +808,26 @@ func (c *actorServiceClient) RevertActor(ctx context.Context, req *connect.Reque
 	return c.revertActor.CallUnary(ctx, req)
 }
 
+// StatActorFile calls torpor.v1.ActorService.StatActorFile.
+func (c *actorServiceClient) StatActorFile(ctx context.Context, req *connect.Request[v1.ActorFileRequest]) (*connect.Response[v1.FileInfo], error) {
+	return c.statActorFile.CallUnary(ctx, req)
+}
+
+// ListActorFiles calls torpor.v1.ActorService.ListActorFiles.
+func (c *actorServiceClient) ListActorFiles(ctx context.Context, req *connect.Request[v1.ActorFileRequest]) (*connect.Response[v1.ListActorFilesResponse], error) {
+	return c.listActorFiles.CallUnary(ctx, req)
+}
+
+// ReadActorFiles calls torpor.v1.ActorService.ReadActorFiles.
+func (c *actorServiceClient) ReadActorFiles(ctx context.Context, req *connect.Request[v1.ReadActorFilesRequest]) (*connect.ServerStreamForClient[v1.FileChunk], error) {
+	return c.readActorFiles.CallServerStream(ctx, req)
+}
+
+// WriteActorFiles calls torpor.v1.ActorService.WriteActorFiles.
+func (c *actorServiceClient) WriteActorFiles(ctx context.Context) *connect.ClientStreamForClient[v1.WriteActorFilesRequest, v1.WriteActorFilesResponse] {
+	return c.writeActorFiles.CallClientStream(ctx)
+}
+
 // ReportActivity calls torpor.v1.ActorService.ReportActivity.
 func (c *actorServiceClient) ReportActivity(ctx context.Context, req *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error) {
 	return c.reportActivity.CallUnary(ctx, req)
@@ -795,6 +870,21 @@ type ActorServiceHandler interface {
 	// state: its running workload or local checkpoint and newer snapshots
 	// that no tag keeps. It ends RUNNING. Events record it.
 	RevertActor(context.Context, *connect.Request[v1.RevertActorRequest]) (*connect.Response[v1.Actor], error)
+	// Files in the actor's filesystem, as its workload sees them (root
+	// filesystem and volumes alike), resuming the actor first; each call is
+	// activity while it lasts. Paths are absolute; one with a ".." segment
+	// is refused. One call moves at most 1 GiB (docs/operations.md,
+	// "Files").
+	StatActorFile(context.Context, *connect.Request[v1.ActorFileRequest]) (*connect.Response[v1.FileInfo], error)
+	ListActorFiles(context.Context, *connect.Request[v1.ActorFileRequest]) (*connect.Response[v1.ListActorFilesResponse], error)
+	// ReadActorFiles streams a regular file's bytes, or with archive a tar
+	// of the path (a file, or a directory with everything under it).
+	ReadActorFiles(context.Context, *connect.Request[v1.ReadActorFilesRequest], *connect.ServerStream[v1.FileChunk]) error
+	// WriteActorFiles writes a regular file (created or replaced; its
+	// directory must exist), or with archive extracts a tar into the path
+	// (a directory, created if missing). The first request names the actor
+	// and the path; the data follows in that and later requests.
+	WriteActorFiles(context.Context, *connect.ClientStream[v1.WriteActorFilesRequest]) (*connect.Response[v1.WriteActorFilesResponse], error)
 	// ReportActivity records the traffic a router served, in batches: the
 	// activity the idle policy and eviction go by. Routers only.
 	ReportActivity(context.Context, *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error)
@@ -880,6 +970,30 @@ func NewActorServiceHandler(svc ActorServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(actorServiceMethods.ByName("RevertActor")),
 		connect.WithHandlerOptions(opts...),
 	)
+	actorServiceStatActorFileHandler := connect.NewUnaryHandler(
+		ActorServiceStatActorFileProcedure,
+		svc.StatActorFile,
+		connect.WithSchema(actorServiceMethods.ByName("StatActorFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	actorServiceListActorFilesHandler := connect.NewUnaryHandler(
+		ActorServiceListActorFilesProcedure,
+		svc.ListActorFiles,
+		connect.WithSchema(actorServiceMethods.ByName("ListActorFiles")),
+		connect.WithHandlerOptions(opts...),
+	)
+	actorServiceReadActorFilesHandler := connect.NewServerStreamHandler(
+		ActorServiceReadActorFilesProcedure,
+		svc.ReadActorFiles,
+		connect.WithSchema(actorServiceMethods.ByName("ReadActorFiles")),
+		connect.WithHandlerOptions(opts...),
+	)
+	actorServiceWriteActorFilesHandler := connect.NewClientStreamHandler(
+		ActorServiceWriteActorFilesProcedure,
+		svc.WriteActorFiles,
+		connect.WithSchema(actorServiceMethods.ByName("WriteActorFiles")),
+		connect.WithHandlerOptions(opts...),
+	)
 	actorServiceReportActivityHandler := connect.NewUnaryHandler(
 		ActorServiceReportActivityProcedure,
 		svc.ReportActivity,
@@ -926,6 +1040,14 @@ func NewActorServiceHandler(svc ActorServiceHandler, opts ...connect.HandlerOpti
 			actorServiceListActorEventsHandler.ServeHTTP(w, r)
 		case ActorServiceRevertActorProcedure:
 			actorServiceRevertActorHandler.ServeHTTP(w, r)
+		case ActorServiceStatActorFileProcedure:
+			actorServiceStatActorFileHandler.ServeHTTP(w, r)
+		case ActorServiceListActorFilesProcedure:
+			actorServiceListActorFilesHandler.ServeHTTP(w, r)
+		case ActorServiceReadActorFilesProcedure:
+			actorServiceReadActorFilesHandler.ServeHTTP(w, r)
+		case ActorServiceWriteActorFilesProcedure:
+			actorServiceWriteActorFilesHandler.ServeHTTP(w, r)
 		case ActorServiceReportActivityProcedure:
 			actorServiceReportActivityHandler.ServeHTTP(w, r)
 		case ActorServiceExecActorProcedure:
@@ -981,6 +1103,22 @@ func (UnimplementedActorServiceHandler) ListActorEvents(context.Context, *connec
 
 func (UnimplementedActorServiceHandler) RevertActor(context.Context, *connect.Request[v1.RevertActorRequest]) (*connect.Response[v1.Actor], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.RevertActor is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) StatActorFile(context.Context, *connect.Request[v1.ActorFileRequest]) (*connect.Response[v1.FileInfo], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.StatActorFile is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) ListActorFiles(context.Context, *connect.Request[v1.ActorFileRequest]) (*connect.Response[v1.ListActorFilesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.ListActorFiles is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) ReadActorFiles(context.Context, *connect.Request[v1.ReadActorFilesRequest], *connect.ServerStream[v1.FileChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.ReadActorFiles is not implemented"))
+}
+
+func (UnimplementedActorServiceHandler) WriteActorFiles(context.Context, *connect.ClientStream[v1.WriteActorFilesRequest]) (*connect.Response[v1.WriteActorFilesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.ActorService.WriteActorFiles is not implemented"))
 }
 
 func (UnimplementedActorServiceHandler) ReportActivity(context.Context, *connect.Request[v1.ReportActivityRequest]) (*connect.Response[v1.ReportActivityResponse], error) {
