@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
-
-	"connectrpc.com/connect"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -77,7 +73,8 @@ func (f templateFlag) into(spec *torporv1.ActorSpec) error {
 func newActorCreateCommand(a *app) *cobra.Command {
 	var spec torporv1.ActorSpec
 	var tf templateFlag
-	var wait time.Duration
+	var wait waitFlags
+	var labels map[string]string
 	var fork forkFlags
 	cmd := &cobra.Command{
 		Use:   "create NAME (--template TEMPLATE[@REV] | --from ACTOR | --from-tag [SPACE/]TAG)",
@@ -106,7 +103,7 @@ func newActorCreateCommand(a *app) *cobra.Command {
 				return err
 			}
 			actor, err := call(cmd.Context(), c.actors.CreateActor, &torporv1.CreateActorRequest{Actor: &torporv1.Actor{
-				Metadata: &torporv1.ObjectMeta{Space: a.space, Name: args[0]},
+				Metadata: &torporv1.ObjectMeta{Space: a.space, Name: args[0], Labels: labels},
 				Spec:     &spec,
 			}, From: from, AllowStateLoss: fork.allowStateLoss})
 			if err != nil {
@@ -124,8 +121,8 @@ func newActorCreateCommand(a *app) *cobra.Command {
 				return err
 			}
 			if phase := t.GetStatus().GetPhase(); phase != torporv1.TemplatePhase_TEMPLATE_PHASE_READY {
-				if wait > 0 {
-					return waitForGolden(cmd.Context(), cmd.ErrOrStderr(), c, t, wait)
+				if wait.on {
+					return waitForGolden(cmd.Context(), cmd.ErrOrStderr(), c, t, wait.timeout)
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: the golden snapshot of template/%s is %s: until it is READY the actor cold-boots on its first resume (--wait waits for it)\n", rev, enumName(phase))
 			}
@@ -134,8 +131,8 @@ func newActorCreateCommand(a *app) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&tf.ref, "template", "", "template in the actor's space: NAME (its latest revision) or NAME@REV; with --from, default: the snapshot's revision")
 	cmd.Flags().StringToStringVar(&spec.WorkerSelector, "selector", nil, "labels a worker must carry to host the actor (k=v,...)")
-	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the revision's golden snapshot, printing its progress")
-	cmd.Flags().Lookup("wait").NoOptDefVal = "5m"
+	cmd.Flags().StringToStringVarP(&labels, "labels", "l", nil, "the actor's labels (k=v,...; list -l selects by them)")
+	wait.register(cmd, "the revision's golden snapshot is ready, printing its progress")
 	fork.register(cmd)
 	return cmd
 }
@@ -194,90 +191,3 @@ func newActorUpdateCommand(a *app) *cobra.Command {
 	return cmd
 }
 
-func newActorResumeCommand(a *app) *cobra.Command {
-	var req torporv1.ResumeActorRequest
-	cmd := &cobra.Command{
-		Use:   "resume NAME",
-		Short: "Bring an actor to RUNNING on a free worker (normally the router does this on demand)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.clients()
-			if err != nil {
-				return err
-			}
-			req.Space, req.Name = a.space, args[0]
-			actor, err := call(cmd.Context(), c.actors.ResumeActor, &req)
-			if err != nil {
-				return err
-			}
-			return actorKind.printChanged(cmd.OutOrStdout(), a.output, actor, "resumed")
-		},
-	}
-	cmd.Flags().BoolVar(&req.Boot, "boot", false, "cold-boot an actor that has no state instead of restoring the golden snapshot")
-	cmd.Flags().StringVar(&req.Snapshot, "snapshot", "", "restore this kept snapshot instead of the latest")
-	cmd.Flags().BoolVar(&req.AllowStateLoss, "allow-state-loss", false, "accept restoring a snapshot taken under another template revision that loses state (named in the refusal)")
-	return cmd
-}
-
-// actorStep is an RPC that moves one actor, named by a GetRequest.
-type actorStep func(context.Context, *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error)
-
-func newActorCheckpointCommand(a *app, verb, past, short string, rpc func(*clients) actorStep) *cobra.Command {
-	return &cobra.Command{
-		Use:   verb + " NAME",
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.clients()
-			if err != nil {
-				return err
-			}
-			actor, err := call(cmd.Context(), rpc(c), &torporv1.GetRequest{Space: a.space, Name: args[0]})
-			if err != nil {
-				return err
-			}
-			return actorKind.printChanged(cmd.OutOrStdout(), a.output, actor, past)
-		},
-	}
-}
-
-func newActorEventsCommand(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "events NAME",
-		Short: "Show an actor's state history",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.clients()
-			if err != nil {
-				return err
-			}
-			resp, err := call(cmd.Context(), c.actors.ListActorEvents, &torporv1.GetRequest{Space: a.space, Name: args[0]})
-			if err != nil {
-				return err
-			}
-			if a.output != formatTable {
-				return printMessages(cmd.OutOrStdout(), a.output, []proto.Message{resp}, false)
-			}
-			if len(resp.GetEvents()) == 0 {
-				_, err := fmt.Fprintln(cmd.ErrOrStderr(), "No events found.")
-				return err
-			}
-			rows := make([][]string, len(resp.GetEvents()))
-			for i, e := range resp.GetEvents() {
-				var took string
-				if e.GetDurationMs() > 0 {
-					took = (time.Duration(e.GetDurationMs()) * time.Millisecond).String()
-				}
-				rows[i] = []string{
-					e.GetTime().AsTime().Local().Format(time.DateTime),
-					enumName(e.GetFromState()),
-					enumName(e.GetToState()),
-					e.GetWorker(),
-					took,
-					e.GetReason(),
-				}
-			}
-			return printTable(cmd.OutOrStdout(), []string{"TIME", "FROM", "TO", "WORKER", "TOOK", "REASON"}, rows)
-		},
-	}
-}

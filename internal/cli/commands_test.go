@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,11 +12,13 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/client"
+	"github.com/torpor-dev/torpor/internal/enum"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
 
@@ -87,6 +90,24 @@ func decodeAs(t *testing.T, format, out string, msg proto.Message) {
 		if data, err = yaml.YAMLToJSON(data); err != nil {
 			t.Fatalf("output is not YAML: %v\n%s", err, out)
 		}
+	}
+	// The output names enum values as the tables do; protojson wants
+	// their full names.
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	renameEnums(v, msg.ProtoReflect().Descriptor(), func(ed protoreflect.EnumDescriptor, name string) string {
+		if strings.HasPrefix(name, enum.Prefix(ed)) {
+			t.Errorf("output has the enum value %s, want its short name", name)
+		}
+		return enum.Prefix(ed) + name
+	})
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := protojson.Unmarshal(data, msg); err != nil {
 		t.Fatalf("output is not a %s: %v\n%s", msg.ProtoReflect().Descriptor().Name(), err, out)
@@ -400,10 +421,20 @@ func TestSnapshotCommands(t *testing.T) {
 		SizeBytes:    512,
 		Node:         "n1",
 	})
+	// A golden build's snapshot is recorded under its revision's uid.
+	fake.snapshots.put(&torporv1.Snapshot{
+		Metadata:     &torporv1.ObjectMeta{Space: "default", Name: "g-1"},
+		ActorUid:     "rev-uid",
+		TemplateUid:  "rev-uid",
+		Scope:        torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
+		TemplateName: "counter@1",
+		SizeBytes:    1 << 20,
+	})
 	equalText(t, "list", ok(t, url, "snapshot", "list"),
-		"NAME   ACTOR   SCOPE   TEMPLATE   SIZE      NODE     AGE\n"+
-			"s-1    a1      FULL    counter    3.0 MiB   <none>   3h\n"+
-			"s-2    a1      DATA    counter    512 B     n1       3h\n")
+		"NAME   KIND     ACTOR    SCOPE   TEMPLATE    SIZE      NODE     AGE\n"+
+			"g-1    golden   <none>   FULL    counter@1   1.0 MiB   <none>   3h\n"+
+			"s-1    actor    a1       FULL    counter     3.0 MiB   <none>   3h\n"+
+			"s-2    actor    a1       DATA    counter     512 B     n1       3h\n")
 	var got torporv1.Snapshot
 	decodeAs(t, formatYAML, ok(t, url, "snapshot", "get", "s-1", "-o", "yaml"), &got)
 	if !proto.Equal(&got, snap) {
@@ -497,7 +528,7 @@ func TestErrors(t *testing.T) {
 		want string // prefix of stderr
 	}{
 		{"unreachable server", []string{"--server", "http://127.0.0.1:1", "space", "list"}, "Error: unavailable: "},
-		{"bad output format", []string{"space", "list", "-o", "xml"}, "Error: -o \"xml\": want table, json or yaml\n"},
+		{"bad output format", []string{"space", "list", "-o", "xml"}, "Error: -o \"xml\": want table, wide, name, json or yaml\n"},
 		{"unknown command", []string{"spaces", "frobnicate"}, "Error: unknown command \"frobnicate\""},
 		{"missing file", []string{"template", "apply", "-f", "/nonexistent.yaml"}, "Error: read templates: open /nonexistent.yaml: no such file or directory\n"},
 		{"missing name", []string{"actor", "describe"}, "Error: requires at least 1 arg(s)"},

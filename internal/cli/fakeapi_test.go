@@ -135,6 +135,8 @@ type fakeAPI struct {
 	mu      sync.Mutex
 	updates []*torporv1.UpdateActorRequest
 	resumes []*torporv1.ResumeActorRequest
+	// noFreeWorker is how many resumes to refuse for lack of a worker.
+	noFreeWorker int
 	events  []*torporv1.ActorEvent
 }
 
@@ -280,7 +282,14 @@ func (f *fakeAPI) DeleteActor(_ context.Context, r *connect.Request[torporv1.Del
 func (f *fakeAPI) ResumeActor(_ context.Context, r *connect.Request[torporv1.ResumeActorRequest]) (*connect.Response[torporv1.Actor], error) {
 	f.mu.Lock()
 	f.resumes = append(f.resumes, r.Msg)
+	refuse := f.noFreeWorker > 0
+	if refuse {
+		f.noFreeWorker--
+	}
 	f.mu.Unlock()
+	if refuse {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("no free worker for actor %s/%s", r.Msg.GetSpace(), r.Msg.GetName()))
+	}
 	return f.setState(r.Msg.GetSpace(), r.Msg.GetName(), torporv1.ActorState_ACTOR_STATE_RUNNING)
 }
 

@@ -22,21 +22,23 @@ import (
 const none = "<none>"
 
 // printMessages writes messages as JSON or YAML: one message as itself,
-// several (or a listing) as {"items": [...]}.
+// several (or a listing) as {"items": [...]}. Enum values read as the
+// tables show them (RUNNING, not ACTOR_STATE_RUNNING), as template files
+// take them.
 func printMessages(w io.Writer, format string, msgs []proto.Message, asList bool) error {
 	var doc []byte
 	if len(msgs) == 1 && !asList {
-		b, err := protojson.Marshal(msgs[0])
+		b, err := marshalShort(msgs[0])
 		if err != nil {
-			return fmt.Errorf("encode %s: %w", msgs[0].ProtoReflect().Descriptor().Name(), err)
+			return err
 		}
 		doc = b
 	} else {
 		items := make([]json.RawMessage, len(msgs))
 		for i, m := range msgs {
-			b, err := protojson.Marshal(m)
+			b, err := marshalShort(m)
 			if err != nil {
-				return fmt.Errorf("encode %s: %w", m.ProtoReflect().Descriptor().Name(), err)
+				return err
 			}
 			items[i] = b
 		}
@@ -67,10 +69,76 @@ func printMessages(w io.Writer, format string, msgs []proto.Message, asList bool
 	return err
 }
 
-// printTable writes rows under headers in aligned columns, kubectl style.
+// marshalShort is m in protojson with its enum values' short names.
+func marshalShort(m proto.Message) ([]byte, error) {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", m.ProtoReflect().Descriptor().Name(), err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber() // keeps numbers as protojson wrote them
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", m.ProtoReflect().Descriptor().Name(), err)
+	}
+	renameEnums(v, m.ProtoReflect().Descriptor(), func(ed protoreflect.EnumDescriptor, name string) string {
+		return strings.TrimPrefix(name, enum.Prefix(ed))
+	})
+	return json.Marshal(v)
+}
+
+// renameEnums renames, in place, the enum values of v, the protojson
+// form of a message of type md.
+func renameEnums(v any, md protoreflect.MessageDescriptor, rename func(protoreflect.EnumDescriptor, string) string) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return // a well-known type's own JSON form (a timestamp's string)
+	}
+	for key, val := range obj {
+		fd := md.Fields().ByJSONName(key)
+		if fd == nil {
+			continue
+		}
+		if fd.IsMap() {
+			fd = fd.MapValue()
+		}
+		each := func(val any) any {
+			switch {
+			case fd.Enum() != nil:
+				if name, ok := val.(string); ok {
+					return rename(fd.Enum(), name)
+				}
+			case fd.Message() != nil:
+				renameEnums(val, fd.Message(), rename)
+			}
+			return val
+		}
+		switch vals := val.(type) {
+		case []any:
+			for i := range vals {
+				vals[i] = each(vals[i])
+			}
+		case map[string]any:
+			if md.Fields().ByJSONName(key).IsMap() {
+				for k := range vals {
+					vals[k] = each(vals[k])
+				}
+			} else {
+				each(vals)
+			}
+		default:
+			obj[key] = each(val)
+		}
+	}
+}
+
+// printTable writes rows under headers (none: rows alone) in aligned
+// columns, kubectl style.
 func printTable(w io.Writer, headers []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(headers, "\t"))
+	if headers != nil {
+		fmt.Fprintln(tw, strings.Join(headers, "\t"))
+	}
 	for _, row := range rows {
 		cells := make([]string, len(row))
 		for i, c := range row {

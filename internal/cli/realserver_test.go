@@ -234,7 +234,7 @@ func TestLoginAgainstRealServer(t *testing.T) {
 	}
 	saved := func() *x509.Certificate {
 		t.Helper()
-		creds, err := (&identity.Member{File: conn.Credentials}).LoadCredentials()
+		creds, err := (&identity.Member{Kind: identity.MemberClient, Name: conn.Client, File: conn.Credentials}).LoadCredentials()
 		if err != nil {
 			t.Fatal(err)
 		}

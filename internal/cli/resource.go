@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -34,6 +37,8 @@ type kind[T object] struct {
 	// defaultSpace, when set, replaces the --space default for this kind.
 	defaultSpace string
 	columns      []column[T]
+	// wide are more columns for -o wide, before LABELS.
+	wide []column[T]
 	get          func(context.Context, *clients, *torporv1.GetRequest) (T, error)
 	list         func(context.Context, *clients, *torporv1.ListRequest) (items []T, nextPage string, err error)
 	delete       func(context.Context, *clients, *torporv1.DeleteRequest) error
@@ -88,24 +93,32 @@ func (k *kind[T]) getCommand(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return k.print(cmd, a.output, items, true, false)
+				return k.print(cmd, a, items, true, false)
 			}
 			items, err := k.getEach(cmd.Context(), c, k.space(a), names)
 			if err != nil {
 				return err
 			}
-			return k.print(cmd, a.output, items, len(names) > 1, false)
+			return k.print(cmd, a, items, len(names) > 1, false)
 		},
 	}
 }
 
 func (k *kind[T]) listCommand(a *app) *cobra.Command {
-	var allSpaces bool
+	var (
+		allSpaces bool
+		labels    string
+		watch     bool
+	)
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List " + k.plural,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			sel, err := parseSelector(labels)
+			if err != nil {
+				return err
+			}
 			c, err := a.clients()
 			if err != nil {
 				return err
@@ -114,16 +127,25 @@ func (k *kind[T]) listCommand(a *app) *cobra.Command {
 			if allSpaces {
 				space = ""
 			}
-			items, err := k.listAll(cmd.Context(), c, space)
+			list := func() ([]T, error) {
+				items, err := k.listAll(cmd.Context(), c, space)
+				return filter(sel, items), err
+			}
+			items, err := list()
 			if err != nil {
 				return err
 			}
-			return k.print(cmd, a.output, items, true, allSpaces)
+			if err := k.print(cmd, a, items, true, allSpaces); err != nil || !watch {
+				return err
+			}
+			return k.watch(cmd, a, list, items, allSpaces)
 		},
 	}
 	if k.spaced {
 		cmd.Flags().BoolVarP(&allSpaces, "all-spaces", "A", false, "list "+k.plural+" in every space")
 	}
+	cmd.Flags().StringVarP(&labels, "labels", "l", "", "only "+k.plural+" whose labels match: k=v, k!=v, k (has it), !k (has it not), joined by commas")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after the list, print "+k.plural+" as they change, until interrupted")
 	return cmd
 }
 
@@ -156,20 +178,20 @@ func (k *kind[T]) describeCommand(a *app) *cobra.Command {
 func (k *kind[T]) deleteCommand(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete NAME...",
-		Short: "Delete " + k.plural,
+		Short: "Delete " + k.plural + " (each one named; a failure does not stop the others)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			c, err := a.clients()
 			if err != nil {
 				return err
 			}
-			for _, name := range names {
+			return eachName(cmd, k.name, k.plural, names, func(name string) error {
 				if err := k.delete(cmd.Context(), c, &torporv1.DeleteRequest{Space: k.space(a), Name: name}); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s/%s deleted\n", k.name, name)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 }
@@ -205,28 +227,48 @@ func (k *kind[T]) listAll(ctx context.Context, c *clients, space string) ([]T, e
 
 // print shows items in the -o format; withSpace adds a SPACE column to
 // tables listing several spaces.
-func (k *kind[T]) print(cmd *cobra.Command, format string, items []T, asList, withSpace bool) error {
-	w := cmd.OutOrStdout()
-	if format != formatTable {
-		msgs := make([]proto.Message, len(items))
-		for i, item := range items {
-			msgs[i] = item
-		}
-		return printMessages(w, format, msgs, asList)
-	}
-	if len(items) == 0 && asList {
+func (k *kind[T]) print(cmd *cobra.Command, a *app, items []T, asList, withSpace bool) error {
+	if len(items) == 0 && asList && a.output == formatTable {
 		// Like kubectl, on stderr, so a script reading stdout sees nothing.
 		_, err := fmt.Fprintf(cmd.ErrOrStderr(), "No %s found.\n", k.plural)
 		return err
 	}
-	headers := []string{"NAME"}
-	if withSpace {
-		headers = append(headers, "SPACE")
+	return k.printItems(cmd.OutOrStdout(), a, items, asList, withSpace, true)
+}
+
+// printItems writes items in the -o format, tables with their header row
+// or without (a watch's later rows).
+func (k *kind[T]) printItems(w io.Writer, a *app, items []T, asList, withSpace, header bool) error {
+	switch {
+	case a.output != formatTable:
+		msgs := make([]proto.Message, len(items))
+		for i, item := range items {
+			msgs[i] = item
+		}
+		return printMessages(w, a.output, msgs, asList)
+	case a.style == formatName:
+		for _, item := range items {
+			if _, err := fmt.Fprintf(w, "%s/%s\n", k.name, item.GetMetadata().GetName()); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	for _, col := range k.columns {
-		headers = append(headers, col.header)
+	columns := k.columns
+	if a.style == formatWide {
+		columns = append(append(slices.Clip(columns), k.wide...), column[T]{"LABELS", func(item T) string { return formatLabels(item.GetMetadata().GetLabels()) }})
 	}
-	headers = append(headers, "AGE")
+	var headers []string
+	if header {
+		headers = []string{"NAME"}
+		if withSpace {
+			headers = append(headers, "SPACE")
+		}
+		for _, col := range columns {
+			headers = append(headers, col.header)
+		}
+		headers = append(headers, "AGE")
+	}
 	now := time.Now()
 	rows := make([][]string, len(items))
 	for i, item := range items {
@@ -234,12 +276,21 @@ func (k *kind[T]) print(cmd *cobra.Command, format string, items []T, asList, wi
 		if withSpace {
 			row = append(row, item.GetMetadata().GetSpace())
 		}
-		for _, col := range k.columns {
+		for _, col := range columns {
 			row = append(row, col.value(item))
 		}
 		rows[i] = append(row, age(item.GetMetadata().GetCreateTime(), now))
 	}
 	return printTable(w, headers, rows)
+}
+
+// formatLabels is k=v,... in key order.
+func formatLabels(labels map[string]string) string {
+	pairs := make([]string, 0, len(labels))
+	for _, key := range slices.Sorted(maps.Keys(labels)) {
+		pairs = append(pairs, key+"="+labels[key])
+	}
+	return strings.Join(pairs, ",")
 }
 
 // printChanged reports a create or update: "actor/NAME created" for

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
@@ -20,6 +19,10 @@ const (
 	formatTable = "table"
 	formatJSON  = "json"
 	formatYAML  = "yaml"
+	// wide and name are table styles: listings add columns, or print
+	// KIND/NAME alone; other output shows them as a table.
+	formatWide = "wide"
+	formatName = "name"
 )
 
 // app holds what the global flags select, read when a command runs (after
@@ -33,6 +36,9 @@ type app struct {
 	// own, like workers, use it only then).
 	spaceSet bool
 	output   string
+	// style is formatWide or formatName when -o chose one (output is
+	// then formatTable).
+	style string
 }
 
 // clients are the API services, bound to one server address.
@@ -81,8 +87,11 @@ func NewRoot() *cobra.Command {
 			switch a.output {
 			case formatTable, formatJSON, formatYAML:
 				return nil
+			case formatWide, formatName:
+				a.style, a.output = a.output, formatTable
+				return nil
 			}
-			return fmt.Errorf("-o %q: want table, json or yaml", a.output)
+			return fmt.Errorf("-o %q: want table, wide, name, json or yaml", a.output)
 		},
 	}
 	flags := root.PersistentFlags()
@@ -90,7 +99,7 @@ func NewRoot() *cobra.Command {
 	flags.StringVar(&a.caFlag, "ca", "", "file of the CA certificate (PEM) the server's certificate must chain to (default: $TORPOR_CA, else ca: in the client config file, else the system's roots)")
 	flags.StringVar(&a.tokenFlag, "token", "", "API token (default: $TORPOR_TOKEN, else token: in the client config file)")
 	flags.StringVar(&a.space, "space", "default", "space of the objects to act on")
-	flags.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
+	flags.StringVarP(&a.output, "output", "o", formatTable, "output format: table, wide (more columns), name (KIND/NAME lines), json or yaml")
 	root.AddCommand(
 		newSpaceCommand(a),
 		newTemplateCommand(a),
@@ -117,11 +126,6 @@ func Execute(ctx context.Context, root *cobra.Command, args []string) int {
 	if errors.As(err, &exit) {
 		return int(exit)
 	}
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		fmt.Fprintf(root.ErrOrStderr(), "Error: %s: %s\n", ce.Code(), ce.Message())
-	} else {
-		fmt.Fprintf(root.ErrOrStderr(), "Error: %v\n", err)
-	}
+	fmt.Fprintf(root.ErrOrStderr(), "Error: %s\n", errorText(err))
 	return 1
 }

@@ -14,6 +14,7 @@ var snapshotKind = &kind[*torporv1.Snapshot]{
 	plural: "snapshots",
 	spaced: true,
 	columns: []column[*torporv1.Snapshot]{
+		{"KIND", snapshotKindOf},
 		{"ACTOR", (*torporv1.Snapshot).GetActorName},
 		{"SCOPE", func(s *torporv1.Snapshot) string { return enumName(s.GetScope()) }},
 		{"TEMPLATE", (*torporv1.Snapshot).GetTemplateName},
@@ -31,6 +32,15 @@ var snapshotKind = &kind[*torporv1.Snapshot]{
 		_, err := call(ctx, c.snapshots.DeleteSnapshot, req)
 		return err
 	},
+}
+
+// snapshotKindOf tells a template revision's golden snapshot, which its
+// golden build writes under the revision's own uid, from an actor's.
+func snapshotKindOf(s *torporv1.Snapshot) string {
+	if s.GetActorUid() != "" && s.GetActorUid() == s.GetTemplateUid() {
+		return "golden"
+	}
+	return "actor"
 }
 
 // Snapshots are written by checkpoints only, so there is no create.

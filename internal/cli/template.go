@@ -55,7 +55,7 @@ func newTemplateCommand(a *app) *cobra.Command {
 
 func newTemplateApplyCommand(a *app) *cobra.Command {
 	var files []string
-	var wait time.Duration
+	var wait waitFlags
 	cmd := &cobra.Command{
 		Use:     "apply -f FILE",
 		Aliases: []string{"create"},
@@ -90,8 +90,8 @@ func newTemplateApplyCommand(a *app) *cobra.Command {
 				if err := templateKind.printChanged(cmd.OutOrStdout(), a.output, t, verb); err != nil {
 					return err
 				}
-				if wait > 0 {
-					if err := waitForGolden(cmd.Context(), cmd.ErrOrStderr(), c, t, wait); err != nil {
+				if wait.on {
+					if err := waitForGolden(cmd.Context(), cmd.ErrOrStderr(), c, t, wait.timeout); err != nil {
 						return err
 					}
 				}
@@ -100,8 +100,7 @@ func newTemplateApplyCommand(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "template YAML file, - for stdin (repeatable)")
-	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for each template's golden snapshot, printing its progress (e.g. --wait 2m)")
-	cmd.Flags().Lookup("wait").NoOptDefVal = "5m"
+	wait.register(cmd, "each template's golden snapshot is ready, printing its progress")
 	_ = cmd.MarkFlagRequired("filename") // the flag exists: cannot fail
 	return cmd
 }
@@ -322,7 +321,7 @@ func newTemplateRolloutCommand(a *app) *cobra.Command {
 }
 
 func newTemplateRebuildCommand(a *app) *cobra.Command {
-	var wait time.Duration
+	var wait waitFlags
 	cmd := &cobra.Command{
 		Use:   "rebuild NAME[@REV]",
 		Short: "Build the golden snapshot of a FAILED template revision again (default: the latest)",
@@ -339,13 +338,12 @@ func newTemplateRebuildCommand(a *app) *cobra.Command {
 			if err := templateKind.printChanged(cmd.OutOrStdout(), a.output, t, "rebuilding revision "+strconv.FormatInt(t.GetStatus().GetRevision(), 10)); err != nil {
 				return err
 			}
-			if wait > 0 {
-				return waitForGolden(cmd.Context(), cmd.ErrOrStderr(), c, t, wait)
+			if wait.on {
+				return waitForGolden(cmd.Context(), cmd.ErrOrStderr(), c, t, wait.timeout)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the golden snapshot, printing its progress")
-	cmd.Flags().Lookup("wait").NoOptDefVal = "5m"
+	wait.register(cmd, "the golden snapshot is ready, printing its progress")
 	return cmd
 }
