@@ -108,7 +108,7 @@ type Router struct {
 	api     actorAPI
 	watcher placementWatcher
 	// dialer connects to slot gates, for proxied requests and tunnels.
-	dialer net.Dialer
+	dialer  net.Dialer
 	log     *slog.Logger
 	metrics *metrics
 	actors  *actorTable
