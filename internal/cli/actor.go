@@ -23,6 +23,10 @@ var actorKind = &kind[*torporv1.Actor]{
 		{"STATE", func(a *torporv1.Actor) string { return enumName(a.GetStatus().GetState()) }},
 		{"WORKER", func(a *torporv1.Actor) string { return a.GetStatus().GetWorker().GetName() }},
 	},
+	wide: []column[*torporv1.Actor]{
+		{"SNAPSHOT", func(a *torporv1.Actor) string { return a.GetStatus().GetLatestSnapshot() }},
+		{"SELECTOR", func(a *torporv1.Actor) string { return formatLabels(a.GetSpec().GetWorkerSelector()) }},
+	},
 	get: func(ctx context.Context, c *clients, req *torporv1.GetRequest) (*torporv1.Actor, error) {
 		return call(ctx, c.actors.GetActor, req)
 	},
@@ -190,4 +194,3 @@ func newActorUpdateCommand(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&allowStateLoss, "allow-state-loss", false, "accept a move that loses state (named in the refusal)")
 	return cmd
 }
-

@@ -40,28 +40,15 @@ func newActorEventsCommand(a *app) *cobra.Command {
 			// Events are only ever appended: the new ones are past the
 			// count already shown.
 			shown := len(events)
-			ticker := time.NewTicker(watchInterval)
-			defer ticker.Stop()
-			for {
-				select {
-				case <-cmd.Context().Done():
-					return nil
-				case <-ticker.C:
-				}
+			return poll(cmd.Context(), func() error {
 				events, err := list(cmd.Context())
-				if cmd.Context().Err() != nil {
-					return nil
-				}
-				if err != nil {
+				if err != nil || len(events) <= shown {
 					return err
 				}
-				if len(events) > shown {
-					if err := printEvents(cmd, a, events[shown:], false, false); err != nil {
-						return err
-					}
-					shown = len(events)
-				}
-			}
+				err = printEvents(cmd, a, events[shown:], false, false)
+				shown = len(events)
+				return err
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after the history, print new events as they happen, until interrupted")

@@ -137,7 +137,7 @@ type fakeAPI struct {
 	resumes []*torporv1.ResumeActorRequest
 	// noFreeWorker is how many resumes to refuse for lack of a worker.
 	noFreeWorker int
-	events  []*torporv1.ActorEvent
+	events       []*torporv1.ActorEvent
 }
 
 // created is when the fake says every object was created.

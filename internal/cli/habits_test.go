@@ -55,7 +55,7 @@ func TestLabels(t *testing.T) {
 		t.Errorf("bad selector: %q", msg)
 	}
 	wide := ok(t, url, "actor", "list", "-o", "wide", "-l", "team")
-	if lines := strings.Split(strings.TrimSpace(wide), "\n"); len(lines) != 3 || !strings.Contains(lines[0], "LABELS") || !strings.Contains(lines[2], "team=a,tier=web") {
+	if lines := strings.Split(strings.TrimSpace(wide), "\n"); len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != "NAME TEMPLATE STATE WORKER SNAPSHOT SELECTOR LABELS AGE" || !strings.Contains(lines[2], "team=a,tier=web") {
 		t.Errorf("-o wide:\n%s", wide)
 	}
 }

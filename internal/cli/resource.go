@@ -38,10 +38,10 @@ type kind[T object] struct {
 	defaultSpace string
 	columns      []column[T]
 	// wide are more columns for -o wide, before LABELS.
-	wide []column[T]
-	get          func(context.Context, *clients, *torporv1.GetRequest) (T, error)
-	list         func(context.Context, *clients, *torporv1.ListRequest) (items []T, nextPage string, err error)
-	delete       func(context.Context, *clients, *torporv1.DeleteRequest) error
+	wide   []column[T]
+	get    func(context.Context, *clients, *torporv1.GetRequest) (T, error)
+	list   func(context.Context, *clients, *torporv1.ListRequest) (items []T, nextPage string, err error)
+	delete func(context.Context, *clients, *torporv1.DeleteRequest) error
 }
 
 // call runs one unary RPC and unwraps its response.

@@ -21,6 +21,10 @@ var snapshotKind = &kind[*torporv1.Snapshot]{
 		{"SIZE", func(s *torporv1.Snapshot) string { return humanize.IBytes(uint64(max(s.GetSizeBytes(), 0))) }},
 		{"NODE", (*torporv1.Snapshot).GetNode},
 	},
+	wide: []column[*torporv1.Snapshot]{
+		{"ORIGIN", (*torporv1.Snapshot).GetOriginNode},
+		{"FORKED FROM", (*torporv1.Snapshot).GetForkedFrom},
+	},
 	get: func(ctx context.Context, c *clients, req *torporv1.GetRequest) (*torporv1.Snapshot, error) {
 		return call(ctx, c.snapshots.GetSnapshot, req)
 	},

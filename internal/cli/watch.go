@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -22,19 +23,8 @@ func (k *kind[T]) watch(cmd *cobra.Command, a *app, list func() ([]T, error), se
 		versions[item.GetMetadata().GetUid()] = item.GetMetadata().GetVersion()
 		names[item.GetMetadata().GetUid()] = item.GetMetadata().GetName()
 	}
-	ctx := cmd.Context()
-	ticker := time.NewTicker(watchInterval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		}
+	return poll(cmd.Context(), func() error {
 		items, err := list()
-		if ctx.Err() != nil {
-			return nil
-		}
 		if err != nil {
 			return err
 		}
@@ -66,5 +56,26 @@ func (k *kind[T]) watch(cmd *cobra.Command, a *app, list func() ([]T, error), se
 			}
 		}
 		versions = now
+		return nil
+	})
+}
+
+// poll calls fn every watchInterval until ctx ends (a watch's normal end,
+// Ctrl-C) or fn fails.
+func poll(ctx context.Context, fn func() error) error {
+	ticker := time.NewTicker(watchInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		if err := fn(); err != nil {
+			if ctx.Err() != nil {
+				return nil // the call was cut short by the end
+			}
+			return err
+		}
 	}
 }
