@@ -34,8 +34,10 @@ type nodeFlags struct {
 	cidr      string
 	egress    bool
 	cleanup   bool
-	join      joinFlags
-	images    imageFlags
+	// cacheMiB bounds the snapshot cache (node.Config.CacheBytes).
+	cacheMiB int
+	join     joinFlags
+	images   imageFlags
 }
 
 func newNodeCommand() *cobra.Command {
@@ -79,6 +81,9 @@ last snapshots.`,
 			if f.cleanup {
 				return cleanupNode(cmd.Context(), cmd.OutOrStdout(), cfg, f)
 			}
+			if f.cacheMiB <= 0 {
+				return fmt.Errorf("--snapshot-cache-mib %d: must be positive", f.cacheMiB)
+			}
 			logger, err := logs.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -111,6 +116,7 @@ last snapshots.`,
 	flags.StringVar(&cfg.Listen, "listen", "127.0.0.1:7071", "address to serve the node agent API on")
 	flags.StringVar(&cfg.Advertise, "advertise", "", "URL the control plane reaches this agent at (default https://<listen>)")
 	flags.StringVar(&cfg.StateDir, "state-dir", "", "node state: records, volumes, images, snapshot cache (default <data dir>/node/<name>)")
+	flags.IntVar(&f.cacheMiB, "snapshot-cache-mib", 4096, "MiB of unpacked snapshots (from storage and local checkpoints) the node keeps for restores beyond those in use; the least recently used go first")
 	flags.StringVar(&f.snapshots, "snapshots", "", "snapshot storage shared with the server: a directory, or s3://BUCKET[/PREFIX][?endpoint=HOST:PORT&region=R&insecure=true] with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (default <data dir>/snapshots)")
 	flags.StringVar(&f.runtime, "runtime", gvisor.Class, "sandbox runtime: gvisor")
 	flags.StringVar(&f.runsc, "runsc", "", "runsc binary (default: runsc next to this binary, else in PATH)")
@@ -221,6 +227,8 @@ func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) err
 		return err
 	}
 	cfg.Labels = labels
+	// torpor up has no such flag: its node keeps the default.
+	cfg.CacheBytes = int64(f.cacheMiB) << 20
 	if cfg.StateDir == "" || f.snapshots == "" {
 		dir, err := cli.DataDir()
 		if err != nil {

@@ -85,8 +85,9 @@ type Config struct {
 	Logger    *slog.Logger
 	// HeartbeatInterval defaults to 3 s.
 	HeartbeatInterval time.Duration
-	// CacheBytes bounds each snapshot cache (storage and local); default
-	// 4 GiB.
+	// CacheBytes bounds the snapshot cache: the unpacked trees of
+	// snapshots this node restored or wrote (from storage and local
+	// checkpoints alike) that no restore uses now; default 4 GiB.
 	CacheBytes int64
 	// OperationTimeout bounds one operation, so a hung sandbox command
 	// fails the operation instead of holding its worker forever; default
@@ -138,23 +139,25 @@ const (
 
 // dirs is the layout of the state directory.
 type dirs struct {
-	slots, ops, volumes, images, cache, local, localCache, work string
+	slots, ops, volumes, images, cache, local, work string
+	// oldLocalCache is where earlier versions cached local checkpoints.
+	oldLocalCache string
 	// logs holds the actors' logs; output the slots' output FIFOs.
 	logs, output string
 }
 
 func newDirs(root string) dirs {
 	return dirs{
-		slots:      filepath.Join(root, "slots"),
-		ops:        filepath.Join(root, "ops"),
-		volumes:    filepath.Join(root, "volumes"),
-		images:     filepath.Join(root, "images"),
-		cache:      filepath.Join(root, "cache"),
-		local:      filepath.Join(root, "local"),
-		localCache: filepath.Join(root, "local-cache"),
-		work:       filepath.Join(root, "work"),
-		logs:       filepath.Join(root, "logs"),
-		output:     filepath.Join(root, "output"),
+		slots:         filepath.Join(root, "slots"),
+		ops:           filepath.Join(root, "ops"),
+		volumes:       filepath.Join(root, "volumes"),
+		images:        filepath.Join(root, "images"),
+		cache:         filepath.Join(root, "cache"),
+		local:         filepath.Join(root, "local"),
+		oldLocalCache: filepath.Join(root, "local-cache"),
+		work:          filepath.Join(root, "work"),
+		logs:          filepath.Join(root, "logs"),
+		output:        filepath.Join(root, "output"),
 	}
 }
 
@@ -378,7 +381,7 @@ func advertised(addr net.Addr) string {
 // previous run left.
 func (a *Agent) open(ctx context.Context) error {
 	d := a.dirs
-	for _, dir := range []string{d.slots, d.ops, d.volumes, d.images, d.cache, d.local, d.localCache} {
+	for _, dir := range []string{d.slots, d.ops, d.volumes, d.images, d.cache, d.local} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("state directory: %w", err)
 		}

@@ -25,27 +25,28 @@ const (
 
 // snapshots are where checkpoints go and restores start from: snapshot
 // storage shared with the control plane, and this node's local
-// checkpoints, each read through a cache on this node.
+// checkpoints, both read through one cache on this node, under one bound.
 type snapshots struct {
-	node       string
-	log        *slog.Logger
-	storage    snapshot.ObjectStore
-	cache      *snapshot.Cache
-	local      *snapshot.DirStore
-	localCache *snapshot.Cache
+	node    string
+	log     *slog.Logger
+	storage snapshot.ObjectStore
+	cache   *snapshot.Cache
+	local   *snapshot.DirStore
 }
 
-// openSnapshots opens the caches and the local checkpoints in d.
+// openSnapshots opens the cache and the local checkpoints in d.
 func openSnapshots(node string, log *slog.Logger, storage snapshot.ObjectStore, d dirs, cacheBytes int64) (*snapshots, error) {
+	// Earlier versions cached local checkpoints apart, under a bound of
+	// their own; a cache's entries do not outlive its process anyway.
+	if err := os.RemoveAll(d.oldLocalCache); err != nil {
+		return nil, fmt.Errorf("remove the old local checkpoint cache: %w", err)
+	}
 	sn := &snapshots{node: node, log: log, storage: storage}
 	var err error
 	if sn.cache, err = snapshot.NewCache(d.cache, cacheBytes, storage); err != nil {
 		return nil, err
 	}
 	if sn.local, err = snapshot.NewDirStore(d.local); err != nil {
-		return nil, err
-	}
-	if sn.localCache, err = snapshot.NewCache(d.localCache, cacheBytes, sn.local); err != nil {
 		return nil, err
 	}
 	return sn, nil
@@ -55,7 +56,7 @@ func openSnapshots(node string, log *slog.Logger, storage snapshot.ObjectStore, 
 // on this node reads it through.
 func (sn *snapshots) target(t torporv1.CheckpointTarget) (snapshot.ObjectStore, *snapshot.Cache) {
 	if t == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
-		return sn.local, sn.localCache
+		return sn.local, sn.cache
 	}
 	return sn.storage, sn.cache
 }
@@ -155,15 +156,15 @@ func (sn *snapshots) source(ctx context.Context, req *torporv1.RestoreRequest) (
 // fetch returns a verified copy of a snapshot's tree from this node's
 // cache, downloading it on a miss.
 func (sn *snapshots) fetch(ctx context.Context, field string, src *torporv1.SnapshotSource) (string, func(), error) {
-	cache := sn.cache
+	store := sn.storage
 	switch src.GetNode() {
 	case "":
 	case sn.node:
-		cache = sn.localCache
+		store = sn.local
 	default:
 		return "", nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s: %s is a local checkpoint on node %s, not on this node %s", field, src.GetLocation(), src.GetNode(), sn.node))
 	}
-	dir, release, err := cache.Get(ctx, src.GetLocation(), src.GetManifestDigest())
+	dir, release, err := sn.cache.GetFrom(ctx, store, src.GetLocation(), src.GetManifestDigest())
 	if err != nil {
 		// The snapshot package's errors name the snapshot and the file.
 		if field == "golden" {
