@@ -102,6 +102,8 @@ func (m *slotMachine) openSlots(ctx context.Context, network Network, workers in
 		m.slots = append(m.slots, s)
 		m.byName[name] = s
 	}
+	// Once the slots are there: it reads them.
+	m.metrics.registry.MustRegister(actorUsage{m})
 	return m.pruneStages()
 }
 
