@@ -52,6 +52,9 @@ const (
 	// ExitPrecondition: the path exists but is of the wrong kind (a
 	// directory read as a file, a file listed as a directory).
 	ExitPrecondition = 5
+	// ExitDenied: the container's user may not do it (the helper runs as
+	// the container's process does).
+	ExitDenied = 6
 )
 
 // Operations.
@@ -119,6 +122,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return ExitNotFound
+	case errors.Is(err, fs.ErrPermission):
+		return ExitDenied
 	case errors.Is(err, fstree.ErrThroughSymlink):
 		return ExitInvalid
 	}

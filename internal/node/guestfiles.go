@@ -94,7 +94,7 @@ func checkStatic(path string) error {
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return errdefs.Errorf(errdefs.ErrFailedPrecondition, "guest helper %s is linked dynamically and cannot run in a sandbox: build torpor with CGO_ENABLED=0 (make build) or point the node at such a binary (--guest-helper)", path)
+			return errdefs.Errorf(errdefs.ErrFailedPrecondition, "guest helper %s is linked dynamically and cannot run in a sandbox: build torpor with CGO_ENABLED=0 (make build) or point the node at such a binary (node.Config.GuestHelper)", path)
 		}
 	}
 	return nil
@@ -174,6 +174,8 @@ func (m *slotMachine) runGuest(ctx context.Context, req *torporv1.NodeFileReques
 		return connect.NewError(connect.CodeResourceExhausted, msg)
 	case guestfs.ExitPrecondition:
 		return connect.NewError(connect.CodeFailedPrecondition, msg)
+	case guestfs.ExitDenied:
+		return connect.NewError(connect.CodePermissionDenied, msg)
 	}
 	return connect.NewError(connect.CodeInternal, fmt.Errorf("the file helper exited %d: %w", code, msg))
 }
