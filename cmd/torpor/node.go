@@ -114,6 +114,7 @@ last snapshots.`,
 	flags.StringVar(&cfg.Pool, "pool", "default", "worker pool of this node's workers")
 	flags.StringVar(&f.labels, "labels", "", "labels of the node and its workers: k=v,k2=v2")
 	flags.StringVar(&cfg.Listen, "listen", "127.0.0.1:7071", "address to serve the node agent API on")
+	flags.StringVar(&cfg.GateListen, "gate-listen", "", "address of the slot gate routers reach workloads through (default: where the last run listened, else the --listen host with a free port)")
 	flags.StringVar(&cfg.Advertise, "advertise", "", "URL the control plane reaches this agent at (default https://<listen>)")
 	flags.StringVar(&cfg.StateDir, "state-dir", "", "node state: records, volumes, images, snapshot cache (default <data dir>/node/<name>)")
 	flags.IntVar(&f.cacheMiB, "snapshot-cache-mib", 4096, "MiB of unpacked snapshots (from storage and local checkpoints) the node keeps for restores beyond those in use; the least recently used go first")
