@@ -22,7 +22,7 @@ import (
 // buildRedisImage packs this machine's redis-server (Debian's package)
 // with the shared libraries it loads into an OCI layout under dir, and
 // returns the pinned reference.
-func buildRedisImage(t *testing.T, dir string) string {
+func buildRedisImage(t testing.TB, dir string) string {
 	t.Helper()
 	server, err := exec.LookPath("redis-server")
 	if err != nil {
