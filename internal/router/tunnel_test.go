@@ -17,6 +17,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/httpserve"
 )
 
 // apiToken makes an API token for spaces, as an admin does.
@@ -153,5 +154,56 @@ func TestTunnelRefusals(t *testing.T) {
 	}
 	if got := e.state(key); got != torporv1.ActorState_ACTOR_STATE_RUNNING {
 		t.Errorf("actor %s is %s: only the closed port's tunnel, which got past the checks, resumes it", key, got)
+	}
+}
+
+// TestTunnelOverHTTP2: a CONNECT on an HTTP/2 stream (the router serves
+// cleartext HTTP/2 as well) relays the same way, the stream's bodies
+// carrying the bytes.
+func TestTunnelOverHTTP2(t *testing.T) {
+	e := newEnv(t, 1, func(actor string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintf(w, "hello from %s", actor) })
+	})
+	e.createActor("h2", nil)
+	tr := e.newRouter(Config{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- httpserve.Serve(ctx, ln, tr.Router, nil) }()
+	defer func() { stop(); <-served }()
+
+	protocols := new(http.Protocols)
+	protocols.SetUnencryptedHTTP2(true)
+	h2 := &http.Client{Transport: &http.Transport{Protocols: protocols}}
+	defer h2.CloseIdleConnections()
+	authority := fmt.Sprintf("h2.default.%s:%d", DefaultDomain, e.port)
+	up, upWriter := io.Pipe()
+	req, err := http.NewRequest(http.MethodConnect, "http://"+ln.Addr().String(), up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = authority
+	req.Header.Set("Proxy-Authorization", "Bearer "+e.apiToken(testSpace))
+	resp, err := h2.Do(req)
+	if err != nil {
+		t.Fatalf("CONNECT over HTTP/2: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("CONNECT over HTTP/2: %s (HTTP/%d) %s", resp.Status, resp.ProtoMajor, b)
+	}
+	fmt.Fprintf(upWriter, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	got, err := http.ReadResponse(bufio.NewReader(resp.Body), nil)
+	if err != nil {
+		t.Fatalf("HTTP over the HTTP/2 tunnel: %v", err)
+	}
+	body, _ := io.ReadAll(got.Body)
+	upWriter.Close()
+	if string(body) != "hello from h2" {
+		t.Fatalf("over the HTTP/2 tunnel: %q", body)
 	}
 }
