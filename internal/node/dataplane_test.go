@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/runtime"
 )
 
 // TestDataPlaneOnTestRuntime: Exec relays a process's input, output and
@@ -94,4 +98,54 @@ func TestDataPlaneOnTestRuntime(t *testing.T) {
 	if !found["torpor_node_actor_cpu_seconds_total"] || !found["torpor_node_actor_memory_bytes"] {
 		t.Fatalf("per-actor metrics of the running actor: %v", found)
 	}
+}
+
+// TestLogsAcrossAgentRestart: what a workload writes while its agent is
+// away waits in its FIFO, and the next agent, adopting the workload,
+// reads it into the same log.
+func TestLogsAcrossAgentRestart(t *testing.T) {
+	n := newFakeNode(t)
+	ctx := context.Background()
+	if _, err := n.run(ctx, "a1", "op-1", 0); err != nil {
+		t.Fatal(err)
+	}
+	fifo := runtime.OutputPath(filepath.Join(n.cfg.StateDir, "output", n.worker(0)), 0, "out")
+	write := func(line string) {
+		t.Helper()
+		// The workload's end, opened as the runtime opens it.
+		f, err := os.OpenFile(fifo, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(line + "\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := func() []string {
+		t.Helper()
+		logs, err := n.client.Logs(ctx, connect.NewRequest(&torporv1.LogsRequest{Worker: n.worker(0), ActorUid: "a1", Container: "app"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for logs.Receive() {
+			for _, r := range logs.Msg().GetRecords() {
+				out = append(out, string(r.GetText()))
+			}
+		}
+		return out
+	}
+	write("before")
+	waitFor(t, "the line before the restart", func() bool { return slices.Equal(lines(), []string{"before"}) })
+	if err := n.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Written while no agent reads: it waits in the pipe.
+	write("while away")
+	n.start(t)
+	write("after")
+	waitFor(t, "the lines after the restart", func() bool {
+		return slices.Equal(lines(), []string{"before", "while away", "after"})
+	})
 }
