@@ -27,8 +27,13 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, tlsConfig *tls.
 	} else {
 		protocols.SetUnencryptedHTTP2(true)
 	}
+	draining := make(chan struct{})
 	srv := &http.Server{Handler: h, Protocols: protocols, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: log.New(serverErrorLog{}, "", 0)}
+		ErrorLog: log.New(serverErrorLog{}, "", 0),
+		BaseContext: func(net.Listener) context.Context {
+			return context.WithValue(context.Background(), drainingKey{}, (<-chan struct{})(draining))
+		}}
+	srv.RegisterOnShutdown(func() { close(draining) })
 	errc := make(chan error, 1)
 	go func() {
 		if tlsConfig != nil {
@@ -52,6 +57,17 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, tlsConfig *tls.
 		return err
 	}
 	return nil
+}
+
+type drainingKey struct{}
+
+// Draining returns a channel that is closed when the server serving the
+// request of ctx begins to shut down (nil outside Serve). A stream that
+// lasts as long as its client wants (a watch) ends on it, so that the
+// shutdown need not wait for it and its client reconnects elsewhere.
+func Draining(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(drainingKey{}).(<-chan struct{})
+	return ch
 }
 
 // serverErrorLog takes what http.Server reports. A failed TLS handshake

@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
@@ -66,10 +67,13 @@ func (s *placementService) WatchPlacements(ctx context.Context, req *connect.Req
 	tick := time.NewTicker(placementPoll)
 	defer tick.Stop()
 	sent := time.Now()
+	draining := httpserve.Draining(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-draining:
+			return connect.NewError(connect.CodeUnavailable, errors.New("the server is stopping: resume the watch"))
 		case <-tick.C:
 		}
 		changes, err := f.next(ctx, s.store, time.Now())
