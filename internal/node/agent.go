@@ -286,6 +286,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	gated := make(chan error, 1)
 	go func() { gated <- a.machine.gate.Serve(serveCtx, gateLn) }()
 	defer func() {
+		stopServing()
 		if err := <-gated; err != nil {
 			a.log.Error("slot gate", "err", err)
 		}
