@@ -41,6 +41,10 @@ func (p placement) poolKey() string {
 type actorEntry struct {
 	// at is where the actor runs, nil when it is not known to be RUNNING.
 	at *placement
+	// uid and version name the newest record of the actor the table has
+	// heard of, so a placement older than a stop it saw is not taken.
+	uid     string
+	version int64
 	// gen is the reset that last confirmed at.
 	gen uint64
 	// inflight counts requests being served, streams and upgraded
@@ -103,10 +107,21 @@ func (t *actorTable) learn(key ActorKey, p placement) {
 		e = &actorEntry{}
 		t.m[key] = e
 	}
-	if e.at == nil || e.at.target.ActorUID != p.target.ActorUID || e.at.version <= p.version {
+	if e.newer(p.target.ActorUID, p.version) {
 		e.at = &p
 	}
 	e.gen = t.gen
+}
+
+// newer reports whether version of actor uid is not older than what the
+// entry heard of, and records it. Another uid (an actor of the same name
+// created again) is newer.
+func (e *actorEntry) newer(uid string, version int64) bool {
+	if e.uid == uid && version < e.version {
+		return false
+	}
+	e.uid, e.version = uid, version
+	return true
 }
 
 // stopped records that the actor of uid, of record version, does not run
@@ -114,7 +129,7 @@ func (t *actorTable) learn(key ActorKey, p placement) {
 func (t *actorTable) stopped(key ActorKey, uid string, version int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e := t.m[key]; e != nil && e.at != nil && (e.at.target.ActorUID != uid || e.at.version < version) {
+	if e := t.m[key]; e != nil && e.newer(uid, version) {
 		e.at = nil
 	}
 }
