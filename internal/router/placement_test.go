@@ -17,6 +17,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/slotgate"
 )
 
 // requestCalls is how many control-plane calls the router's requests
@@ -275,4 +276,30 @@ func TestRestartedRouterLearnsRunningActors(t *testing.T) {
 	// An actor stopped while the router runs leaves its table.
 	e.call("suspend", e.actors.SuspendActor, a)
 	waitFor(t, "the watch to drop a", func() bool { _, ok := tr.actors.placement(a); return !ok })
+}
+
+// Of two placements of one actor the newer record wins, whatever order
+// the watch and the router's own reads deliver them in.
+func TestTableKeepsTheNewestPlacement(t *testing.T) {
+	tab := newActorTable()
+	key := ActorKey{Space: "default", Name: "a"}
+	at := func(version int64, worker string) placement {
+		return placement{version: version, target: slotgate.Target{Gate: "g:1", Worker: worker, ActorUID: "uid-a", Port: 8080}}
+	}
+	tab.learn(key, at(5, "w0"))
+	tab.stopped(key, "uid-a", 7) // a read saw it suspended
+	tab.learn(key, at(5, "w0"))  // the watch, late
+	if p, ok := tab.placement(key); ok {
+		t.Fatalf("a placement older than the stop was taken: %+v", p)
+	}
+	tab.learn(key, at(9, "w1"))
+	tab.learn(key, at(8, "w0"))
+	if p, ok := tab.placement(key); !ok || p.target.Worker != "w1" {
+		t.Fatalf("placement %+v, %v; want version 9 on w1", p, ok)
+	}
+	// The same name created again is another actor: its placement wins.
+	tab.learn(key, placement{version: 1, target: slotgate.Target{Gate: "g:1", Worker: "w2", ActorUID: "uid-b", Port: 8080}})
+	if p, _ := tab.placement(key); p.target.ActorUID != "uid-b" {
+		t.Fatalf("placement %+v; want the new actor's", p)
+	}
 }
