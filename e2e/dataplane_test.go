@@ -111,6 +111,24 @@ func TestExecAndStats(t *testing.T) {
 
 	interactive(t, c.torporAs(token, "actor", "exec", "c1", "-it", "--", "sh"))
 
+	// A caller who leaves takes its process with it.
+	processes := func() string {
+		t.Helper()
+		out, err := c.torporAs(token, "actor", "exec", "c1", "--", "sh", "-c", `for f in /proc/[0-9]*/cmdline; do cat "$f"; echo; done`).Output()
+		if err != nil {
+			t.Fatalf("listing processes: %v", err)
+		}
+		return string(out)
+	}
+	sleeper := c.torporAs(token, "actor", "exec", "c1", "--", "sleep", "1000")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("sleep 1000 in the actor", func() bool { return strings.Contains(processes(), "sleep\x001000") })
+	sleeper.Process.Kill()
+	sleeper.Wait()
+	c.waitFor("sleep 1000 to end with its caller", func() bool { return !strings.Contains(processes(), "sleep\x001000") })
+
 	// -o json names enum values as users see them (RUNNING).
 	var st map[string]any
 	statsOf := func() {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -47,7 +48,19 @@ func (r *Runtime) ExecStream(ctx context.Context, slot runtime.Slot, p runtime.E
 	if err != nil {
 		return 0, fmt.Errorf("slot %s: exec %q: %w", slot.Name, p.Command, err)
 	}
-	c := r.command(ctx, append([]string{"exec", id}, p.Command...)...)
+	// The process's pid in the sandbox, so that a caller who leaves ends
+	// it: killing runsc exec alone would leave it running there.
+	pidFile, err := os.CreateTemp("", "torpor-exec-pid-")
+	if err != nil {
+		return 0, fmt.Errorf("slot %s: exec %q: %w", slot.Name, p.Command, err)
+	}
+	pidFile.Close()
+	defer os.Remove(pidFile.Name())
+	c := r.command(ctx, append([]string{"exec", "--internal-pid-file=" + pidFile.Name(), id}, p.Command...)...)
+	c.Cancel = func() error {
+		r.killGuest(id, pidFile.Name())
+		return c.Process.Kill()
+	}
 	start := startPiped
 	if p.TTY {
 		start = startOnTerminal
@@ -72,6 +85,24 @@ func (r *Runtime) ExecStream(ctx context.Context, slot runtime.Slot, p runtime.E
 		}
 	}
 	return 0, fmt.Errorf("slot %s: exec %q in container %q: %w", slot.Name, p.Command, p.Container, err)
+}
+
+// killGuest kills the process of container id whose sandbox pid runsc
+// exec wrote to pidFile, if it did.
+func (r *Runtime) killGuest(id, pidFile string) {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	if _, err := r.output(ctx, "kill", "--pid="+strconv.Itoa(pid), id, "KILL"); err != nil {
+		r.log.Warn("exec: the process of a caller who left was not killed", "container", id, "pid", pid, "err", err)
+	}
 }
 
 // startPiped starts c with p's streams as pipes.
