@@ -25,14 +25,21 @@ import (
 // moves only from its placement watch or the slot gates' refusals. Every
 // request answered 200 names (in /whoami) the actor it was sent to. The
 // test runtime's version (internal/router) makes thousands of moves; this
-// one makes tens with real sandboxes.
+// one makes tens with real sandboxes, on both stores (PostgreSQL commits
+// the history out of order).
 func TestRouterNeverMisroutesWhileActorsMove(t *testing.T) {
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) { testRouterNeverMisroutes(t, backend) })
+	}
+}
+
+func testRouterNeverMisroutes(t *testing.T, backend string) {
 	const (
 		actors  = 3
 		moves   = 40
 		clients = 3
 	)
-	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 2})
+	c := newCluster(t, clusterOptions{backend: backend, workersPerNode: 2})
 	c.applyTemplate(counterTemplate(t, "counter", nil))
 	var names []string
 	for i := range actors {
