@@ -14,11 +14,13 @@ import (
 //
 //   - direct: connect to the worker's address from the node's host, PING,
 //     close (the baseline: what only the host may still do);
+//
 //   - tunnel: open a tunnel (the router checks the token with the control
 //     plane, finds the actor, connects through the node), PING, close;
+//
 //   - tunnel-rtt: a PING on a tunnel kept open (relaying only).
 //
-//	go test -run '^$' -bench RedisTunnel -benchtime=200x ./e2e
+//     go test -run '^$' -bench RedisTunnel -benchtime=200x ./e2e
 func BenchmarkRedisTunnel(b *testing.B) {
 	c := newCluster(b, clusterOptions{backend: "sqlite"})
 	c.applyTemplate(redisTemplate(buildRedisImage(b, b.TempDir())))
