@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
@@ -36,6 +37,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/snapshot/s3test"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
+	"github.com/torpor-dev/torpor/internal/version"
 )
 
 // backends are the stores every lifecycle test runs on.
@@ -92,6 +94,9 @@ type nodeAgent struct {
 	agent   *node.Agent
 	runtime *gvisor.Runtime
 	network *netns.Network
+	// metrics is the agent's registry (its /metrics), for benchmarks
+	// that break operations into the agent's steps.
+	metrics *prometheus.Registry
 	workers int
 	stop    context.CancelFunc
 	done    chan struct{}
@@ -208,7 +213,7 @@ func (c *cluster) addNode(workers int) *nodeAgent {
 	t := c.t
 	t.Helper()
 	suffix := randomHex(3)
-	n := &nodeAgent{name: "e2e-" + suffix, workers: workers, done: make(chan struct{})}
+	n := &nodeAgent{name: "e2e-" + suffix, workers: workers, done: make(chan struct{}), metrics: version.NewRegistry()}
 	var err error
 	n.network, err = netns.New(netns.Config{Node: n.name, Bridge: "te" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 232+mrand.IntN(16), mrand.IntN(256)), Egress: c.egress})
 	if err != nil {
@@ -229,6 +234,7 @@ func (c *cluster) addNode(workers int) *nodeAgent {
 		StateDir: state, Runtime: n.runtime, Snapshots: c.objects, Network: n.network,
 		CAFingerprint: fingerprint, JoinToken: func(context.Context) (string, error) { return token, nil },
 		HeartbeatInterval: 200 * time.Millisecond,
+		Registry:          n.metrics,
 		Logger:            testLogger(),
 		Images:            runtimetest.ImagePolicy(t),
 		GuestHelper:       torporBinary(t),
