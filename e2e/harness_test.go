@@ -97,6 +97,9 @@ type nodeAgent struct {
 	// metrics is the agent's registry (its /metrics), for benchmarks
 	// that break operations into the agent's steps.
 	metrics *prometheus.Registry
+	// state is the agent's state directory (its snapshot cache, local
+	// checkpoints, images and sandboxes' bundles).
+	state   string
 	workers int
 	stop    context.CancelFunc
 	done    chan struct{}
@@ -220,6 +223,7 @@ func (c *cluster) addNode(workers int) *nodeAgent {
 		t.Fatal(err)
 	}
 	state := shortTempDir(t)
+	n.state = state
 	n.runtime, err = gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runtimetest.Runsc(t), RootDir: filepath.Join(state, "gvisor")})
 	if err != nil {
 		t.Fatal(err)
