@@ -41,6 +41,7 @@ func TestConformance(t *testing.T) {
 		{"list filters", testListFilters},
 		{"list rejects bad input", testListBadInput},
 		{"reads of several kinds at once", testReads},
+		{"reads selecting by other records' values", testReadsIn},
 		{"transaction commits together", testTxCommit},
 		{"transaction rolls back on error", testTxRollbackOnError},
 		{"transaction rolls back on panic", testTxRollbackOnPanic},

@@ -77,13 +77,114 @@ func ReadAll[T Object](rs *Reads, c Collection[T], opts ListOptions) *Read[T] {
 		r.err = fmt.Errorf("read %T: not a collection of the store: %w", c, ErrInvalidArgument)
 		return r
 	}
-	where, err := cc.conditions(opts, rs.arg)
+	where, err := rs.where(func(arg func(any) string) ([]string, error) { return cc.conditions(opts, arg) })
 	if err != nil {
 		r.err = err
 		return r
 	}
 	add(rs, cc, r, where)
 	return r
+}
+
+// Values stands for one column's values in the records of a collection
+// that a condition selects, as a subquery: a read (ReadAllIn) can select
+// by what another record holds without a round trip to read it first.
+type Values struct {
+	// sql renders the subquery, adding its arguments with arg.
+	sql func(arg func(any) string) (string, error)
+}
+
+// ValuesOf is field's value in the record (space, name) of c, if there is
+// one. field is "name", "uid" or one of c's indexed columns.
+func ValuesOf[T Object](c Collection[T], field, space, name string) Values {
+	return Values{sql: func(arg func(any) string) (string, error) {
+		return subquery(c, field, func(*collection[T]) ([]string, error) {
+			return []string{"space = " + arg(space), "name = " + arg(name)}, nil
+		})
+	}}
+}
+
+// ValuesIn are field's values in the records of c that opts' filter and
+// space select. field is "name", "uid" or one of c's indexed columns.
+func ValuesIn[T Object](c Collection[T], field string, opts ListOptions) Values {
+	return Values{sql: func(arg func(any) string) (string, error) {
+		return subquery(c, field, func(cc *collection[T]) ([]string, error) { return cc.conditions(opts, arg) })
+	}}
+}
+
+func subquery[T Object](c Collection[T], field string, conditions func(*collection[T]) ([]string, error)) (string, error) {
+	cc, ok := ownCollection(c)
+	if !ok {
+		return "", fmt.Errorf("values of %T: not a collection of the store: %w", c, ErrInvalidArgument)
+	}
+	col, err := cc.selectable(field)
+	if err != nil {
+		return "", err
+	}
+	where, err := conditions(cc)
+	if err != nil {
+		return "", err
+	}
+	q := "SELECT " + col + " FROM " + cc.kind.table
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	return q, nil
+}
+
+// selectable is the table column of field: a key column or an indexed one.
+func (c *collection[T]) selectable(field string) (string, error) {
+	if field == "name" || field == "uid" {
+		return field, nil
+	}
+	col, ok := c.kind.column(field)
+	if !ok {
+		return "", fmt.Errorf("%s: unknown field %q (indexed: %s): %w", c.kind.table, field, c.kind.columnNames(), ErrInvalidArgument)
+	}
+	return col.name, nil
+}
+
+// ReadAllIn adds a read of the records of c that opts' filter and space
+// select and whose field ("name", "uid" or an indexed column) is among in.
+func ReadAllIn[T Object](rs *Reads, c Collection[T], opts ListOptions, field string, in Values) *Read[T] {
+	r := &Read[T]{}
+	cc, ok := own(rs, c)
+	if !ok {
+		r.err = fmt.Errorf("read %T: not a collection of the store: %w", c, ErrInvalidArgument)
+		return r
+	}
+	where, err := rs.where(func(arg func(any) string) ([]string, error) {
+		where, err := cc.conditions(opts, arg)
+		if err != nil {
+			return nil, err
+		}
+		col, err := cc.selectable(field)
+		if err != nil {
+			return nil, err
+		}
+		sub, err := in.sql(arg)
+		if err != nil {
+			return nil, err
+		}
+		return append(where, col+" IN ("+sub+")"), nil
+	})
+	if err != nil {
+		r.err = err
+		return r
+	}
+	add(rs, cc, r, where)
+	return r
+}
+
+// where builds a read's conditions; their arguments are kept only when it
+// succeeds (PostgreSQL refuses a statement with arguments it does not use).
+func (rs *Reads) where(build func(arg func(any) string) ([]string, error)) ([]string, error) {
+	n := len(rs.args)
+	where, err := build(rs.arg)
+	if err != nil {
+		rs.args = rs.args[:n]
+	}
+	return where, err
 }
 
 func (rs *Reads) arg(v any) string {
@@ -93,11 +194,17 @@ func (rs *Reads) arg(v any) string {
 
 // own returns the store's collection behind c.
 func own[T Object](rs *Reads, c Collection[T]) (*collection[T], bool) {
+	if _, ok := c.(retrying[T]); ok {
+		rs.retry = true
+	}
+	return ownCollection(c)
+}
+
+func ownCollection[T Object](c Collection[T]) (*collection[T], bool) {
 	switch c := c.(type) {
 	case *collection[T]:
 		return c, true
 	case retrying[T]:
-		rs.retry = true
 		return c.c, true
 	}
 	return nil, false

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -97,5 +98,78 @@ func testReads(t *testing.T, b backend) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testReadsIn: a read selecting by another record's values (ReadAllIn)
+// finds what reading that record first and then filtering by its values
+// finds, in the same statement; an absent record selects nothing.
+func testReadsIn(t *testing.T, b backend) {
+	ctx := testContext(t)
+	s := openStore(t, ctx, b.freshURL(t))
+	a, err := s.Actors().Create(ctx, newActor("default", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.Actors().Create(ctx, newActor("default", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, snap := range []*torporv1.Snapshot{
+		{Metadata: meta("default", "s1"), ActorUid: a.GetMetadata().GetUid(), Location: "loc-1"},
+		{Metadata: meta("default", "s2"), ActorUid: a.GetMetadata().GetUid(), Location: "loc-2"},
+		{Metadata: meta("default", "s3"), ActorUid: other.GetMetadata().GetUid(), Location: "loc-3"},
+		// A fork of s2 in another space shares its files.
+		{Metadata: meta("forks", "f1"), ActorUid: "fork-uid", Location: "loc-2"},
+	} {
+		if _, err := s.Snapshots().Create(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Tags().Create(ctx, &torporv1.SnapshotTag{Metadata: meta("default", "keep"), Snapshot: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Tags().Create(ctx, &torporv1.SnapshotTag{Metadata: meta("default", "keep-other"), Snapshot: "s3"}); err != nil {
+		t.Fatal(err)
+	}
+
+	rs := &store.Reads{}
+	ofA := store.ListOptions{Space: "default", Filter: store.Filter{"actor_uid": a.GetMetadata().GetUid()}}
+	byUID := store.ReadAllIn(rs, s.Snapshots(), store.ListOptions{Space: "default"}, "actor_uid", store.ValuesOf(s.Actors(), "uid", "default", "a"))
+	ofMissing := store.ReadAllIn(rs, s.Snapshots(), store.ListOptions{}, "actor_uid", store.ValuesOf(s.Actors(), "uid", "default", "nobody"))
+	sharing := store.ReadAllIn(rs, s.Snapshots(), store.ListOptions{}, "location", store.ValuesIn(s.Snapshots(), "location", ofA))
+	tags := store.ReadAllIn(rs, s.Tags(), store.ListOptions{Space: "default"}, "snapshot", store.ValuesIn(s.Snapshots(), "name", ofA))
+	bad := store.ReadAllIn(rs, s.Snapshots(), store.ListOptions{}, "color", store.ValuesIn(s.Snapshots(), "name", ofA))
+	badValues := store.ReadAllIn(rs, s.Snapshots(), store.ListOptions{}, "name", store.ValuesIn(s.Snapshots(), "color", ofA))
+	if err := rs.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys := func(recs []*torporv1.Snapshot, err error) string {
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k []string
+		for _, r := range recs {
+			k = append(k, r.GetMetadata().GetSpace()+"/"+r.GetMetadata().GetName())
+		}
+		return strings.Join(k, " ")
+	}
+	if got := keys(byUID.Records()); got != "default/s1 default/s2" {
+		t.Errorf("snapshots of actor a by its uid: %q, want default/s1 default/s2", got)
+	}
+	if got := keys(ofMissing.Records()); got != "" {
+		t.Errorf("snapshots of an absent actor: %q, want none", got)
+	}
+	if got := keys(sharing.Records()); got != "default/s1 default/s2 forks/f1" {
+		t.Errorf("snapshots sharing a location with a's: %q, want default/s1 default/s2 forks/f1", got)
+	}
+	if ts, err := tags.Records(); err != nil || len(ts) != 1 || ts[0].GetMetadata().GetName() != "keep" {
+		t.Errorf("tags of a's snapshots: %v, %v; want keep", ts, err)
+	}
+	if _, err := bad.Records(); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("unknown field: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := badValues.Records(); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("values of an unknown field: %v, want ErrInvalidArgument", err)
 	}
 }

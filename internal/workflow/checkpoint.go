@@ -215,8 +215,11 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 	}
 	var out, lost *torporv1.Actor
 	var expired []*torporv1.Snapshot
+	var ret retention
 	err = e.endStep(ctx, e.logger(a), func() error {
-		worker, expire, err := e.readForCheckpointEnd(ctx, a, kind, snap)
+		var worker *torporv1.Worker
+		var err error
+		worker, ret, err = e.readForCheckpointEnd(ctx, a, kind, snap)
 		if err != nil {
 			return err
 		}
@@ -246,7 +249,7 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 			if err := releaseReadWorker(ctx, tx, ref, written.GetMetadata().GetUid(), worker, next); err != nil {
 				return err
 			}
-			if expired, err = expireInTx(ctx, tx, expire); err != nil {
+			if expired, err = expireInTx(ctx, tx, ret.expire); err != nil {
 				return err
 			}
 			reason := fmt.Sprintf("%s: %s snapshot %s (%d bytes)", enum.Name(kind.done), enum.Name(snap.GetScope()), snap.GetMetadata().GetName(), snap.GetSizeBytes())
@@ -268,7 +271,10 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 	// Retention removed the records in the transaction; the files go now
 	// that nothing points at them.
 	for _, s := range expired {
-		if err := e.removeSnapshotFiles(ctx, s); err != nil {
+		if ret.shared(s) || e.objects == nil {
+			continue
+		}
+		if err := e.objects.DeleteSnapshot(ctx, s.GetLocation()); err != nil {
 			e.logger(a).Warn("remove old snapshot", "snapshot", s.GetMetadata().GetName(), "err", err)
 		}
 	}
@@ -346,64 +352,107 @@ func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, cause er
 // besides the actor before its transaction, in one round trip, so the
 // store's single writer (SQLite) does not wait for the reads: the worker
 // (nil when gone; its release compare-and-sets the version read here) and,
-// for a checkpoint to storage, the actor's snapshots, of which it returns
-// those retention expires once latest is committed.
-func (e *Engine) readForCheckpointEnd(ctx context.Context, a *torporv1.Actor, kind checkpointKind, latest *torporv1.Snapshot) (*torporv1.Worker, []*torporv1.Snapshot, error) {
+// for a checkpoint to storage, what retention needs once latest is
+// committed: the actor's snapshots, the tags naming them and the records
+// sharing their files.
+func (e *Engine) readForCheckpointEnd(ctx context.Context, a *torporv1.Actor, kind checkpointKind, latest *torporv1.Snapshot) (*torporv1.Worker, retention, error) {
 	rs := &store.Reads{}
 	var workerRead *store.Read[*torporv1.Worker]
 	if ref := a.GetStatus().GetWorker(); ref != nil {
 		workerRead = store.ReadGet(rs, e.store.Workers(), ref.GetNamespace(), ref.GetName())
 	}
-	var snapsRead *store.Read[*torporv1.Snapshot]
+	var sharing *store.Read[*torporv1.Snapshot]
+	var tags *store.Read[*torporv1.SnapshotTag]
 	if kind.target == torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE {
-		snapsRead = store.ReadAll(rs, e.store.Snapshots(), actorSnapshotList(a))
+		// The records naming the locations of the actor's snapshots: its
+		// snapshots, and forks' or sources' sharing their files.
+		sharing = store.ReadAllIn(rs, e.store.Snapshots(), store.ListOptions{}, "location", store.ValuesIn(e.store.Snapshots(), "location", actorSnapshotList(a)))
+		tags = store.ReadAllIn(rs, e.store.Tags(), store.ListOptions{Space: a.GetMetadata().GetSpace()}, "snapshot", store.ValuesIn(e.store.Snapshots(), "name", actorSnapshotList(a)))
 	}
 	if err := rs.Run(ctx); err != nil {
-		return nil, nil, err
+		return nil, retention{}, err
 	}
 	var worker *torporv1.Worker
 	if workerRead != nil {
 		var err error
 		if worker, err = workerRead.Record(); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return nil, nil, err
+			return nil, retention{}, err
 		}
 	}
-	if snapsRead == nil {
-		return worker, nil, nil
+	if sharing == nil {
+		return worker, retention{}, nil
 	}
-	snaps, err := snapsRead.Records()
-	var expire []*torporv1.Snapshot
-	if err == nil {
-		expire, err = e.expiring(ctx, a, snaps, latest)
-	}
+	ret, err := e.expiring(a, sharing, tags, latest)
 	if err != nil {
 		// Retention is not worth failing the step for: the next suspend
 		// applies it again.
 		e.logger(a).Warn("list snapshots for retention", "err", err)
 	}
-	return worker, expire, nil
+	return worker, ret, nil
+}
+
+// retention is what the end of a checkpoint to storage expires.
+type retention struct {
+	// expire are the snapshot records to delete in the end's transaction.
+	expire []*torporv1.Snapshot
+	// sharing are the records, read with the actor's snapshots, that name
+	// the locations of those snapshots (theirs included).
+	sharing []*torporv1.Snapshot
+}
+
+// shared reports whether a record other than snap names snap's files, as
+// read before the transaction that deletes snap's record. That is as good
+// as reading after it: a fork of snap made since bumps its version, so the
+// delete fails and snap stays; a sharing record deleted since leaves
+// files behind, never removes files a record names.
+func (r retention) shared(snap *torporv1.Snapshot) bool {
+	for _, o := range r.sharing {
+		if o.GetLocation() == snap.GetLocation() && o.GetMetadata().GetUid() != snap.GetMetadata().GetUid() {
+			return true
+		}
+	}
+	return false
 }
 
 // expiring applies retention to the actor's durable snapshots once
 // latest is committed as its newest: it keeps the newest K (its template's
-// keep) and returns the older ones that no tag keeps. An actor's
+// keep) and expires the older ones that no tag keeps. An actor's
 // snapshots are only created by its checkpoints, one at a time, so the
-// list read before the finalize's transaction is the list at its commit;
+// records read before the finalize's transaction are those at its commit;
 // a tag or fork made since bumps a snapshot's version, which expireInTx
 // compare-and-sets.
-func (e *Engine) expiring(ctx context.Context, a *torporv1.Actor, snaps []*torporv1.Snapshot, latest *torporv1.Snapshot) ([]*torporv1.Snapshot, error) {
+func (e *Engine) expiring(a *torporv1.Actor, sharing *store.Read[*torporv1.Snapshot], tags *store.Read[*torporv1.SnapshotTag], latest *torporv1.Snapshot) (retention, error) {
+	recs, err := sharing.Records()
+	if err != nil {
+		return retention{}, err
+	}
+	tagged, err := tags.Records()
+	if err != nil {
+		return retention{}, err
+	}
+	kept := map[string]bool{}
+	for _, t := range tagged {
+		kept[t.GetSnapshot()] = true
+	}
 	keep := int(a.GetStatus().GetCurrentTemplateSpec().GetSnapshotPolicy().GetKeep())
 	if keep <= 0 {
 		keep = 2
 	}
+	m := a.GetMetadata()
 	var durable []*torporv1.Snapshot
-	for _, s := range snaps {
-		if s.GetNode() == "" && s.GetMetadata().GetName() != latest.GetMetadata().GetName() {
+	for _, s := range recs {
+		if s.GetMetadata().GetSpace() == m.GetSpace() && s.GetActorUid() == m.GetUid() && s.GetNode() == "" && s.GetMetadata().GetName() != latest.GetMetadata().GetName() {
 			durable = append(durable, s)
 		}
 	}
 	// latest sorts last (names sort by creation time) and is kept.
-	return untagged(ctx, e.store, durable[:max(len(durable)+1-keep, 0)])
+	ret := retention{sharing: recs}
+	for _, s := range durable[:max(len(durable)+1-keep, 0)] {
+		if !kept[s.GetMetadata().GetName()] {
+			ret.expire = append(ret.expire, s)
+		}
+	}
+	return ret, nil
 }
 
 // expireInTx deletes the records of expired snapshots within the

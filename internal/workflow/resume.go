@@ -58,7 +58,11 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 	}()
 	evicted := false
 	for range maxAttempts {
-		a, err := e.store.Actors().Get(ctx, space, name)
+		reads, err := e.readForResume(ctx, space, name, opts)
+		if err != nil {
+			return nil, err
+		}
+		a, err := reads.actor.Record()
 		if err != nil {
 			return nil, err
 		}
@@ -80,7 +84,7 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 			return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s is being deleted", actorKey(a))
 		}
 		claimCtx, claimSpan := tracing.Start(ctx, "workflow.claim")
-		claimed, src, err := e.claimResume(claimCtx, a, opts)
+		claimed, src, err := e.claimResume(claimCtx, a, reads, opts)
 		claimSpan.End()
 		if errors.Is(err, errRetry) {
 			continue
@@ -168,17 +172,13 @@ func resumeSource(a *torporv1.Actor, opts ResumeOptions, live func(string) bool,
 // claimResume decides the restore and commits the RESUMING intent together
 // with the worker claim, in one transaction. The actor's version guards the
 // claim: a concurrent repoint or resume makes it fail and start over, so the
-// template and snapshot read here are the ones the claim is based on. It
+// template and snapshot read with a are the ones the claim is based on. It
 // returns the claimed actor and the source snapshot's record, when the
 // restore uses one (records are immutable: the node call can use it as is).
-func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, opts ResumeOptions) (*torporv1.Actor, *torporv1.Snapshot, error) {
+func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, reads *resumeReads, opts ResumeOptions) (*torporv1.Actor, *torporv1.Snapshot, error) {
 	space := a.GetMetadata().GetSpace()
 	revision := validate.RevisionName(a.GetSpec().GetTemplate(), a.GetSpec().GetTemplateRevision())
-	reads, err := e.readForResume(ctx, a, opts, revision)
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl, err := reads.tmpl.Record()
+	tmpl, err := reads.template(revision)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s: template %s/%s does not exist", actorKey(a), space, revision)
 	}
