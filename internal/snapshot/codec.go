@@ -4,43 +4,15 @@ import (
 	"cmp"
 	"context"
 	"io"
-	"runtime"
 	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
 
-// Encoders and decoders carry megabytes of tables; reusing them keeps
-// snapshots of many small files cheap.
-var (
-	encoders sync.Pool
-	decoders sync.Pool
-)
-
-// getEncoder returns an encoder writing to w. Fastest level: a checkpoint
-// is mostly zero or repeated pages, which compress well even so, and
-// suspend latency matters more than storage.
-func getEncoder(w io.Writer) (*zstd.Encoder, error) {
-	if e, ok := encoders.Get().(*zstd.Encoder); ok {
-		e.Reset(w)
-		return e, nil
-	}
-	return zstd.NewWriter(w,
-		zstd.WithEncoderLevel(zstd.SpeedFastest),
-		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
-		// Split large files (memory images) into jobs compressed in
-		// parallel; still one frame.
-		zstd.WithConcurrentBlocks(true),
-		zstd.WithWindowSize(1<<20),
-	)
-}
-
-// putEncoder takes back an encoder that has been closed.
-func putEncoder(e *zstd.Encoder) {
-	e.Reset(nil)
-	encoders.Put(e)
-}
+// Decoders of whole-file objects carry megabytes of tables; reusing them
+// keeps snapshots of many small files cheap.
+var decoders sync.Pool
 
 // getDecoder returns a synchronous decoder (concurrency 1 starts no
 // goroutines, so a pooled decoder dropped by the GC leaks nothing).
@@ -65,16 +37,16 @@ func putDecoder(d *zstd.Decoder) {
 	}
 }
 
-// forEach runs fn(ctx, i) for i in order over n items with up to
-// GOMAXPROCS at a time; the first error cancels the rest and is returned.
-func forEach(ctx context.Context, order []int, fn func(ctx context.Context, i int) error) error {
+// forEach runs fn(ctx, i) for i in order with up to workers at a time;
+// the first error cancels the rest and is returned.
+func forEach(ctx context.Context, workers int, order []int, fn func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	work := make(chan int)
 	var wg sync.WaitGroup
 	var once sync.Once
 	var first error
-	for range min(runtime.GOMAXPROCS(0), len(order)) {
+	for range min(workers, len(order)) {
 		wg.Go(func() {
 			for i := range work {
 				if err := fn(ctx, i); err != nil {

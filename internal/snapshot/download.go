@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -53,6 +54,11 @@ func ReadManifest(ctx context.Context, store ObjectStore, location, manifestDige
 	}
 	if err := m.validate(location); err != nil {
 		return nil, err
+	}
+	// The manifest was written after its chunks: the store held them.
+	k := knownIn(store)
+	for _, e := range m.Entries {
+		k.add(e.Chunks...)
 	}
 	return &m, nil
 }
@@ -118,9 +124,13 @@ func restoreTree(ctx context.Context, store ObjectStore, m *Manifest, dir string
 		}
 	}
 	largestFirst(m.Entries, files)
-	err = forEach(ctx, files, func(ctx context.Context, i int) error {
-		return fetchFile(ctx, store, m.Location, &m.Entries[i], root)
-	})
+	if m.Version == manifestWholeFiles {
+		err = forEach(ctx, runtime.GOMAXPROCS(0), files, func(ctx context.Context, i int) error {
+			return fetchFile(ctx, store, m.Location, &m.Entries[i], root)
+		})
+	} else {
+		err = fetchChunks(ctx, store, m, files, root)
+	}
 	if err != nil {
 		return err
 	}
@@ -140,6 +150,104 @@ func restoreTree(ctx context.Context, store ObjectStore, m *Manifest, dir string
 		if err := root.SetAttrs(e.Path, attrs); err != nil {
 			return fmt.Errorf("snapshot %s: file %s: %w", m.Location, e.Path, err)
 		}
+	}
+	return nil
+}
+
+// chunkAt is one chunk of a file to restore and where it goes.
+type chunkAt struct {
+	entry  *Entry
+	chunk  Chunk
+	offset int64
+}
+
+// fetchChunks creates the files of a chunked snapshot at their full size
+// and writes every chunk at its offset as it arrives, in parallel; only
+// the chunks in flight are in memory.
+func fetchChunks(ctx context.Context, store ObjectStore, m *Manifest, files []int, root *fstree.Root) error {
+	var work []chunkAt
+	for _, i := range files {
+		e := &m.Entries[i]
+		f, err := root.OpenFile(e.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			err = f.Truncate(e.Size)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("snapshot %s: file %s: %w", m.Location, e.Path, err)
+		}
+		var off int64
+		for _, c := range e.Chunks {
+			work = append(work, chunkAt{entry: e, chunk: c, offset: off})
+			off += c.Size
+		}
+	}
+	order := make([]int, len(work))
+	for i := range order {
+		order[i] = i
+	}
+	k := knownIn(store)
+	return forEach(ctx, transferWorkers(), order, func(ctx context.Context, i int) error {
+		err := fetchChunk(ctx, store, m.Location, work[i], root)
+		if errors.Is(err, ErrDataLoss) {
+			k.forget(work[i].chunk)
+		}
+		return err
+	})
+}
+
+// fetchChunk fetches, decompresses and verifies one chunk and writes it
+// in place. Data problems are DataLossErrors naming the chunk and file;
+// store or local I/O failures are not.
+func fetchChunk(ctx context.Context, store ObjectStore, location string, w chunkAt, root *fstree.Root) error {
+	c := w.chunk
+	lost := func(format string, args ...any) error {
+		return &DataLossError{Location: location, File: w.entry.Path, Chunk: c.SHA256, Err: fmt.Errorf(format, args...)}
+	}
+	failed := func(err error) error {
+		return fmt.Errorf("snapshot %s: file %s: chunk %s: %w", location, w.entry.Path, c.SHA256, err)
+	}
+	rc, err := store.Get(ctx, c.Key())
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return lost("object %s: %w", c.Key(), err)
+		}
+		return failed(err)
+	}
+	stored := chunkBuffers.Get().(*[]byte)
+	defer chunkBuffers.Put(stored)
+	// One byte more than recorded tells a longer object from the chunk.
+	n, err := io.ReadFull(contextReader{ctx, rc}, (*stored)[:c.StoredSize+1])
+	rc.Close()
+	switch {
+	case err != nil && err != io.ErrUnexpectedEOF && err != io.EOF:
+		return failed(err)
+	case int64(n) != c.StoredSize:
+		return lost("stored object %s: size %d, want %d", c.Key(), n, c.StoredSize)
+	}
+	raw := chunkBuffers.Get().(*[]byte)
+	defer chunkBuffers.Put(raw)
+	data, err := chunkDecoder().DecodeAll((*stored)[:n], (*raw)[:0])
+	switch {
+	case err != nil:
+		return lost("undecodable object %s: %w", c.Key(), err)
+	case int64(len(data)) != c.Size:
+		return lost("size %d, want %d", len(data), c.Size)
+	case chunkSHA256(data) != c.SHA256:
+		return lost("sha256 mismatch: got %s", chunkSHA256(data))
+	}
+	f, err := root.OpenFile(w.entry.Path, os.O_WRONLY, 0)
+	if err != nil {
+		return failed(err)
+	}
+	_, err = f.WriteAt(data, w.offset)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return failed(err)
 	}
 	return nil
 }

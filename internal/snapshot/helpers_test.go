@@ -122,6 +122,8 @@ type recordingStore struct {
 	getErr func(key string) error
 	// gate, if set, blocks every Get until it is closed.
 	gate chan struct{}
+	// beforePut, if set, runs before each Put reaches the store.
+	beforePut func(key string)
 }
 
 var errInjected = errors.New("injected store failure")
@@ -134,7 +136,11 @@ func (r *recordingStore) Put(ctx context.Context, key string, body io.Reader) er
 		r.failAll = true
 	}
 	r.ops = append(r.ops, "put "+key)
+	beforePut := r.beforePut
 	r.mu.Unlock()
+	if beforePut != nil {
+		beforePut(key)
+	}
 	if fail {
 		io.Copy(io.Discard, io.LimitReader(body, 100))
 		return errInjected
@@ -206,6 +212,18 @@ func mustUpload(t testing.TB, store ObjectStore, location string, entries []tree
 	m, digest, _, err := Upload(context.Background(), store, location, src)
 	if err != nil {
 		t.Fatalf("Upload %s: %v", location, err)
+	}
+	return m, digest
+}
+
+// mustUploadWholeFiles is mustUpload writing a version 1 snapshot.
+func mustUploadWholeFiles(t testing.TB, store ObjectStore, location string, entries []treeEntry) (*Manifest, string) {
+	t.Helper()
+	src := t.TempDir()
+	writeTree(t, src, entries)
+	m, digest, _, err := uploadWholeFiles(context.Background(), store, location, src)
+	if err != nil {
+		t.Fatalf("uploadWholeFiles %s: %v", location, err)
 	}
 	return m, digest
 }

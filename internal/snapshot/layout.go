@@ -9,12 +9,8 @@ import (
 
 const (
 	manifestName = "manifest.json"
-	// filesDir holds the per-file objects of a snapshot. Objects are named
-	// by their index in the manifest, not by file path, so any file name
-	// the workload chose is storable on any backend.
-	filesDir    = "files"
-	digestAlgo  = "sha256:"
-	segmentsLen = 3
+	digestAlgo   = "sha256:"
+	segmentsLen  = 3
 )
 
 // Location is where one snapshot lives in the object store:

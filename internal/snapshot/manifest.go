@@ -10,8 +10,12 @@ import (
 )
 
 const (
-	manifestVersion = 1
-	compressionZstd = "zstd"
+	// Version 1: one object per file under the location (files/N.zst).
+	// Version 2, written now: files as content-addressed chunks shared by
+	// the store's snapshots (chunks.go). Both download.
+	manifestWholeFiles = 1
+	manifestChunked    = 2
+	compressionZstd    = "zstd"
 	// maxManifestBytes bounds what Download reads before checking the
 	// digest; a real manifest is a few hundred bytes per file.
 	maxManifestBytes = 64 << 20
@@ -50,9 +54,12 @@ type Entry struct {
 	GID     int       `json:"gid"`
 	ModTime time.Time `json:"mtime"`
 
-	// Files: uncompressed size and sha256 (hex), and the stored object
+	// Files: uncompressed size.
+	Size int64 `json:"size,omitempty"`
+	// Version 2 files: the chunks, in order, that make the content.
+	Chunks []Chunk `json:"chunks,omitempty"`
+	// Version 1 files: the content's sha256 (hex), and the stored object
 	// (key relative to the location) with its size and sha256.
-	Size         int64  `json:"size,omitempty"`
 	SHA256       string `json:"sha256,omitempty"`
 	Object       string `json:"object,omitempty"`
 	ObjectSize   int64  `json:"objectSize,omitempty"`
@@ -71,11 +78,15 @@ func (m *Manifest) Size() int64 {
 	return n
 }
 
-// StoredSize is the total size of the snapshot's file objects.
+// StoredSize is the total size of the snapshot's file objects, counting
+// a chunk every time a file names it, whoever else shares it.
 func (m *Manifest) StoredSize() int64 {
 	var n int64
 	for _, e := range m.Entries {
 		n += e.ObjectSize
+		for _, c := range e.Chunks {
+			n += c.StoredSize
+		}
 	}
 	return n
 }
@@ -84,7 +95,7 @@ func (m *Manifest) StoredSize() int64 {
 // digest already matched, so a failure here means a writer bug or a forged
 // record; either way nothing outside the destination may be touched.
 func (m *Manifest) validate(location string) error {
-	if m.Version != manifestVersion {
+	if m.Version != manifestWholeFiles && m.Version != manifestChunked {
 		return &DataLossError{Location: location, Err: fmt.Errorf("unsupported manifest version %d", m.Version)}
 	}
 	if m.Compression != compressionZstd {
@@ -98,7 +109,7 @@ func (m *Manifest) validate(location string) error {
 	}
 	types := make(map[string]EntryType, len(m.Entries))
 	for i, e := range m.Entries {
-		if err := e.validate(location, i == 0, types); err != nil {
+		if err := e.validate(location, m.Version, i == 0, types); err != nil {
 			return &DataLossError{Location: location, File: e.Path, Err: err}
 		}
 		types[e.Path] = e.Type
@@ -106,7 +117,7 @@ func (m *Manifest) validate(location string) error {
 	return nil
 }
 
-func (e *Entry) validate(location string, isRoot bool, seen map[string]EntryType) error {
+func (e *Entry) validate(location string, version int, isRoot bool, seen map[string]EntryType) error {
 	if !isRoot {
 		if err := ValidateKey(e.Path); err != nil {
 			return fmt.Errorf("bad path: %w", err)
@@ -124,6 +135,12 @@ func (e *Entry) validate(location string, isRoot bool, seen map[string]EntryType
 	switch e.Type {
 	case EntryDir:
 	case EntryFile:
+		if version == manifestChunked {
+			return e.validateChunks()
+		}
+		if len(e.Chunks) > 0 {
+			return fmt.Errorf("chunks in a version %d manifest", version)
+		}
 		if e.Size < 0 || e.ObjectSize < 0 {
 			return fmt.Errorf("negative size")
 		}
@@ -143,6 +160,23 @@ func (e *Entry) validate(location string, isRoot bool, seen map[string]EntryType
 	return nil
 }
 
+func (e *Entry) validateChunks() error {
+	if e.Object != "" || e.SHA256 != "" || e.ObjectSize != 0 || e.ObjectSHA256 != "" {
+		return fmt.Errorf("a whole-file object in a chunked manifest")
+	}
+	var n int64
+	for _, c := range e.Chunks {
+		if err := c.validate(); err != nil {
+			return err
+		}
+		n += c.Size
+	}
+	if n != e.Size {
+		return fmt.Errorf("chunks hold %d bytes, the file %d", n, e.Size)
+	}
+	return nil
+}
+
 func isSHA256Hex(s string) bool {
 	b, err := hex.DecodeString(s)
 	return err == nil && len(b) == 32
@@ -156,12 +190,17 @@ type DataLossError struct {
 	Location string
 	// File is the snapshot path concerned; empty for the manifest.
 	File string
-	Err  error
+	// Chunk is the sha256 of the chunk concerned, if one is.
+	Chunk string
+	Err   error
 }
 
 func (e *DataLossError) Error() string {
-	if e.File == "" {
+	switch {
+	case e.File == "":
 		return fmt.Sprintf("snapshot %s: manifest: %v", e.Location, e.Err)
+	case e.Chunk != "":
+		return fmt.Sprintf("snapshot %s: file %s: chunk %s: %v", e.Location, e.File, e.Chunk, e.Err)
 	}
 	return fmt.Sprintf("snapshot %s: file %s: %v", e.Location, e.File, e.Err)
 }

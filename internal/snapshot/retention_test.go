@@ -31,9 +31,10 @@ func TestListLocations(t *testing.T) {
 	mustUpload(t, s, "default/a/s1", simpleTree("one"))
 	mustUpload(t, s, "default/a/s2", simpleTree("two"))
 	mustUpload(t, s, "default/ab/s3", simpleTree("three"))
-	mustUpload(t, s, "other/a/s4", simpleTree("four"))
 	// An interrupted upload (objects, no manifest) and a half-deleted
-	// snapshot (manifest gone first).
+	// snapshot (manifest gone first), which a version 1 snapshot can be:
+	// a chunked one has nothing but its manifest in its location.
+	mustUploadWholeFiles(t, s, "other/a/s4", simpleTree("four"))
 	if err := s.Put(t.Context(), "default/a/s5/files/0.zst", strings.NewReader("partial")); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestListLocations(t *testing.T) {
 func TestDeleteSnapshotRemovesManifestFirst(t *testing.T) {
 	base := newDirStore(t)
 	store := &recordingStore{ObjectStore: base}
-	mustUpload(t, store, "default/a/s1", []treeEntry{
+	mustUploadWholeFiles(t, store, "default/a/s1", []treeEntry{
 		{path: "x", mode: 0o644, content: "x"},
 		{path: "y", mode: 0o644, content: "y"},
 	})
@@ -130,8 +131,10 @@ func TestSweepOrphans(t *testing.T) {
 	}
 	referenced := map[string]bool{}
 	for _, sn := range snapshots {
-		mustUpload(t, s, sn.location, simpleTree(sn.location))
-		if !sn.complete {
+		if sn.complete {
+			mustUpload(t, s, sn.location, simpleTree(sn.location))
+		} else {
+			mustUploadWholeFiles(t, s, sn.location, simpleTree(sn.location))
 			if err := s.Delete(t.Context(), manifestKey(sn.location)); err != nil {
 				t.Fatal(err)
 			}

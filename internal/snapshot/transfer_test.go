@@ -138,11 +138,12 @@ func short(s treeState) treeState {
 
 func TestDownloadDataLoss(t *testing.T) {
 	const loc = "default/actor/snap"
+	// rewriteObject changes the first chunk of file.
 	rewriteObject := func(t *testing.T, s *DirStore, m *Manifest, file string, change func([]byte) []byte) {
 		t.Helper()
 		for _, e := range m.Entries {
 			if e.Path == file {
-				p := objectPath(s, loc+"/"+e.Object)
+				p := objectPath(s, e.Chunks[0].Key())
 				b, err := os.ReadFile(p)
 				if err != nil {
 					t.Fatal(err)
@@ -174,6 +175,8 @@ func TestDownloadDataLoss(t *testing.T) {
 		tamper       func(t *testing.T, s *DirStore, m *Manifest, digest string) string
 		wantInError  string
 		wantNotFound bool
+		// wantChunkOf: the error names the first chunk of this file.
+		wantChunkOf string
 	}{
 		{
 			name: "flipped byte in object",
@@ -181,7 +184,8 @@ func TestDownloadDataLoss(t *testing.T) {
 				rewriteObject(t, s, m, "pages.img", func(b []byte) []byte { b[len(b)/2] ^= 0x40; return b })
 				return digest
 			},
-			wantInError: "file pages.img: stored object files/0.zst: sha256 mismatch",
+			wantInError: "file pages.img: chunk ",
+			wantChunkOf: "pages.img",
 		},
 		{
 			name: "truncated object",
@@ -189,7 +193,8 @@ func TestDownloadDataLoss(t *testing.T) {
 				rewriteObject(t, s, m, "vol/state.db", func(b []byte) []byte { return b[:len(b)/2] })
 				return digest
 			},
-			wantInError: "file vol/state.db:",
+			wantInError: "file vol/state.db: chunk ",
+			wantChunkOf: "vol/state.db",
 		},
 		{
 			name: "object replaced by other valid data",
@@ -200,18 +205,31 @@ func TestDownloadDataLoss(t *testing.T) {
 				})
 				return digest
 			},
-			wantInError: "file pages.img:",
+			wantInError: "file pages.img: chunk ",
+			wantChunkOf: "pages.img",
+		},
+		{
+			name: "object replaced by a chunk of the same size",
+			tamper: func(t *testing.T, s *DirStore, m *Manifest, digest string) string {
+				rewriteObject(t, s, m, "vol/state.db", func([]byte) []byte {
+					return chunkEncoder().EncodeAll([]byte(strings.Repeat("stat! ", 5000)), nil)
+				})
+				return digest
+			},
+			wantInError: "sha256 mismatch",
+			wantChunkOf: "vol/state.db",
 		},
 		{
 			name: "object missing",
 			tamper: func(t *testing.T, s *DirStore, m *Manifest, digest string) string {
-				if err := os.Remove(objectPath(s, loc+"/"+m.Entries[len(m.Entries)-1].Object)); err != nil {
+				if err := os.Remove(objectPath(s, m.Entries[len(m.Entries)-1].Chunks[0].Key())); err != nil {
 					t.Fatal(err)
 				}
 				return digest
 			},
-			wantInError:  "file vol/state.db: object",
+			wantInError:  "file vol/state.db: chunk ",
 			wantNotFound: true,
+			wantChunkOf:  "vol/state.db",
 		},
 		{
 			name: "manifest edited",
@@ -283,6 +301,18 @@ func TestDownloadDataLoss(t *testing.T) {
 			if got := errors.Is(err, ErrNotFound); got != tt.wantNotFound {
 				t.Errorf("errors.Is(err, ErrNotFound) = %v, want %v", got, tt.wantNotFound)
 			}
+			if tt.wantChunkOf != "" {
+				var want string
+				for _, e := range m.Entries {
+					if e.Path == tt.wantChunkOf {
+						want = e.Chunks[0].SHA256
+					}
+				}
+				var lost *DataLossError
+				if !errors.As(err, &lost) || lost.Chunk != want || !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name chunk %s", err, want)
+				}
+			}
 			if names, _ := os.ReadDir(parent); len(names) != 0 {
 				t.Errorf("failed download left %v in the destination's parent", names)
 			}
@@ -298,7 +328,7 @@ func TestDownloadStoreFailureIsNotDataLoss(t *testing.T) {
 	base := newDirStore(t)
 	_, digest := mustUpload(t, base, loc, simpleTree("content"))
 	store := &recordingStore{ObjectStore: base, getErr: func(key string) error {
-		if strings.Contains(key, "/files/") {
+		if strings.HasPrefix(key, chunksDir+"/") {
 			return errInjected
 		}
 		return nil
@@ -397,12 +427,12 @@ func TestFailedUploadIsNeverVisible(t *testing.T) {
 	tests := []struct {
 		name  string
 		crash bool
-		// Objects a failed upload may leave: none when it could clean up,
-		// some (but never the manifest) when the writer died.
-		wantLeftovers bool
 	}{
-		{"store error, cleaned up", false, false},
-		{"writer crashed", true, true},
+		// A chunked snapshot has nothing but its manifest in its
+		// location, so even a writer that died leaves nothing there; the
+		// chunks it put stay for SweepChunks.
+		{"store error, cleaned up", false},
+		{"writer crashed", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -418,12 +448,12 @@ func TestFailedUploadIsNeverVisible(t *testing.T) {
 					t.Fatalf("manifest was written by a failed upload: %v", store.opsLog())
 				}
 			}
-			objs, err := base.List(t.Context(), "")
+			objs, err := base.List(t.Context(), loc+"/")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (len(objs) > 0) != tt.wantLeftovers {
-				t.Errorf("objects after failed upload: %v, want leftovers=%v", objs, tt.wantLeftovers)
+			if len(objs) > 0 {
+				t.Errorf("objects in the location after a failed upload: %v", objs)
 			}
 			locs, err := ListLocations(t.Context(), base, "")
 			if err != nil {

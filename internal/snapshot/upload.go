@@ -14,7 +14,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
+	"time"
+
+	"github.com/restic/chunker"
 )
 
 // Upload stores the tree under srcDir (directories, regular files and
@@ -27,6 +31,11 @@ import (
 // already be referenced. On failure Upload tries to remove what it wrote;
 // what remains has no manifest and is left to SweepOrphans.
 func Upload(ctx context.Context, store ObjectStore, location, srcDir string) (*Manifest, string, int64, error) {
+	// Chunks this upload names without putting them are safe from sweeps
+	// only if its manifest lands within UploadDeadline (ChunkGrace).
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, UploadDeadline)
+	defer cancel()
 	if _, _, _, err := ParseLocation(location); err != nil {
 		return nil, "", 0, err
 	}
@@ -41,9 +50,10 @@ func Upload(ctx context.Context, store ObjectStore, location, srcDir string) (*M
 	if err != nil {
 		return nil, "", 0, fmt.Errorf("upload snapshot %s: %w", location, err)
 	}
-	digest, size, err := uploadTree(ctx, store, m, sources)
+	digest, size, err := uploadTree(ctx, store, start, m, sources)
 	if err != nil {
-		// The caller's context may be what failed; cleanup still has to run.
+		// The caller's context may be what failed; cleanup still has to
+		// run. Chunks put stay for SweepChunks: others may name them.
 		if derr := DeleteSnapshot(context.WithoutCancel(ctx), store, location); derr != nil {
 			slog.WarnContext(ctx, "snapshot: cleanup of failed upload", "location", location, "err", derr)
 		}
@@ -52,21 +62,33 @@ func Upload(ctx context.Context, store ObjectStore, location, srcDir string) (*M
 	return m, digest, size, nil
 }
 
-func uploadTree(ctx context.Context, store ObjectStore, m *Manifest, sources map[int]string) (string, int64, error) {
+func uploadTree(ctx context.Context, store ObjectStore, start time.Time, m *Manifest, sources map[int]string) (string, int64, error) {
 	files := make([]int, 0, len(sources))
 	for i := range sources {
 		files = append(files, i)
 	}
 	largestFirst(m.Entries, files)
-	err := forEach(ctx, files, func(ctx context.Context, i int) error {
+	u := newChunkUpload(ctx, store, start)
+	// Files are cut one after another (cutting is sequential within a
+	// file); their chunks are hashed, compressed and put in parallel.
+	chunks := map[int][]*Chunk{}
+	for _, i := range files {
 		e := &m.Entries[i]
-		if err := uploadFile(ctx, store, m.Location+"/"+e.Object, sources[i], e); err != nil {
-			return fmt.Errorf("file %s: %w", e.Path, err)
+		var err error
+		if chunks[i], err = u.file(sources[i], e); err != nil {
+			u.fail(fmt.Errorf("file %s: %w", e.Path, err))
+			break
 		}
-		return nil
-	})
-	if err != nil {
+	}
+	if err := u.wait(); err != nil {
 		return "", 0, err
+	}
+	for i, cs := range chunks {
+		e := &m.Entries[i]
+		e.Chunks = make([]Chunk, len(cs))
+		for k, c := range cs {
+			e.Chunks[k] = *c
+		}
 	}
 	body, err := json.Marshal(m)
 	if err != nil {
@@ -75,50 +97,142 @@ func uploadTree(ctx context.Context, store ObjectStore, m *Manifest, sources map
 	if err := store.Put(ctx, manifestKey(m.Location), bytes.NewReader(body)); err != nil {
 		return "", 0, fmt.Errorf("manifest: %w", err)
 	}
+	// A put may finish after the context ended; a manifest that late may
+	// name chunks a sweep has deleted.
+	if took := time.Since(start); took > UploadDeadline {
+		return "", 0, fmt.Errorf("manifest written after the upload deadline (%s > %s)", took, UploadDeadline)
+	}
 	return digestOf(body), m.StoredSize() + int64(len(body)), nil
 }
 
-// uploadFile streams one file through zstd into the store, hashing both
-// sides, and fills in the entry's sizes and digests from what was sent.
-func uploadFile(ctx context.Context, store ObjectStore, key, src string, e *Entry) error {
-	f, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	raw, stored := newCountingHash(), newCountingHash()
-	pr, pw := io.Pipe()
-	encoded := make(chan error, 1)
-	go func() {
-		err := encodeTo(io.MultiWriter(pw, stored), io.TeeReader(f, raw))
-		pw.CloseWithError(err)
-		encoded <- err
-	}()
-	putErr := store.Put(ctx, key, pr)
-	// Unblocks the encoder if Put gave up before reading everything.
-	pr.CloseWithError(errors.New("object store stopped reading"))
-	if encErr := <-encoded; encErr != nil && putErr == nil {
-		return encErr
-	}
-	if putErr != nil {
-		return putErr
-	}
-	e.Size, e.SHA256 = raw.n, raw.sum()
-	e.ObjectSize, e.ObjectSHA256 = stored.n, stored.sum()
-	return nil
+// chunkUpload puts the chunks of one snapshot: up to transferWorkers at
+// a time, each chunk of a content once, none the store is known to hold.
+type chunkUpload struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	store  ObjectStore
+	known  *knownChunks
+	start  time.Time
+	slots  chan struct{}
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	inflight map[string]*chunkPut
+	err      error
 }
 
-func encodeTo(w io.Writer, r io.Reader) error {
-	enc, err := getEncoder(w)
+// chunkPut is one content's chunk being put; others with the same
+// content wait for it.
+type chunkPut struct {
+	done  chan struct{}
+	chunk Chunk
+	err   error
+}
+
+func newChunkUpload(ctx context.Context, store ObjectStore, start time.Time) *chunkUpload {
+	ctx, cancel := context.WithCancelCause(ctx)
+	return &chunkUpload{
+		ctx: ctx, cancel: cancel, store: store, known: knownIn(store), start: start,
+		slots: make(chan struct{}, transferWorkers()), inflight: map[string]*chunkPut{},
+	}
+}
+
+func (u *chunkUpload) fail(err error) {
+	u.mu.Lock()
+	if u.err == nil {
+		u.err = err
+		u.cancel(err)
+	}
+	u.mu.Unlock()
+}
+
+// wait returns once every chunk is stored or the upload failed.
+func (u *chunkUpload) wait() error {
+	u.wg.Wait()
+	defer u.cancel(nil)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.err != nil {
+		return u.err
+	}
+	return u.ctx.Err()
+}
+
+// file cuts src into chunks and starts storing each; the chunks are
+// filled in once wait returns nil.
+func (u *chunkUpload) file(src string, e *Entry) ([]*Chunk, error) {
+	f, err := os.Open(src)
 	if err != nil {
-		return fmt.Errorf("zstd encoder: %w", err)
+		return nil, err
 	}
-	_, err = enc.ReadFrom(r)
-	if cerr := enc.Close(); err == nil {
-		err = cerr
+	defer f.Close()
+	c := chunker.NewWithBoundaries(f, chunkPolynomial, chunkMin, chunkMax)
+	c.SetAverageBits(chunkAverageBits)
+	var chunks []*Chunk
+	e.Size = 0 // the bytes actually read
+	for {
+		// A slot bounds the chunk buffers in use, not just the puts.
+		select {
+		case u.slots <- struct{}{}:
+		case <-u.ctx.Done():
+			return nil, context.Cause(u.ctx)
+		}
+		buf := chunkBuffers.Get().(*[]byte)
+		piece, err := c.Next(*buf)
+		if err != nil {
+			chunkBuffers.Put(buf)
+			<-u.slots
+			if err == io.EOF {
+				return chunks, nil
+			}
+			return nil, err
+		}
+		e.Size += int64(piece.Length)
+		out := &Chunk{}
+		chunks = append(chunks, out)
+		u.wg.Go(func() {
+			defer func() { chunkBuffers.Put(buf); <-u.slots }()
+			if err := u.put(piece.Data, out); err != nil {
+				u.fail(fmt.Errorf("file %s: %w", e.Path, err))
+			}
+		})
 	}
-	putEncoder(enc)
-	return err
+}
+
+// put makes sure the store holds a chunk of data and describes it in out.
+func (u *chunkUpload) put(data []byte, out *Chunk) error {
+	sha := chunkSHA256(data)
+	if c, ok := u.known.reusable(sha, u.start); ok {
+		*out = c
+		return nil
+	}
+	u.mu.Lock()
+	p, waiting := u.inflight[sha]
+	if !waiting {
+		p = &chunkPut{done: make(chan struct{})}
+		u.inflight[sha] = p
+	}
+	u.mu.Unlock()
+	if waiting {
+		select {
+		case <-p.done:
+		case <-u.ctx.Done():
+			return context.Cause(u.ctx)
+		}
+		*out = p.chunk
+		return p.err
+	}
+	defer close(p.done)
+	c := Chunk{SHA256: sha, Size: int64(len(data)), Written: time.Now().Unix()}
+	stored := chunkEncoder().EncodeAll(data, nil)
+	c.StoredSize = int64(len(stored))
+	if err := u.store.Put(u.ctx, c.Key(), bytes.NewReader(stored)); err != nil {
+		p.err = fmt.Errorf("chunk %s: %w", sha, err)
+		return p.err
+	}
+	u.known.add(c)
+	p.chunk, *out = c, c
+	return nil
 }
 
 // scanTree lists srcDir into a manifest with file digests still empty, and
@@ -128,7 +242,7 @@ func scanTree(location, srcDir string) (*Manifest, map[int]string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("source directory: %w", err)
 	}
-	m := &Manifest{Version: manifestVersion, Location: location, Compression: compressionZstd}
+	m := &Manifest{Version: manifestChunked, Location: location, Compression: compressionZstd}
 	sources := map[int]string{}
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -160,7 +274,6 @@ func scanTree(location, srcDir string) (*Manifest, map[int]string, error) {
 		case fi.Mode().IsRegular():
 			e.Type = EntryFile
 			e.Size = fi.Size() // replaced by the bytes actually read
-			e.Object = fmt.Sprintf("%s/%d.zst", filesDir, len(sources))
 			sources[len(m.Entries)] = path
 		case fi.Mode()&fs.ModeSymlink != 0:
 			e.Type = EntrySymlink
