@@ -370,7 +370,7 @@ func TestGVisorEndToEnd(t *testing.T) {
 	})
 }
 
-// objectOf returns the host path of the stored object holding file path
+// objectOf returns the host path of a stored chunk of file path
 // of the snapshot at location in a directory object store.
 func objectOf(t testing.TB, storeRoot, location, path string) string {
 	t.Helper()
@@ -378,18 +378,13 @@ func objectOf(t testing.TB, storeRoot, location, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m struct {
-		Entries []struct {
-			Path   string `json:"path"`
-			Object string `json:"object"`
-		} `json:"entries"`
-	}
+	var m snapshot.Manifest
 	if err := json.Unmarshal(body, &m); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range m.Entries {
-		if e.Path == path {
-			return filepath.Join(storeRoot, location, e.Object)
+		if e.Path == path && len(e.Chunks) > 0 {
+			return filepath.Join(storeRoot, filepath.FromSlash(e.Chunks[len(e.Chunks)/2].Key()))
 		}
 	}
 	t.Fatalf("snapshot %s has no file %s", location, path)

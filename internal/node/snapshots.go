@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"connectrpc.com/connect"
 
@@ -31,7 +32,15 @@ type snapshots struct {
 	log     *slog.Logger
 	storage snapshot.ObjectStore
 	cache   *snapshot.Cache
-	local   *snapshot.DirStore
+	local   *localStore
+}
+
+// localStore holds this node's local checkpoints. Only this process
+// writes it, so its chunks are swept as soon as no checkpoint names them
+// (snapshot.SweepChunks with no grace) while uploads to it are held off.
+type localStore struct {
+	*snapshot.DirStore
+	uploads sync.RWMutex
 }
 
 // openSnapshots opens the cache and the local checkpoints in d.
@@ -46,9 +55,11 @@ func openSnapshots(node string, log *slog.Logger, storage snapshot.ObjectStore, 
 	if sn.cache, err = snapshot.NewCache(d.cache, cacheBytes, storage); err != nil {
 		return nil, err
 	}
-	if sn.local, err = snapshot.NewDirStore(d.local); err != nil {
+	local, err := snapshot.NewDirStore(d.local)
+	if err != nil {
 		return nil, err
 	}
+	sn.local = &localStore{DirStore: local}
 	return sn, nil
 }
 
@@ -71,12 +82,25 @@ func (sn *snapshots) dropLocal(ctx context.Context, w *torporv1.Workload) {
 		sn.log.Warn("local checkpoints not dropped", "actor_uid", w.GetActorUid(), "err", err)
 		return
 	}
+	dropped := 0
 	for _, l := range locations {
 		if err := snapshot.DeleteSnapshot(ctx, sn.local, l.Location); err != nil {
 			sn.log.Warn("local checkpoint not dropped", "location", l.Location, "err", err)
 			continue
 		}
+		dropped++
 		sn.log.Debug("dropped local checkpoint", "location", l.Location)
+	}
+	if dropped == 0 {
+		return
+	}
+	// Their chunks, unless another local checkpoint names them.
+	sn.local.uploads.Lock()
+	defer sn.local.uploads.Unlock()
+	if n, err := snapshot.SweepChunks(ctx, sn.local, 0); err != nil {
+		sn.log.Warn("local checkpoint chunks not swept", "err", err)
+	} else {
+		sn.log.Debug("swept local checkpoint chunks", "chunks", n)
 	}
 }
 
@@ -85,6 +109,10 @@ func (sn *snapshots) dropLocal(ctx context.Context, w *torporv1.Workload) {
 // own earlier attempt, never referenced (the control plane records a
 // snapshot only once this call answers): it is replaced.
 func upload(ctx context.Context, objects snapshot.ObjectStore, location, tree string) (string, int64, error) {
+	if l, ok := objects.(*localStore); ok {
+		l.uploads.RLock()
+		defer l.uploads.RUnlock()
+	}
 	_, digest, size, err := snapshot.Upload(ctx, objects, location, tree)
 	if errors.Is(err, snapshot.ErrExists) {
 		if err := snapshot.DeleteSnapshot(ctx, objects, location); err != nil {

@@ -237,7 +237,13 @@ func (s *Server) sweepOrphans(ctx context.Context) error {
 	if len(removed) > 0 {
 		s.log.Info("removed orphaned snapshots", "count", len(removed))
 	}
-	return err
+	// Then the chunks no remaining snapshot names; node agents upload
+	// meanwhile, so with the grace that makes that safe.
+	chunks, cerr := snapshot.SweepChunks(ctx, s.objects, snapshot.ChunkGrace)
+	if chunks > 0 {
+		s.log.Info("removed unused snapshot chunks", "count", chunks)
+	}
+	return errors.Join(err, cerr)
 }
 
 type snapshotObjects struct{ store snapshot.ObjectStore }
