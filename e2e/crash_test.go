@@ -291,14 +291,14 @@ func TestTamperedSnapshot(t *testing.T) {
 	// The node that took the snapshot restores it from its own cache; the
 	// other one reads it from storage, where it is corrupted.
 	c.holdWorkerOf(a.GetStatus().GetWorker().GetNode(), "counter")
-	file, object := tamperSnapshot(t, c, latest)
+	file, chunk := tamperSnapshot(t, c, latest)
 
 	_, err := c.resume("c1", nil)
 	if connect.CodeOf(err) != connect.CodeDataLoss {
 		t.Fatalf("resume from the tampered snapshot: %v, want DataLoss", err)
 	}
-	if msg := err.Error(); !strings.Contains(msg, "file "+file) || !strings.Contains(msg, object) {
-		t.Errorf("error %q does not name file %s (object %s)", msg, file, object)
+	if msg := err.Error(); !strings.Contains(msg, "file "+file) || !strings.Contains(msg, "chunk "+chunk) {
+		t.Errorf("error %q does not name file %s and chunk %s", msg, file, chunk)
 	}
 	st := c.actor("c1").GetStatus()
 	if st.GetState() != torporv1.ActorState_ACTOR_STATE_CRASHED || st.GetWorker() != nil {
@@ -344,10 +344,10 @@ func (c *cluster) holdWorkerOf(node, template string) string {
 	return ""
 }
 
-// tamperSnapshot flips a byte in the stored object of the volume archive
-// of snapshot name, and returns the file's path in the snapshot and the
-// object's key.
-func tamperSnapshot(t testing.TB, c *cluster, name string) (file, object string) {
+// tamperSnapshot flips a byte in a stored chunk of the volume archive of
+// snapshot name, and returns the file's path in the snapshot and the
+// chunk's hash.
+func tamperSnapshot(t testing.TB, c *cluster, name string) (file, chunk string) {
 	t.Helper()
 	resp, err := c.snapshots.GetSnapshot(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: name}))
 	if err != nil {
@@ -367,7 +367,14 @@ func tamperSnapshot(t testing.TB, c *cluster, name string) (file, object string)
 	if i < 0 {
 		t.Fatalf("snapshot %s has no %s: %v", name, archive, m.Entries)
 	}
-	path := filepath.Join(dir, filepath.FromSlash(m.Entries[i].Object))
+	chunks := m.Entries[i].Chunks
+	if len(chunks) == 0 {
+		t.Fatalf("snapshot %s: %s has no chunks (manifest version %d)", name, archive, m.Version)
+	}
+	// Chunks are shared by content; the last one of the volumes' archive
+	// holds the newest lines, so no earlier snapshot names it.
+	last := chunks[len(chunks)-1]
+	path := filepath.Join(c.snapshotStorage, filepath.FromSlash(last.Key()))
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -376,7 +383,7 @@ func tamperSnapshot(t testing.TB, c *cluster, name string) (file, object string)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return archive, m.Entries[i].Object
+	return archive, last.SHA256
 }
 
 func inFlight(s torporv1.ActorState) bool {
