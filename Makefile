@@ -6,7 +6,7 @@ VERSITYGW_VERSION := v1.8.0
 TOOLS := go tool -modfile=tools/go.mod
 BIN := $(CURDIR)/bin
 
-.PHONY: all build generate runsc s3server images up lint test fuzz bench clean dist image
+.PHONY: all build generate runsc runsc-check s3server images up lint test fuzz bench clean dist image
 
 all: build
 
@@ -21,16 +21,19 @@ build:
 
 # Release binaries: torpor and runsc, static, for each of DIST_ARCHES
 # (linux), under $(DIST)/linux-<arch>/. runsc for this machine's
-# architecture is built as make runsc builds it, so the build cache serves
-# both; go install cannot write a cross-compiled binary to GOBIN, so the
-# other's goes into a GOPATH of its own and is copied out.
+# architecture is built as make runsc builds it, precompiled seccomp
+# programs included; the others' cannot be (their generator would have to
+# run on that architecture), so they are a plain go install, which
+# compiles the programs when a sandbox starts. go install cannot write a
+# cross-compiled binary to GOBIN, so theirs goes into a GOPATH of its own
+# and is copied out.
 DIST := $(CURDIR)/dist
 DIST_ARCHES := amd64 arm64
 dist:
 	set -e; for arch in $(DIST_ARCHES); do \
 	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch go build -trimpath $(VERSION_FLAGS) -o $(DIST)/linux-$$arch/torpor ./cmd/torpor; \
 	  if [ "$$arch" = "$$(go env GOARCH)" ]; then \
-	    CGO_ENABLED=0 GOBIN=$(DIST)/linux-$$arch go install -ldflags="-s -w" gvisor.dev/gvisor/runsc@$(GVISOR_VERSION); \
+	    tools/runscseccomp/build.sh $(GVISOR_VERSION) $(DIST)/linux-$$arch/runsc; \
 	  else \
 	    gopath=$$(mktemp -d); \
 	    GOPATH=$$gopath GOMODCACHE=$$(go env GOMODCACHE) GOBIN= CGO_ENABLED=0 GOOS=linux GOARCH=$$arch \
@@ -50,9 +53,17 @@ generate:
 	$(TOOLS) buf generate
 
 # runsc must be static: a cgo build cannot exec itself inside its own chroot.
+# It is built from the pinned source with the seccomp programs of its
+# sentry and gofer compiled at build time (tools/runscseccomp; about a
+# minute more), which a plain go install leaves to every sandbox start and
+# restore (~25 ms each, docs/benchmarks.md).
 runsc: $(BIN)/runsc
 $(BIN)/runsc:
-	CGO_ENABLED=0 GOBIN=$(BIN) go install -ldflags="-s -w" gvisor.dev/gvisor/runsc@$(GVISOR_VERSION)
+	tools/runscseccomp/build.sh $(GVISOR_VERSION) $(BIN)/runsc
+
+# Fails unless two generations of those programs are byte for byte the same.
+runsc-check:
+	tools/runscseccomp/build.sh $(GVISOR_VERSION) -check
 
 # A real S3-compatible server (Versity's gateway over a directory) for the
 # tests of S3 snapshot storage.

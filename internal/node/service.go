@@ -51,11 +51,11 @@ func (m *slotMachine) Restore(ctx context.Context, req *connect.Request[torporv1
 	}
 	return operate(ctx, m, "Restore", op, func(ctx context.Context, s *slot) (*torporv1.RestoreResponse, error) {
 		began := time.Now()
-		warm, err := m.start(ctx, s, op, w, func(ctx context.Context) (bootSource, func(), error) { return m.snapshots.source(ctx, msg) })
+		started, err := m.start(ctx, s, op, w, func(ctx context.Context) (bootSource, func(), error) { return m.snapshots.source(ctx, msg) })
 		if err != nil {
 			return nil, err
 		}
-		return &torporv1.RestoreResponse{WorkerIp: s.rt.IP, DurationMs: time.Since(began).Milliseconds(), Warm: warm}, nil
+		return &torporv1.RestoreResponse{WorkerIp: s.rt.IP, DurationMs: time.Since(began).Milliseconds(), Warm: started.warm, Steps: started.steps}, nil
 	})
 }
 
@@ -148,22 +148,23 @@ func noSource(context.Context) (bootSource, func(), error) { return bootSource{}
 // it to be ready, reporting whether it started in a sandbox made ahead.
 // On failure the slot is left free (or, if its sandbox would not stop,
 // stopping).
-func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) (warm bool, err error) {
+func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) (started, error) {
 	claimed, err := m.claim(s, op, w)
 	if err != nil {
-		return false, err
+		return started{}, err
 	}
-	if warm, err = m.boot(ctx, s, w, source); err != nil {
+	st, err := m.boot(ctx, s, w, source)
+	if err != nil {
 		ctx, cancel := cleanupContext(ctx)
 		defer cancel()
 		if verr := m.vacate(ctx, s, claimed); verr != nil {
 			m.log.Error("cleaning up after a failed start", "worker", s.name(), "actor_uid", w.GetActorUid(), "err", verr)
 		}
-		return false, err
+		return started{}, err
 	}
 	running, err := occupied(phaseRunning, op, w)
 	if err != nil {
-		return false, err
+		return started{}, err
 	}
 	s.stage(running)
 	m.identity.keep(s, w)
@@ -171,7 +172,14 @@ func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation
 	// unrecorded removes the workload, and the retry restores it again
 	// from its source, which may be a local checkpoint.
 	s.afterCommit(func() { m.ops.Go(func() { m.snapshots.dropLocal(context.WithoutCancel(ctx), w) }) })
-	return warm, nil
+	return st, nil
+}
+
+// started is how a start went: whether into a sandbox made ahead, and its
+// steps' durations (for the actor's history).
+type started struct {
+	warm  bool
+	steps []*torporv1.StepDuration
 }
 
 // warmStarts is a runtime that tells whether a slot's workload started
@@ -206,16 +214,16 @@ func (m *slotMachine) claim(s *slot, op *torporv1.Operation, w *torporv1.Workloa
 	return rec, nil
 }
 
-func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) (warm bool, err error) {
+func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, source func(context.Context) (bootSource, func(), error)) (started, error) {
 	steps := m.startSteps(ctx, "start")
 	rootfs, images, err := m.images.unpack(ctx, w)
 	if err != nil {
-		return false, err
+		return started{}, err
 	}
 	steps.done("unpack")
 	src, release, err := source(ctx)
 	if err != nil {
-		return false, err
+		return started{}, err
 	}
 	defer release()
 	steps.done("fetch")
@@ -227,12 +235,12 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 	m.logs.attach(s.name(), w.GetActorUid(), containerNames(w))
 	volumes, err := prepareVolumes(ctx, m.volumes.dir(w.GetActorUid()), durableVolumes(w.GetTemplate()), src.data)
 	if err != nil {
-		return false, fmt.Errorf("actor %s/%s: durable volumes: %w", w.GetSpace(), w.GetActor(), err)
+		return started{}, fmt.Errorf("actor %s/%s: durable volumes: %w", w.GetSpace(), w.GetActor(), err)
 	}
 	steps.done("volumes")
 	identityMounts, err := m.identity.prepare(ctx, s, w)
 	if err != nil {
-		return false, err
+		return started{}, err
 	}
 	steps.done("identity")
 	rw := runtime.Workload{
@@ -245,7 +253,7 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 		err = m.rt.Restore(ctx, s.rt, rw, src.memory)
 	}
 	if err != nil {
-		return false, fmt.Errorf("actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
+		return started{}, fmt.Errorf("actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 	}
 	if src.memory == "" {
 		m.logs.mark(w.GetActorUid(), "started (cold boot) on node %s, worker %s", m.node, s.name())
@@ -253,15 +261,16 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 		m.logs.mark(w.GetActorUid(), "resumed (restored) on node %s, worker %s", m.node, s.name())
 	}
 	steps.done("start")
+	warm := false
 	if ws, ok := m.rt.(warmStarts); ok {
 		warm = ws.StartedWarm(s.rt)
 	}
 	if err := m.probes.waitReady(ctx, s, w); err != nil {
-		return false, err
+		return started{}, err
 	}
 	steps.done("ready")
 	m.log.Debug("start steps", append([]any{"worker", s.name(), "actor_uid", w.GetActorUid(), "restore", src.memory != "", "warm", warm}, steps.attrs...)...)
-	return warm, nil
+	return started{warm: warm, steps: steps.steps}, nil
 }
 
 // cleanupContext gives the cleanup after a failure its own time: the
@@ -304,6 +313,7 @@ type stepTimer struct {
 	seconds   *prometheus.HistogramVec
 	last      time.Time
 	attrs     []any
+	steps     []*torporv1.StepDuration
 }
 
 func (m *slotMachine) startSteps(ctx context.Context, operation string) *stepTimer {
@@ -314,6 +324,7 @@ func (m *slotMachine) startSteps(ctx context.Context, operation string) *stepTim
 func (t *stepTimer) done(step string) {
 	now := time.Now()
 	t.attrs = append(t.attrs, step, now.Sub(t.last).Round(time.Microsecond))
+	t.steps = append(t.steps, &torporv1.StepDuration{Name: step, DurationUs: now.Sub(t.last).Microseconds()})
 	t.seconds.WithLabelValues(t.operation, step).Observe(now.Sub(t.last).Seconds())
 	tracing.Phase(t.ctx, "node."+step, t.last, now)
 	t.last = now

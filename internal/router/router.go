@@ -43,7 +43,6 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
-	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/tracing"
 	"github.com/torpor-dev/torpor/internal/version"
 )
@@ -323,53 +322,39 @@ func activationStart(start time.Time, resumed time.Duration) time.Time {
 // actor if it is not running, and the actor as the resume left it (nil
 // when there was none); *resumed grows by the time spent waiting for a
 // resume. fresh skips the table and asks the control plane. A request to
-// a running actor the table knows makes no call.
+// a running actor the table knows makes no call; one the table does not
+// place makes one, ResumeActor, which answers a RUNNING actor as it is
+// and resumes a stopped one: the table holds every running actor it may
+// see (the placement watch), so an actor missing from it is most likely
+// stopped, and asking what it is first would be a second round trip on
+// every activation.
 func (r *Router) resolveActor(ctx context.Context, key ActorKey, fresh bool, resumed *time.Duration) (placement, *torporv1.Actor, error) {
 	if !fresh {
 		if at, ok := r.actors.placement(key); ok {
 			return at, nil, nil
 		}
 	}
-	// While a resume is in flight the answer is known: wait for it rather
-	// than ask the control plane once per waiting request.
-	if !r.resuming(key) {
-		var resp *connect.Response[torporv1.Actor]
-		parked, cancel := r.parked(ctx)
-		defer cancel()
-		// Each call runs under the request's context: the park bound ends
-		// the waits between calls, not a call that may still answer.
-		err := retry.Do(parked, parkBackoff, unavailable, func(context.Context) error {
-			var err error
-			r.metrics.requestCalls.WithLabelValues(callGet).Inc()
-			resp, err = r.api.GetActor(ctx, connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name}))
-			return err
-		})
-		if unavailable(err) {
-			return placement{}, nil, fmt.Errorf("get actor %s: %w for %s: %w", key, errControlPlaneDown, r.cfg.ParkTimeout, err)
-		}
-		if err != nil {
-			return placement{}, nil, fmt.Errorf("get actor %s: %w", key, err)
-		}
-		switch resp.Msg.GetStatus().GetState() {
-		case torporv1.ActorState_ACTOR_STATE_RUNNING:
-			at, err := r.learn(key, resp.Msg)
-			return at, nil, err
-		case torporv1.ActorState_ACTOR_STATE_DELETING:
-			// Said here because the resume's refusal would carry the control
-			// plane's words, which clients do not get.
-			return placement{}, nil, fmt.Errorf("actor %s: %w", key, errDeleting)
-		}
-		m := resp.Msg.GetMetadata()
-		r.actors.stopped(key, m.GetUid(), m.GetVersion())
-	}
 	waitStart := time.Now()
 	a, err := r.awaitResume(ctx, key)
 	*resumed += max(time.Since(waitStart), time.Nanosecond)
+	if connect.CodeOf(err) == connect.CodeFailedPrecondition && r.deleting(ctx, key) {
+		// Said here because the resume's refusal carries the control
+		// plane's words, which clients do not get.
+		return placement{}, nil, fmt.Errorf("actor %s: %w", key, errDeleting)
+	}
 	if err != nil {
 		return placement{}, nil, err
 	}
 	at, err := actorPlacement(key, a)
 	return at, a, err
+}
+
+// deleting reports whether the actor is being deleted, for a resume the
+// control plane refused. Only that refusal pays for this second call.
+func (r *Router) deleting(ctx context.Context, key ActorKey) bool {
+	r.metrics.requestCalls.WithLabelValues(callGet).Inc()
+	resp, err := r.api.GetActor(ctx, connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name}))
+	return err == nil && resp.Msg.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_DELETING
 }
 
 // learn records where a RUNNING actor runs and returns it.

@@ -83,8 +83,13 @@ func TestRouterRejects(t *testing.T) {
 			}
 		})
 	}
-	if n := e.callCount(torporv1connect.ActorServiceResumeActorProcedure); n != 0 {
-		t.Fatalf("rejected requests made %d ResumeActor calls", n)
+	// A request the router cannot parse reaches no one; one to an actor
+	// that does not exist asks the control plane once, to resume it.
+	if n := e.callCount(torporv1connect.ActorServiceResumeActorProcedure); n != 3 {
+		t.Errorf("rejected requests made %d ResumeActor calls, want 3 (one per unknown actor)", n)
+	}
+	if n := e.callCount(torporv1connect.ActorServiceGetActorProcedure); n != 0 {
+		t.Errorf("rejected requests made %d GetActor calls, want 0", n)
 	}
 	for code, want := range map[string]float64{"400": 3, "404": 3} {
 		if n := tr.metric(t, "torpor_router_requests_total", map[string]string{"code": code}); n != want {
@@ -296,8 +301,10 @@ func TestWorkloadNotAnsweringIs502(t *testing.T) {
 					t.Fatalf("request %d: got %d %q, want 502", i, status, body)
 				}
 			}
-			if n := e.callCount(torporv1connect.ActorServiceResumeActorProcedure); n != 1 {
-				t.Errorf("ResumeActor called %d times, want 1", n)
+			// A refused dial asks the control plane again where the actor
+			// is; the answer is the same running workload, not a new one.
+			if n := e.agent.count("Run"); n != 1 {
+				t.Errorf("workload booted %d times, want 1", n)
 			}
 		})
 	}

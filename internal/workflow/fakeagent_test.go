@@ -129,6 +129,9 @@ func (f *fakeAgent) Run(_ context.Context, req *connect.Request[torporv1.RunRequ
 	return connect.NewResponse(&torporv1.RunResponse{}), nil
 }
 
+// fakeRestoreSteps are the steps every fake restore reports.
+var fakeRestoreSteps = []*torporv1.StepDuration{{Name: "fetch", DurationUs: 1300}, {Name: "start", DurationUs: 70_000}}
+
 func (f *fakeAgent) Restore(_ context.Context, req *connect.Request[torporv1.RestoreRequest]) (*connect.Response[torporv1.RestoreResponse], error) {
 	if err := f.unreachable(); err != nil {
 		return nil, err
@@ -140,7 +143,7 @@ func (f *fakeAgent) Restore(_ context.Context, req *connect.Request[torporv1.Res
 	f.restores = append(f.restores, req.Msg)
 	f.mu.Unlock()
 	warm := f.startedWarm(req.Msg.GetOp().GetWorker(), req.Msg.GetWorkload().GetTemplateUid())
-	return connect.NewResponse(&torporv1.RestoreResponse{Warm: warm}), nil
+	return connect.NewResponse(&torporv1.RestoreResponse{Warm: warm, Steps: fakeRestoreSteps}), nil
 }
 
 func (f *fakeAgent) Checkpoint(_ context.Context, req *connect.Request[torporv1.CheckpointRequest]) (*connect.Response[torporv1.CheckpointResponse], error) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -491,6 +493,34 @@ func TestResumePrefersTheWorkerKeptWarm(t *testing.T) {
 		t.Errorf("n1-w1 still marked warm for %q while c1 runs on it", got)
 	}
 	e.checkPlacement()
+}
+
+// TestResumeRecordsItsPhases: the event of a resume says how long its
+// claim and its node call took and the node's steps, in the node's order;
+// a cold boot, whose node call reports no steps, says the first two.
+func TestResumeRecordsItsPhases(t *testing.T) {
+	e := newEnv(t, 1, "n1")
+	e.createActor("c1")
+	e.resume("c1", ResumeOptions{})
+	boot := regexp.MustCompile(`^resumed \(BOOT\); claim [0-9]+\.[0-9]ms, node [0-9]+\.[0-9]ms$`)
+	if !e.hasEventMatching("c1", boot) {
+		t.Errorf("no event matches %s: %v", boot, e.reasons("c1"))
+	}
+	e.suspend("c1")
+	e.resume("c1", ResumeOptions{})
+	restore := regexp.MustCompile(`^resumed \(FULL\); claim [0-9]+\.[0-9]ms, node [0-9]+\.[0-9]ms \(fetch 1\.3ms, start 70\.0ms\)$`)
+	if !e.hasEventMatching("c1", restore) {
+		t.Errorf("no event matches %s: %v", restore, e.reasons("c1"))
+	}
+}
+
+func (e *env) hasEventMatching(name string, re *regexp.Regexp) bool {
+	e.t.Helper()
+	evs, err := e.store.Events(e.ctx, e.actor(name).GetMetadata().GetUid(), 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return slices.ContainsFunc(evs, func(ev store.Event) bool { return re.MatchString(ev.Reason) })
 }
 
 // TestConcurrentResumesClaimDifferentWorkers: a resume that picks its

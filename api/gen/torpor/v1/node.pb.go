@@ -1104,7 +1104,10 @@ type RestoreResponse struct {
 	DurationMs int64 `protobuf:"varint,2,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
 	// The restore used a sandbox the node made ahead (a warm worker), for
 	// the actor's history.
-	Warm          bool `protobuf:"varint,3,opt,name=warm,proto3" json:"warm,omitempty"`
+	Warm bool `protobuf:"varint,3,opt,name=warm,proto3" json:"warm,omitempty"`
+	// How long each step of the restore took on the node, in order, for
+	// the actor's history.
+	Steps         []*StepDuration `protobuf:"bytes,4,rep,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1160,6 +1163,68 @@ func (x *RestoreResponse) GetWarm() bool {
 	return false
 }
 
+func (x *RestoreResponse) GetSteps() []*StepDuration {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+// StepDuration is how long one step of a node operation took.
+type StepDuration struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step: unpack, fetch, volumes, identity, start (the runtime's
+	// restore), ready (until the readiness probe passed).
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DurationUs    int64  `protobuf:"varint,2,opt,name=duration_us,json=durationUs,proto3" json:"duration_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepDuration) Reset() {
+	*x = StepDuration{}
+	mi := &file_torpor_v1_node_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepDuration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepDuration) ProtoMessage() {}
+
+func (x *StepDuration) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepDuration.ProtoReflect.Descriptor instead.
+func (*StepDuration) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *StepDuration) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StepDuration) GetDurationUs() int64 {
+	if x != nil {
+		return x.DurationUs
+	}
+	return 0
+}
+
 type TerminateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Op            *Operation             `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
@@ -1169,7 +1234,7 @@ type TerminateRequest struct {
 
 func (x *TerminateRequest) Reset() {
 	*x = TerminateRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[18]
+	mi := &file_torpor_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1246,7 @@ func (x *TerminateRequest) String() string {
 func (*TerminateRequest) ProtoMessage() {}
 
 func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[18]
+	mi := &file_torpor_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1259,7 @@ func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateRequest.ProtoReflect.Descriptor instead.
 func (*TerminateRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TerminateRequest) GetOp() *Operation {
@@ -1212,7 +1277,7 @@ type TerminateResponse struct {
 
 func (x *TerminateResponse) Reset() {
 	*x = TerminateResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[19]
+	mi := &file_torpor_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1289,7 @@ func (x *TerminateResponse) String() string {
 func (*TerminateResponse) ProtoMessage() {}
 
 func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[19]
+	mi := &file_torpor_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1302,7 @@ func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateResponse.ProtoReflect.Descriptor instead.
 func (*TerminateResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 type StatsRequest struct {
@@ -1249,7 +1314,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[20]
+	mi := &file_torpor_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1326,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[20]
+	mi := &file_torpor_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1339,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatsRequest) GetWorker() string {
@@ -1298,7 +1363,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[21]
+	mi := &file_torpor_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1375,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[21]
+	mi := &file_torpor_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1388,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatsResponse) GetRunning() bool {
@@ -1374,7 +1439,7 @@ type NodeFileRequest struct {
 
 func (x *NodeFileRequest) Reset() {
 	*x = NodeFileRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	mi := &file_torpor_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1451,7 @@ func (x *NodeFileRequest) String() string {
 func (*NodeFileRequest) ProtoMessage() {}
 
 func (x *NodeFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	mi := &file_torpor_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1464,7 @@ func (x *NodeFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFileRequest.ProtoReflect.Descriptor instead.
 func (*NodeFileRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeFileRequest) GetWorker() string {
@@ -1440,7 +1505,7 @@ type NodeReadFilesRequest struct {
 
 func (x *NodeReadFilesRequest) Reset() {
 	*x = NodeReadFilesRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[23]
+	mi := &file_torpor_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1517,7 @@ func (x *NodeReadFilesRequest) String() string {
 func (*NodeReadFilesRequest) ProtoMessage() {}
 
 func (x *NodeReadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[23]
+	mi := &file_torpor_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1530,7 @@ func (x *NodeReadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReadFilesRequest.ProtoReflect.Descriptor instead.
 func (*NodeReadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NodeReadFilesRequest) GetFile() *NodeFileRequest {
@@ -1495,7 +1560,7 @@ type NodeWriteFilesRequest struct {
 
 func (x *NodeWriteFilesRequest) Reset() {
 	*x = NodeWriteFilesRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[24]
+	mi := &file_torpor_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1572,7 @@ func (x *NodeWriteFilesRequest) String() string {
 func (*NodeWriteFilesRequest) ProtoMessage() {}
 
 func (x *NodeWriteFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[24]
+	mi := &file_torpor_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1585,7 @@ func (x *NodeWriteFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWriteFilesRequest.ProtoReflect.Descriptor instead.
 func (*NodeWriteFilesRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeWriteFilesRequest) GetFile() *NodeFileRequest {
@@ -1625,12 +1690,17 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\bworkload\x18\x02 \x01(\v2\x13.torpor.v1.WorkloadR\bworkload\x12-\n" +
 	"\x05scope\x18\x03 \x01(\x0e2\x17.torpor.v1.RestoreScopeR\x05scope\x125\n" +
 	"\bsnapshot\x18\x04 \x01(\v2\x19.torpor.v1.SnapshotSourceR\bsnapshot\x121\n" +
-	"\x06golden\x18\x05 \x01(\v2\x19.torpor.v1.SnapshotSourceR\x06golden\"c\n" +
+	"\x06golden\x18\x05 \x01(\v2\x19.torpor.v1.SnapshotSourceR\x06golden\"\x92\x01\n" +
 	"\x0fRestoreResponse\x12\x1b\n" +
 	"\tworker_ip\x18\x01 \x01(\tR\bworkerIp\x12\x1f\n" +
 	"\vduration_ms\x18\x02 \x01(\x03R\n" +
 	"durationMs\x12\x12\n" +
-	"\x04warm\x18\x03 \x01(\bR\x04warm\"8\n" +
+	"\x04warm\x18\x03 \x01(\bR\x04warm\x12-\n" +
+	"\x05steps\x18\x04 \x03(\v2\x17.torpor.v1.StepDurationR\x05steps\"C\n" +
+	"\fStepDuration\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vduration_us\x18\x02 \x01(\x03R\n" +
+	"durationUs\"8\n" +
 	"\x10TerminateRequest\x12$\n" +
 	"\x02op\x18\x01 \x01(\v2\x14.torpor.v1.OperationR\x02op\"\x13\n" +
 	"\x11TerminateResponse\"&\n" +
@@ -1694,7 +1764,7 @@ func file_torpor_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_torpor_v1_node_proto_goTypes = []any{
 	(CheckpointTarget)(0),           // 0: torpor.v1.CheckpointTarget
 	(*RegisterNodeRequest)(nil),     // 1: torpor.v1.RegisterNodeRequest
@@ -1715,93 +1785,95 @@ var file_torpor_v1_node_proto_goTypes = []any{
 	(*SnapshotSource)(nil),          // 16: torpor.v1.SnapshotSource
 	(*RestoreRequest)(nil),          // 17: torpor.v1.RestoreRequest
 	(*RestoreResponse)(nil),         // 18: torpor.v1.RestoreResponse
-	(*TerminateRequest)(nil),        // 19: torpor.v1.TerminateRequest
-	(*TerminateResponse)(nil),       // 20: torpor.v1.TerminateResponse
-	(*StatsRequest)(nil),            // 21: torpor.v1.StatsRequest
-	(*StatsResponse)(nil),           // 22: torpor.v1.StatsResponse
-	(*NodeFileRequest)(nil),         // 23: torpor.v1.NodeFileRequest
-	(*NodeReadFilesRequest)(nil),    // 24: torpor.v1.NodeReadFilesRequest
-	(*NodeWriteFilesRequest)(nil),   // 25: torpor.v1.NodeWriteFilesRequest
-	(*Node)(nil),                    // 26: torpor.v1.Node
-	(*Worker)(nil),                  // 27: torpor.v1.Worker
-	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
-	(*ExecProcess)(nil),             // 29: torpor.v1.ExecProcess
-	(*ExecInput)(nil),               // 30: torpor.v1.ExecInput
-	(*TemplateSpec)(nil),            // 31: torpor.v1.TemplateSpec
-	(SnapshotScope)(0),              // 32: torpor.v1.SnapshotScope
-	(RestoreScope)(0),               // 33: torpor.v1.RestoreScope
-	(*GetRequest)(nil),              // 34: torpor.v1.GetRequest
-	(*ListRequest)(nil),             // 35: torpor.v1.ListRequest
-	(*ExecOutput)(nil),              // 36: torpor.v1.ExecOutput
-	(*GetActorLogsResponse)(nil),    // 37: torpor.v1.GetActorLogsResponse
-	(*FileInfo)(nil),                // 38: torpor.v1.FileInfo
-	(*ListActorFilesResponse)(nil),  // 39: torpor.v1.ListActorFilesResponse
-	(*FileChunk)(nil),               // 40: torpor.v1.FileChunk
-	(*WriteActorFilesResponse)(nil), // 41: torpor.v1.WriteActorFilesResponse
+	(*StepDuration)(nil),            // 19: torpor.v1.StepDuration
+	(*TerminateRequest)(nil),        // 20: torpor.v1.TerminateRequest
+	(*TerminateResponse)(nil),       // 21: torpor.v1.TerminateResponse
+	(*StatsRequest)(nil),            // 22: torpor.v1.StatsRequest
+	(*StatsResponse)(nil),           // 23: torpor.v1.StatsResponse
+	(*NodeFileRequest)(nil),         // 24: torpor.v1.NodeFileRequest
+	(*NodeReadFilesRequest)(nil),    // 25: torpor.v1.NodeReadFilesRequest
+	(*NodeWriteFilesRequest)(nil),   // 26: torpor.v1.NodeWriteFilesRequest
+	(*Node)(nil),                    // 27: torpor.v1.Node
+	(*Worker)(nil),                  // 28: torpor.v1.Worker
+	(*timestamppb.Timestamp)(nil),   // 29: google.protobuf.Timestamp
+	(*ExecProcess)(nil),             // 30: torpor.v1.ExecProcess
+	(*ExecInput)(nil),               // 31: torpor.v1.ExecInput
+	(*TemplateSpec)(nil),            // 32: torpor.v1.TemplateSpec
+	(SnapshotScope)(0),              // 33: torpor.v1.SnapshotScope
+	(RestoreScope)(0),               // 34: torpor.v1.RestoreScope
+	(*GetRequest)(nil),              // 35: torpor.v1.GetRequest
+	(*ListRequest)(nil),             // 36: torpor.v1.ListRequest
+	(*ExecOutput)(nil),              // 37: torpor.v1.ExecOutput
+	(*GetActorLogsResponse)(nil),    // 38: torpor.v1.GetActorLogsResponse
+	(*FileInfo)(nil),                // 39: torpor.v1.FileInfo
+	(*ListActorFilesResponse)(nil),  // 40: torpor.v1.ListActorFilesResponse
+	(*FileChunk)(nil),               // 41: torpor.v1.FileChunk
+	(*WriteActorFilesResponse)(nil), // 42: torpor.v1.WriteActorFilesResponse
 }
 var file_torpor_v1_node_proto_depIdxs = []int32{
-	26, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
-	27, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
-	26, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
-	27, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
-	28, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
-	26, // 5: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
-	29, // 6: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
-	30, // 7: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
-	28, // 8: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	27, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
+	28, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
+	27, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
+	28, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
+	29, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
+	27, // 5: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
+	30, // 6: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
+	31, // 7: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
+	29, // 8: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
 	11, // 9: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
-	31, // 10: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
+	32, // 10: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
 	10, // 11: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
 	11, // 12: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
 	10, // 13: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
-	32, // 14: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
+	33, // 14: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
 	0,  // 15: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
 	10, // 16: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
 	11, // 17: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
-	33, // 18: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
+	34, // 18: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
 	16, // 19: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
 	16, // 20: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
-	10, // 21: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
-	28, // 22: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
-	23, // 23: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	23, // 24: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	1,  // 25: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
-	3,  // 26: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
-	34, // 27: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
-	35, // 28: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
-	12, // 29: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
-	14, // 30: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
-	17, // 31: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
-	19, // 32: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
-	21, // 33: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
-	8,  // 34: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
-	6,  // 35: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
-	7,  // 36: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
-	23, // 37: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
-	23, // 38: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
-	24, // 39: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
-	25, // 40: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
-	2,  // 41: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
-	4,  // 42: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
-	26, // 43: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
-	5,  // 44: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
-	13, // 45: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
-	15, // 46: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
-	18, // 47: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
-	20, // 48: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
-	22, // 49: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
-	9,  // 50: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
-	36, // 51: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
-	37, // 52: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
-	38, // 53: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
-	39, // 54: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
-	40, // 55: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
-	41, // 56: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
-	41, // [41:57] is the sub-list for method output_type
-	25, // [25:41] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	19, // 21: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
+	10, // 22: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
+	29, // 23: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
+	24, // 24: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	24, // 25: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	1,  // 26: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
+	3,  // 27: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
+	35, // 28: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
+	36, // 29: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
+	12, // 30: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
+	14, // 31: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
+	17, // 32: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
+	20, // 33: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
+	22, // 34: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
+	8,  // 35: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
+	6,  // 36: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
+	7,  // 37: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
+	24, // 38: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
+	24, // 39: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
+	25, // 40: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
+	26, // 41: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
+	2,  // 42: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
+	4,  // 43: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
+	27, // 44: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
+	5,  // 45: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
+	13, // 46: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
+	15, // 47: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
+	18, // 48: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
+	21, // 49: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
+	23, // 50: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
+	9,  // 51: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
+	37, // 52: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
+	38, // 53: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
+	39, // 54: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
+	40, // 55: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
+	41, // 56: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
+	42, // 57: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
+	42, // [42:58] is the sub-list for method output_type
+	26, // [26:42] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_node_proto_init() }
@@ -1817,7 +1889,7 @@ func file_torpor_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_node_proto_rawDesc), len(file_torpor_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
