@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,11 +63,22 @@ func BenchmarkActivation(b *testing.B) {
 	// restores the actor's own last snapshot, as in steady state.
 	requests := 1
 	fetch(b, client, home)
-	raw := newRawCounter(b, c)
+	raw := newRawCounter(b, c, "raw", runtimetest.Runsc(b), 0)
+	// TORPOR_BENCH_STOCK_RUNSC names a second runsc (such as one built by a
+	// plain go install, without precompiled seccomp programs) whose plain
+	// restore is measured too, interleaved: the same restore with and
+	// without the build's levers, in one run.
+	var stock *rawCounter
+	if p := os.Getenv("TORPOR_BENCH_STOCK_RUNSC"); p != "" {
+		stock = newRawCounter(b, c, "raw-stock", p, 1)
+	}
 	n := c.nodes[0]
 
 	b.Run("suspended", func(b *testing.B) {
-		var activation, cold, resumeStep, restore latency.Samples
+		var activation, cold, resumeStep, restore, restoreStock latency.Samples
+		// The warm activations' phases, as their resume events record them.
+		phases := map[string]*latency.Samples{}
+		var calls float64
 		activate := func(b *testing.B, warm bool) time.Duration {
 			b.StopTimer()
 			if _, err := c.actors.SuspendActor(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: "bench"})); err != nil {
@@ -87,10 +100,22 @@ func BenchmarkActivation(b *testing.B) {
 			return took
 		}
 		for range b.N {
+			before := requestCalls(b, c.router)
 			activation.Add(activate(b, true))
-			resumeStep.Add(lastResumeStep(b, c, "bench"))
+			calls += requestCalls(b, c.router) - before
+			step, reason := lastResume(b, c, "bench")
+			resumeStep.Add(step)
+			for name, d := range phasesOf(reason) {
+				if phases[name] == nil {
+					phases[name] = &latency.Samples{}
+				}
+				phases[name].Add(d)
+			}
 			cold.Add(activate(b, false))
 			restore.Add(raw.cycle(b))
+			if stock != nil {
+				restoreStock.Add(stock.cycle(b))
+			}
 		}
 		activation.Report(b, "activation", 0.50, 0.95)
 		resumeStep.Report(b, "resume-step", 0.50, 0.95)
@@ -100,6 +125,16 @@ func BenchmarkActivation(b *testing.B) {
 		b.ReportMetric(activation.Millis(0.95)/restore.Millis(0.95), "p95-ratio")
 		b.ReportMetric(activation.Millis(0.50)/cold.Millis(0.50), "warm/cold-p50")
 		b.ReportMetric(activation.Millis(0.95)/cold.Millis(0.95), "warm/cold-p95")
+		if stock != nil {
+			restoreStock.Report(b, "runsc-restore-stock", 0.50, 0.95)
+			b.ReportMetric(activation.Millis(0.50)/restoreStock.Millis(0.50), "p50-ratio-stock")
+			b.ReportMetric(activation.Millis(0.95)/restoreStock.Millis(0.95), "p95-ratio-stock")
+		}
+		for name, samples := range phases {
+			samples.Report(b, "phase-"+name, 0.50)
+		}
+		// Control-plane calls the router waited for per warm activation.
+		b.ReportMetric(calls/float64(b.N), "cp-calls/activation")
 	})
 }
 
@@ -126,10 +161,10 @@ func (n *nodeAgent) waitWarm(b *testing.B) runtime.Slot {
 	}
 }
 
-// lastResumeStep is how long the actor's last resume took in the control
-// plane's own record: from its claim to RUNNING, the node's restore and
-// readiness included.
-func lastResumeStep(b *testing.B, c *cluster, actor string) time.Duration {
+// lastResume is how long the actor's last resume took in the control
+// plane's own record, from its claim to RUNNING, the node's restore and
+// readiness included, and its reason, which holds its phases.
+func lastResume(b *testing.B, c *cluster, actor string) (time.Duration, string) {
 	b.StopTimer()
 	defer b.StartTimer()
 	resp, err := c.actors.ListActorEvents(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: actor}))
@@ -139,11 +174,27 @@ func lastResumeStep(b *testing.B, c *cluster, actor string) time.Duration {
 	events := resp.Msg.GetEvents()
 	for i := len(events) - 1; i >= 0; i-- {
 		if events[i].GetToState() == torporv1.ActorState_ACTOR_STATE_RUNNING {
-			return time.Duration(events[i].GetDurationMs()) * time.Millisecond
+			return time.Duration(events[i].GetDurationMs()) * time.Millisecond, events[i].GetReason()
 		}
 	}
 	b.Fatalf("actor %s has no resume in its history", actor)
-	return 0
+	return 0, ""
+}
+
+// resumePhase is one "name 1.2ms" of a resume event's reason.
+var resumePhase = regexp.MustCompile(`([a-z]+) ([0-9.]+)ms`)
+
+// phasesOf reads the phases out of a resume event's reason
+// (workflow.resumedReason).
+func phasesOf(reason string) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, m := range resumePhase.FindAllStringSubmatch(reason, -1) {
+		ms, err := strconv.ParseFloat(m[2], 64)
+		if err == nil {
+			out[m[1]] = time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	return out
 }
 
 // BenchmarkRouterRunning measures what the router adds per request for a
@@ -225,23 +276,24 @@ type rawCounter struct {
 	restore int
 }
 
-// newRawCounter boots the counter with the gvisor runtime in a slot of the
-// cluster's first node network beyond the agent's workers.
-func newRawCounter(b *testing.B, c *cluster) *rawCounter {
+// newRawCounter boots the counter with the gvisor runtime and runsc in a
+// slot named name of the cluster's first node network, the index-th beyond
+// the agent's workers.
+func newRawCounter(b *testing.B, c *cluster, name, runsc string, index int) *rawCounter {
 	b.Helper()
 	ctx := context.Background()
 	n := c.nodes[0]
-	slot, err := n.network.Slot(ctx, "raw", n.workers)
+	slot, err := n.network.Slot(ctx, name, n.workers+index)
 	if err != nil {
 		b.Fatal(err)
 	}
 	dir := shortTempDir(b)
 	root := filepath.Join(dir, "gvisor")
-	rt, err := gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runtimetest.Runsc(b), RootDir: root, Logger: testLogger()})
+	rt, err := gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runsc, RootDir: root, Logger: testLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	spec := counterTemplate(b, "raw", nil).GetSpec()
+	spec := counterTemplate(b, name, nil).GetSpec()
 	rootfs, err := runtimetest.ImagePolicy(b).Unpack(ctx, spec.GetContainers()[0].GetImage(), filepath.Join(dir, "images"))
 	if err != nil {
 		b.Fatal(err)
@@ -251,7 +303,7 @@ func newRawCounter(b *testing.B, c *cluster) *rawCounter {
 		b.Fatal(err)
 	}
 	w := runtime.Workload{
-		ActorUID: "raw-counter", Space: "default", Actor: "raw-counter", Template: spec,
+		ActorUID: name + "-counter", Space: "default", Actor: name + "-counter", Template: spec,
 		Rootfs:  map[string]string{spec.GetContainers()[0].GetName(): rootfs},
 		Volumes: map[string]string{"data": volume},
 	}
@@ -272,7 +324,7 @@ func newRawCounter(b *testing.B, c *cluster) *rawCounter {
 		b.Fatalf("bundle of the raw counter: %v %v", configs, err)
 	}
 	r := &rawCounter{
-		runsc: runtimetest.Runsc(b),
+		runsc: runsc,
 		flags: []string{"--root=" + filepath.Join(root, "runsc"), "--platform=systrap", "--network=sandbox", "--overlay2=root:memory", "--ignore-cgroups"},
 		slot:  slot, bundle: filepath.Dir(configs[0]), id: filepath.Base(filepath.Dir(configs[0])),
 		images: filepath.Join(dir, "images-raw"),
