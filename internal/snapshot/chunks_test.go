@@ -45,7 +45,9 @@ func TestUploadSkipsChunksTheStoreHolds(t *testing.T) {
 			}
 
 			// 64 KiB rewritten and 5 bytes inserted in the middle: a
-			// content-defined cut finds its place again after both.
+			// content-defined cut finds its place again after both, one
+			// or two cuts later if the first one after the change fell
+			// in it (fixed offsets would put every chunk after it).
 			changed := bytes.Clone(image[:4<<20])
 			changed = append(changed, bytes.Repeat([]byte{0x5a}, 64<<10)...)
 			changed = append(changed, []byte("shift")...)
@@ -56,8 +58,8 @@ func TestUploadSkipsChunksTheStoreHolds(t *testing.T) {
 			}
 			m2, d2 := mustUpload(t, store, "default/a/s2", second)
 			put := chunkPuts(store) - total
-			if put == 0 || put > 2 {
-				t.Errorf("second upload put %d chunks of %d, want 1 or 2 (those around the change)", put, len(m2.Entries[2].Chunks))
+			if put == 0 || put > 3 {
+				t.Errorf("second upload put %d chunks of %d, want 1 to 3 (those around the change)", put, len(m2.Entries[2].Chunks))
 			}
 
 			// Another process knows nothing until it reads a manifest

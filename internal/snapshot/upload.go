@@ -17,8 +17,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/restic/chunker"
 )
 
 // Upload stores the tree under srcDir (directories, regular files and
@@ -166,8 +164,12 @@ func (u *chunkUpload) file(src string, e *Entry) ([]*Chunk, error) {
 		return nil, err
 	}
 	defer f.Close()
-	c := chunker.NewWithBoundaries(f, chunkPolynomial, chunkMin, chunkMax)
-	c.SetAverageBits(chunkAverageBits)
+	scan := scanBuffers.Get().(*[]byte)
+	defer scanBuffers.Put(scan)
+	c, err := newChunker(f, *scan)
+	if err != nil {
+		return nil, err
+	}
 	var chunks []*Chunk
 	e.Size = 0 // the bytes actually read
 	for {
@@ -177,25 +179,31 @@ func (u *chunkUpload) file(src string, e *Entry) ([]*Chunk, error) {
 		case <-u.ctx.Done():
 			return nil, context.Cause(u.ctx)
 		}
-		buf := chunkBuffers.Get().(*[]byte)
-		piece, err := c.Next(*buf)
-		if err != nil {
-			chunkBuffers.Put(buf)
+		// The last chunk comes with io.EOF, or io.EOF comes after it.
+		piece, err := c.Next()
+		switch {
+		case err != nil && err != io.EOF:
 			<-u.slots
-			if err == io.EOF {
-				return chunks, nil
-			}
 			return nil, err
+		case len(piece) == 0:
+			<-u.slots
+			return chunks, nil
 		}
-		e.Size += int64(piece.Length)
+		// piece is in the scan buffer, which the next cut reuses.
+		buf := chunkBuffers.Get().(*[]byte)
+		data := append((*buf)[:0], piece...)
+		e.Size += int64(len(data))
 		out := &Chunk{}
 		chunks = append(chunks, out)
 		u.wg.Go(func() {
 			defer func() { chunkBuffers.Put(buf); <-u.slots }()
-			if err := u.put(piece.Data, out); err != nil {
+			if err := u.put(data, out); err != nil {
 				u.fail(fmt.Errorf("file %s: %w", e.Path, err))
 			}
 		})
+		if err == io.EOF {
+			return chunks, nil
+		}
 	}
 }
 
@@ -224,7 +232,9 @@ func (u *chunkUpload) put(data []byte, out *Chunk) error {
 	}
 	defer close(p.done)
 	c := Chunk{SHA256: sha, Size: int64(len(data)), Written: time.Now().Unix()}
-	stored := chunkEncoder().EncodeAll(data, nil)
+	buf := chunkBuffers.Get().(*[]byte)
+	defer chunkBuffers.Put(buf)
+	stored := chunkEncoder().EncodeAll(data, (*buf)[:0])
 	c.StoredSize = int64(len(stored))
 	if err := u.store.Put(u.ctx, c.Key(), bytes.NewReader(stored)); err != nil {
 		p.err = fmt.Errorf("chunk %s: %w", sha, err)
