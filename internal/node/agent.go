@@ -87,7 +87,8 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// CacheBytes bounds the snapshot cache: the unpacked trees of
 	// snapshots this node restored or wrote (from storage and local
-	// checkpoints alike) that no restore uses now; default 4 GiB.
+	// checkpoints alike) that no restore uses now; default 4 GiB. A
+	// tree a start spent (the actor's own snapshot) goes at once.
 	CacheBytes int64
 	// OperationTimeout bounds one operation, so a hung sandbox command
 	// fails the operation instead of holding its worker forever; default

@@ -126,13 +126,17 @@ func upload(ctx context.Context, objects snapshot.ObjectStore, location, tree st
 	return digest, size, nil
 }
 
-// source fetches and verifies what a restore starts from.
-func (sn *snapshots) source(ctx context.Context, req *torporv1.RestoreRequest) (bootSource, func(), error) {
+// source fetches and verifies what a restore starts from. Its release
+// tells whether the workload started: a start spends the actor's own
+// snapshot, whose tree the cache then drops (the actor's next restore is
+// of a newer snapshot; an explicit resume of this one downloads it
+// again); the template's golden serves every new actor and stays.
+func (sn *snapshots) source(ctx context.Context, req *torporv1.RestoreRequest) (bootSource, func(started bool), error) {
 	var src bootSource
-	var releases []func()
-	release := func() {
+	var releases []func(started bool)
+	release := func(started bool) {
 		for _, r := range releases {
-			r()
+			r(started)
 		}
 	}
 	fetch := func(field string, s *torporv1.SnapshotSource) (string, error) {
@@ -144,11 +148,12 @@ func (sn *snapshots) source(ctx context.Context, req *torporv1.RestoreRequest) (
 		if err != nil {
 			return "", err
 		}
-		releases = append(releases, rel)
+		own := field != "golden"
+		releases = append(releases, func(started bool) { rel(started && own) })
 		return dir, nil
 	}
-	fail := func(err error) (bootSource, func(), error) {
-		release()
+	fail := func(err error) (bootSource, func(bool), error) {
+		release(false)
 		return bootSource{}, nil, err
 	}
 	if req.GetSnapshot() != nil {
@@ -183,7 +188,7 @@ func (sn *snapshots) source(ctx context.Context, req *torporv1.RestoreRequest) (
 
 // fetch returns a verified copy of a snapshot's tree from this node's
 // cache, downloading it on a miss.
-func (sn *snapshots) fetch(ctx context.Context, field string, src *torporv1.SnapshotSource) (string, func(), error) {
+func (sn *snapshots) fetch(ctx context.Context, field string, src *torporv1.SnapshotSource) (string, snapshot.Release, error) {
 	store := sn.storage
 	switch src.GetNode() {
 	case "":

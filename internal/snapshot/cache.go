@@ -20,7 +20,9 @@ const entryPrefix = "snap-"
 // Cache keeps verified snapshot trees on local disk so a node restores
 // recently used snapshots without fetching them again. It holds at most
 // maxBytes of unused entries, evicting the least recently used; entries
-// handed out by Get stay until released, even over the bound.
+// handed out by Get stay until released, even over the bound. A tree
+// whose uses all spent it (see Release) goes when the last is released,
+// whatever the bound.
 type Cache struct {
 	store    ObjectStore
 	dir      string
@@ -44,7 +46,18 @@ type cacheEntry struct {
 	size int64
 	refs int
 	elem *list.Element
+	// Since the entry was last unused: whether a use was released spent,
+	// and whether one was released not spent.
+	spent, kept bool
 }
+
+// A Release ends one use of a tree handed out by Get; calls after the
+// first do nothing. spent says the use consumed the snapshot: a restore
+// started from it, and whatever comes next starts from a newer one. The
+// tree is then dropped as soon as nobody uses it, unless another use
+// since it was last unused was released not spent (a restore that
+// failed: its retry needs the tree).
+type Release func(spent bool)
 
 // cacheLoad is one download shared by every Get of its key.
 type cacheLoad struct {
@@ -91,8 +104,9 @@ func NewCache(dir string, maxBytes int64, store ObjectStore) (*Cache, error) {
 // Get returns a directory holding the verified snapshot, downloading it on
 // a miss (once, however many callers ask at the same time). The directory
 // stays until release is called; callers must not modify it. A download
-// continues while any caller still waits for it.
-func (c *Cache) Get(ctx context.Context, location, digest string) (dir string, release func(), err error) {
+// continues while any caller still waits for it. A Get of a tree being
+// dropped downloads it again into a directory of its own.
+func (c *Cache) Get(ctx context.Context, location, digest string) (dir string, release Release, err error) {
 	return c.GetFrom(ctx, c.store, location, digest)
 }
 
@@ -100,7 +114,7 @@ func (c *Cache) Get(ctx context.Context, location, digest string) (dir string, r
 // one cache, under one bound, serves every store a node restores from. A
 // tree is verified against its manifest digest, which is part of the key:
 // an entry is the same content whichever store filled it.
-func (c *Cache) GetFrom(ctx context.Context, store ObjectStore, location, digest string) (dir string, release func(), err error) {
+func (c *Cache) GetFrom(ctx context.Context, store ObjectStore, location, digest string) (dir string, release Release, err error) {
 	k := cacheKey{location, digest}
 	c.mu.Lock()
 	if e := c.entries[k]; e != nil {
@@ -134,7 +148,8 @@ func (c *Cache) GetFrom(ctx context.Context, store ObjectStore, location, digest
 		switch {
 		case l.entry != nil:
 			// Finished as we gave up; our reference was taken for us.
-			victims = c.unrefLocked(l.entry)
+			// Not spent: whoever gave up may try again.
+			victims = c.unrefLocked(l.entry, false)
 		case l.err == nil && l.waiters == 0:
 			l.cancel()
 			if c.loading[k] == l {
@@ -227,22 +242,37 @@ func (c *Cache) insertLocked(k cacheKey, dir string, size int64, refs int) (*cac
 	return e, c.evictLocked()
 }
 
-func (c *Cache) releaser(e *cacheEntry) func() {
+func (c *Cache) releaser(e *cacheEntry) Release {
 	var once sync.Once
-	return func() {
+	return func(spent bool) {
 		once.Do(func() {
 			c.mu.Lock()
-			victims := c.unrefLocked(e)
+			victims := c.unrefLocked(e, spent)
 			c.mu.Unlock()
 			removeAll(victims)
 		})
 	}
 }
 
-func (c *Cache) unrefLocked(e *cacheEntry) []string {
+// unrefLocked ends a use of e and returns the directories to remove once
+// unlocked: e's own if every use since it was last unused spent it (it
+// leaves the map now, so a Get from here on downloads afresh), else any
+// eviction that e becoming unused allows.
+func (c *Cache) unrefLocked(e *cacheEntry, spent bool) []string {
 	e.refs--
+	if spent {
+		e.spent = true
+	} else {
+		e.kept = true
+	}
 	if e.refs > 0 {
 		return nil
+	}
+	drop := e.spent && !e.kept
+	e.spent, e.kept = false, false
+	if drop {
+		c.removeLocked(e)
+		return []string{e.dir}
 	}
 	return c.evictLocked()
 }
@@ -257,12 +287,17 @@ func (c *Cache) evictLocked() []string {
 		if e.refs > 0 {
 			continue
 		}
-		c.lru.Remove(e.elem)
-		delete(c.entries, e.key)
-		c.bytes -= e.size
+		c.removeLocked(e)
 		victims = append(victims, e.dir)
 	}
 	return victims
+}
+
+// removeLocked forgets e; its directory is the caller's to remove.
+func (c *Cache) removeLocked(e *cacheEntry) {
+	c.lru.Remove(e.elem)
+	delete(c.entries, e.key)
+	c.bytes -= e.size
 }
 
 func removeAll(dirs []string) {

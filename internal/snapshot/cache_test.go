@@ -59,7 +59,7 @@ func newTestCache(t *testing.T, maxBytes int64, store ObjectStore) *Cache {
 	return c
 }
 
-func (f *cacheFixture) get(t *testing.T, c *Cache, loc string) (string, func()) {
+func (f *cacheFixture) get(t *testing.T, c *Cache, loc string) (string, Release) {
 	t.Helper()
 	dir, release, err := c.Get(t.Context(), loc, f.digests[loc])
 	if err != nil {
@@ -93,7 +93,7 @@ func TestCacheSingleDownloadUnderConcurrency(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			defer release()
+			defer release(false)
 			dirs <- dir
 		})
 	}
@@ -111,7 +111,7 @@ func TestCacheSingleDownloadUnderConcurrency(t *testing.T) {
 		t.Errorf("%d downloads for %d concurrent callers, want 1", n, callers)
 	}
 	_, release := f.get(t, c, loc)
-	release()
+	release(false)
 	if n := f.store.manifestGets(); n != 1 {
 		t.Errorf("a hit downloaded again: %d downloads", n)
 	}
@@ -123,7 +123,7 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	dirs := map[string]string{}
 	for _, loc := range []string{"default/a/A", "default/a/B", "default/a/A", "default/a/C"} {
 		dir, release := f.get(t, c, loc)
-		release()
+		release(false)
 		dirs[loc] = dir
 	}
 	// The download that evicts removes the victim after handing out its
@@ -139,12 +139,12 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 	before := f.store.manifestGets()
 	_, release := f.get(t, c, "default/a/A")
-	release()
+	release(false)
 	if f.store.manifestGets() != before {
 		t.Error("A was downloaded again though cached")
 	}
 	_, release = f.get(t, c, "default/a/B")
-	release()
+	release(false)
 	if f.store.manifestGets() != before+1 {
 		t.Error("evicted B was not downloaded again")
 	}
@@ -161,15 +161,15 @@ func TestCacheKeepsEntriesInUse(t *testing.T) {
 	if got := c.Bytes(); got != 2*fixtureFileSize {
 		t.Errorf("Bytes() with two entries in use = %d, want %d", got, 2*fixtureFileSize)
 	}
-	releaseA()
-	releaseA() // idempotent: must not drop B's or a later reference
+	releaseA(false)
+	releaseA(false) // idempotent: must not drop B's or a later reference
 	if exists(dirA) {
 		t.Error("A, released and over the bound, was not evicted")
 	}
 	if !exists(dirB) {
 		t.Error("B, still in use, was evicted")
 	}
-	releaseB()
+	releaseB(false)
 	if !exists(dirB) {
 		t.Error("B, within the bound, was evicted on release")
 	}
@@ -179,7 +179,7 @@ func TestCacheKeepsEntriesInUse(t *testing.T) {
 	if !exists(dir) {
 		t.Fatal("an entry larger than the bound was not served")
 	}
-	release()
+	release(false)
 	if exists(dir) {
 		t.Error("an entry larger than the bound stayed after release")
 	}
@@ -209,7 +209,6 @@ func TestCacheAdd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer release()
 	if b, err := os.ReadFile(filepath.Join(dir, "pages.img")); err != nil || string(b) != "just checkpointed" {
 		t.Errorf("cached content = %q, %v", b, err)
 	}
@@ -229,6 +228,17 @@ func TestCacheAdd(t *testing.T) {
 	}
 	if got := c.Bytes(); got != int64(len("just checkpointed")) {
 		t.Errorf("Bytes() after duplicate Add = %d", got)
+	}
+	release(false)
+
+	// Restored (spent), the checkpoint's tree goes.
+	dir, release, err = c.Get(t.Context(), loc, digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(true)
+	if exists(dir) || c.Bytes() != 0 {
+		t.Errorf("a checkpoint's tree spent by a restore stayed (Bytes() = %d)", c.Bytes())
 	}
 }
 
@@ -280,7 +290,7 @@ func TestCacheCancelledWaiters(t *testing.T) {
 	go func() {
 		_, release, err := c.Get(context.Background(), loc, digest)
 		if err == nil {
-			release()
+			release(false)
 		}
 		done2 <- err
 	}()
@@ -318,7 +328,7 @@ func TestCacheCancelledWaiters(t *testing.T) {
 	if _, release, err := c.Get(t.Context(), loc, digest); err != nil {
 		t.Errorf("cached entry lost: %v", err)
 	} else {
-		release()
+		release(false)
 	}
 }
 
@@ -349,12 +359,12 @@ func TestCacheServesSeveralStores(t *testing.T) {
 	local := newCacheFixture(t, "default/a/L")
 	c := newTestCache(t, fixtureFileSize+500, storage.store)
 	dirA, release := storage.get(t, c, "default/a/A")
-	release()
+	release(false)
 	dirL, release, err := c.GetFrom(t.Context(), local.store, "default/a/L", local.digests["default/a/L"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	release()
+	release(false)
 	if b, err := os.ReadFile(filepath.Join(dirL, "pages.img")); err != nil || string(b) != strings.Repeat("L", fixtureFileSize) {
 		t.Fatalf("the local checkpoint's cached content is wrong: %v", err)
 	}
@@ -366,5 +376,101 @@ func TestCacheServesSeveralStores(t *testing.T) {
 	waitFor(t, "A to be evicted by L", func() bool { return !exists(dirA) })
 	if got := c.Bytes(); got != fixtureFileSize {
 		t.Errorf("Bytes() = %d, want one tree, %d", got, fixtureFileSize)
+	}
+}
+
+// TestCacheDropsSpentTrees: a tree whose uses all spent it goes when the
+// last is released, within the bound or not; a use released not spent (a
+// restore that failed, whose retry needs the tree) keeps it, whatever the
+// order of the releases. The verdict is per period of use.
+func TestCacheDropsSpentTrees(t *testing.T) {
+	const loc = "default/a/A"
+	tests := []struct {
+		name string
+		// spent: how each of the concurrent uses is released, in order.
+		spent []bool
+		kept  bool
+	}{
+		{"not spent", []bool{false}, true},
+		{"spent", []bool{true}, false},
+		{"all uses spent", []bool{true, true}, false},
+		{"spent, then one not", []bool{true, false}, true},
+		{"not spent, then spent", []bool{false, true}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newCacheFixture(t, loc)
+			c := newTestCache(t, 1<<20, f.store)
+			var dir string
+			var releases []Release
+			for range tt.spent {
+				d, release := f.get(t, c, loc)
+				dir, releases = d, append(releases, release)
+			}
+			for i, spent := range tt.spent {
+				releases[i](spent)
+				if i < len(releases)-1 && !exists(dir) {
+					t.Fatalf("the tree was removed after release %d while still in use", i)
+				}
+			}
+			if exists(dir) != tt.kept {
+				t.Fatalf("tree kept = %v, want %v", exists(dir), tt.kept)
+			}
+			if want := map[bool]int64{true: fixtureFileSize}[tt.kept]; c.Bytes() != want {
+				t.Errorf("Bytes() = %d, want %d", c.Bytes(), want)
+			}
+			before := f.store.manifestGets()
+			_, release := f.get(t, c, loc)
+			if downloaded := f.store.manifestGets() > before; downloaded == tt.kept {
+				t.Errorf("the next Get downloaded = %v, with the tree kept = %v", downloaded, tt.kept)
+			}
+			// A new period of use: spent alone, it drops the tree.
+			release(true)
+			if exists(dir) || c.Bytes() != 0 {
+				t.Errorf("a tree spent by its only use stayed (Bytes() = %d)", c.Bytes())
+			}
+		})
+	}
+}
+
+// TestCacheSpentUnderConcurrency: uses of one tree that come and go,
+// spent or not, while others Get it: a tree in use is never removed, a
+// Get of a tree being dropped gets a complete one, and the bytes counted
+// are the trees on disk. Run with -race.
+func TestCacheSpentUnderConcurrency(t *testing.T) {
+	const loc, users, rounds = "default/a/A", 8, 50
+	f := newCacheFixture(t, loc)
+	cacheDir := t.TempDir()
+	c, err := NewCache(cacheDir, 1<<20, f.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for u := range users {
+		wg.Go(func() {
+			for r := range rounds {
+				dir, release, err := c.Get(t.Context(), loc, f.digests[loc])
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b, err := os.ReadFile(filepath.Join(dir, "pages.img"))
+				if err != nil || len(b) != fixtureFileSize {
+					t.Errorf("a tree in use: %d bytes, %v", len(b), err)
+				}
+				release((u+r)%3 != 0)
+			}
+		})
+	}
+	wg.Wait()
+	names, err := os.ReadDir(cacheDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(names))*fixtureFileSize != c.Bytes() {
+		t.Errorf("%d trees on disk, Bytes() = %d", len(names), c.Bytes())
+	}
+	if n := f.store.manifestGets(); n < 2 {
+		t.Errorf("%d downloads: spent trees were never dropped", n)
 	}
 }
