@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -191,6 +192,12 @@ func (c *Cache) load(ctx context.Context, store ObjectStore, k cacheKey, l *cach
 // location with the given manifest digest, into the cache, so restoring it
 // here needs no download. dir must be on the cache's filesystem; the cache
 // owns it afterwards (it is removed if the key is already cached).
+//
+// The new tree supersedes the unused trees of the other snapshots in its
+// location's directory (the same actor's, or template revision's, older
+// snapshots): their owner's next restore is of this one, and one asked for
+// by name downloads again. Without this, a node an actor keeps leaving
+// holds one uncompressed tree per suspend until the size bound.
 func (c *Cache) Add(location, digest, dir string) error {
 	size, err := treeSize(dir)
 	if err != nil {
@@ -204,10 +211,26 @@ func (c *Cache) Add(location, digest, dir string) error {
 		return fmt.Errorf("snapshot cache: add %s: %w", location, err)
 	}
 	c.mu.Lock()
-	_, victims := c.insertLocked(k, dest, size, 0)
+	victims := c.supersededLocked(k)
+	_, evicted := c.insertLocked(k, dest, size, 0)
 	c.mu.Unlock()
-	removeAll(victims)
+	removeAll(append(victims, evicted...))
 	return nil
+}
+
+// supersededLocked forgets the unused entries of other snapshots in k's
+// location's directory and returns their directories, to remove once
+// unlocked. Entries in use stay until the LRU bound takes them.
+func (c *Cache) supersededLocked(k cacheKey) []string {
+	parent := path.Dir(k.location)
+	var victims []string
+	for key, e := range c.entries {
+		if key.location != k.location && path.Dir(key.location) == parent && e.refs == 0 {
+			c.removeLocked(e)
+			victims = append(victims, e.dir)
+		}
+	}
+	return victims
 }
 
 // Bytes is the disk space the cached trees take, in use or not.

@@ -242,6 +242,45 @@ func TestCacheAdd(t *testing.T) {
 	}
 }
 
+// TestCacheAddSupersedesOlderTrees: a node's new checkpoint of an actor
+// drops the unused trees of that actor's older snapshots, keeps one in use
+// and leaves other actors' trees alone.
+func TestCacheAddSupersedesOlderTrees(t *testing.T) {
+	f := newCacheFixture(t, "default/a/s1", "default/a/s2", "default/b/s1")
+	c := newTestCache(t, 1<<20, f.store)
+	older, releaseOlder := f.get(t, c, "default/a/s1")
+	releaseOlder(false)
+	inUse, releaseInUse := f.get(t, c, "default/a/s2")
+	other, releaseOther := f.get(t, c, "default/b/s1")
+	releaseOther(false)
+
+	produced := filepath.Join(c.dir, "checkpoint-out")
+	if err := os.Mkdir(produced, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeTree(t, produced, simpleTree("newest"))
+	if err := c.Add("default/a/s3", "sha256:0000000000000000000000000000000000000000000000000000000000000003", produced); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		dir  string
+		want bool
+	}{
+		{"older unused tree of the actor", older, false},
+		{"older tree of the actor in use", inUse, true},
+		{"another actor's tree", other, true},
+	} {
+		if exists(tc.dir) != tc.want {
+			t.Errorf("%s: exists = %v, want %v", tc.name, !tc.want, tc.want)
+		}
+	}
+	releaseInUse(false)
+	if want := int64(2*fixtureFileSize + len("newest")); c.Bytes() != want {
+		t.Errorf("Bytes() = %d, want %d (a/s2, b/s1 and a/s3)", c.Bytes(), want)
+	}
+}
+
 func TestCacheDoesNotKeepCorruptSnapshots(t *testing.T) {
 	const loc = "default/a/s1"
 	f := newCacheFixture(t, loc)
