@@ -30,12 +30,16 @@ type env struct {
 	engine  *Engine
 }
 
-// newEnv opens a real SQLite store with the counter template, and nodes
-// with workers each served by a fake agent.
+// envStoreURL names the store newEnv opens: a fresh SQLite file, unless
+// a test runs the workflows over another backend (postgres_test.go).
+var envStoreURL = func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "torpor.db") }
+
+// newEnv opens a real store (SQLite, see envStoreURL) with the counter
+// template, and nodes with workers each served by a fake agent.
 func newEnv(t *testing.T, workersPerNode int, nodes ...string) *env {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "torpor.db"))
+	st, err := store.Open(ctx, envStoreURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,6 +589,73 @@ func TestResumeFinalizesOverAnUnrelatedWrite(t *testing.T) {
 	wantState(t, a, torporv1.ActorState_ACTOR_STATE_RUNNING)
 	if got := e.actor("c1").GetMetadata().GetLabels()["touched"]; got != "yes" {
 		t.Fatalf("the finalize overwrote a concurrent write: labels %v", e.actor("c1").GetMetadata().GetLabels())
+	}
+	e.checkPlacement()
+}
+
+// TestSuspendFinalizesOverAnUnrelatedWrite: like a resume's, a suspend's
+// finalize that finds the actor changed without touching the step reads
+// it again and completes, keeping that write; the snapshot and the worker's
+// release commit with it.
+func TestSuspendFinalizesOverAnUnrelatedWrite(t *testing.T) {
+	e := newEnv(t, 1, "n1")
+	e.createActor("c1")
+	if _, err := e.engine.Resume(e.ctx, "default", "c1", ResumeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.engine.SetHooks(Hooks{BeforeCheckpointFinalize: func(a *torporv1.Actor) {
+		cur, err := e.store.Actors().Get(e.ctx, "default", "c1")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		cur.Metadata.Labels = map[string]string{"touched": "yes"}
+		if _, err := e.store.Actors().Update(e.ctx, cur); err != nil {
+			t.Error(err)
+		}
+	}})
+	s, err := e.engine.Suspend(e.ctx, "default", "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, s, torporv1.ActorState_ACTOR_STATE_SUSPENDED)
+	a := e.actor("c1")
+	if got := a.GetMetadata().GetLabels()["touched"]; got != "yes" {
+		t.Fatalf("the finalize overwrote a concurrent write: labels %v", a.GetMetadata().GetLabels())
+	}
+	if _, err := e.store.Snapshots().Get(e.ctx, "default", a.GetStatus().GetLatestSnapshot()); err != nil {
+		t.Fatalf("the snapshot the actor points at: %v", err)
+	}
+	e.checkPlacement()
+}
+
+// TestCrashDuringSuspendIsNotOverwritten pins invariant 2 for a suspend:
+// a crash recorded while the node checkpoints is not overwritten by
+// SUSPENDED, and nothing of the finalize is written (no snapshot record).
+func TestCrashDuringSuspendIsNotOverwritten(t *testing.T) {
+	e := newEnv(t, 1, "n1")
+	e.createActor("c1")
+	if _, err := e.engine.Resume(e.ctx, "default", "c1", ResumeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.engine.SetHooks(Hooks{BeforeCheckpointFinalize: func(a *torporv1.Actor) {
+		w, err := e.store.Workers().Get(e.ctx, a.GetStatus().GetWorker().GetNamespace(), a.GetStatus().GetWorker().GetName())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := e.engine.CrashWorkerActor(e.ctx, w, "worker lost in test"); err != nil {
+			t.Error(err)
+		}
+	}})
+	_, err := e.engine.Suspend(e.ctx, "default", "c1")
+	if errdefs.Code(err) != connect.CodeAborted {
+		t.Fatalf("suspend over a recorded crash: %v, want Aborted", err)
+	}
+	a := e.actor("c1")
+	wantState(t, a, torporv1.ActorState_ACTOR_STATE_CRASHED)
+	if snaps, err := e.engine.actorSnapshots(e.ctx, a); err != nil || len(snaps) != 0 {
+		t.Fatalf("snapshots after a suspend that lost to a crash: %v, %v; want none", snaps, err)
 	}
 	e.checkPlacement()
 }
