@@ -600,9 +600,7 @@ func TestResumeFinalizesOverAnUnrelatedWrite(t *testing.T) {
 func TestSuspendFinalizesOverAnUnrelatedWrite(t *testing.T) {
 	e := newEnv(t, 1, "n1")
 	e.createActor("c1")
-	if _, err := e.engine.Resume(e.ctx, "default", "c1", ResumeOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.resume("c1", ResumeOptions{})
 	e.engine.SetHooks(Hooks{BeforeCheckpointFinalize: func(a *torporv1.Actor) {
 		cur, err := e.store.Actors().Get(e.ctx, "default", "c1")
 		if err != nil {
@@ -635,9 +633,7 @@ func TestSuspendFinalizesOverAnUnrelatedWrite(t *testing.T) {
 func TestCrashDuringSuspendIsNotOverwritten(t *testing.T) {
 	e := newEnv(t, 1, "n1")
 	e.createActor("c1")
-	if _, err := e.engine.Resume(e.ctx, "default", "c1", ResumeOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.resume("c1", ResumeOptions{})
 	e.engine.SetHooks(Hooks{BeforeCheckpointFinalize: func(a *torporv1.Actor) {
 		w, err := e.store.Workers().Get(e.ctx, a.GetStatus().GetWorker().GetNamespace(), a.GetStatus().GetWorker().GetName())
 		if err != nil {
