@@ -80,13 +80,6 @@ type flights struct {
 	m  map[ActorKey]*resumeFlight
 }
 
-// resuming reports whether a resume of the actor is in flight.
-func (r *Router) resuming(key ActorKey) bool {
-	r.flights.mu.Lock()
-	defer r.flights.mu.Unlock()
-	return r.flights.m[key] != nil
-}
-
 // awaitResume waits for the actor to be RUNNING, joining the resume in
 // flight for it or starting one. ctx only bounds this caller's wait: the
 // resume goes on for the others.
