@@ -1305,6 +1305,87 @@ func (*TerminateResponse) Descriptor() ([]byte, []int) {
 	return file_torpor_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
+type DropCheckpointRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The snapshot's location (space/actor/snapshot), as Checkpoint wrote it.
+	Location      string `protobuf:"bytes,1,opt,name=location,proto3" json:"location,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropCheckpointRequest) Reset() {
+	*x = DropCheckpointRequest{}
+	mi := &file_torpor_v1_node_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropCheckpointRequest) ProtoMessage() {}
+
+func (x *DropCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*DropCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DropCheckpointRequest) GetLocation() string {
+	if x != nil {
+		return x.Location
+	}
+	return ""
+}
+
+type DropCheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropCheckpointResponse) Reset() {
+	*x = DropCheckpointResponse{}
+	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropCheckpointResponse) ProtoMessage() {}
+
+func (x *DropCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*DropCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{22}
+}
+
 type StatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -1314,7 +1395,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[21]
+	mi := &file_torpor_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1407,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[21]
+	mi := &file_torpor_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1420,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatsRequest) GetWorker() string {
@@ -1363,7 +1444,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	mi := &file_torpor_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1456,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	mi := &file_torpor_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1469,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatsResponse) GetRunning() bool {
@@ -1439,7 +1520,7 @@ type NodeFileRequest struct {
 
 func (x *NodeFileRequest) Reset() {
 	*x = NodeFileRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[23]
+	mi := &file_torpor_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1532,7 @@ func (x *NodeFileRequest) String() string {
 func (*NodeFileRequest) ProtoMessage() {}
 
 func (x *NodeFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[23]
+	mi := &file_torpor_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1545,7 @@ func (x *NodeFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFileRequest.ProtoReflect.Descriptor instead.
 func (*NodeFileRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeFileRequest) GetWorker() string {
@@ -1505,7 +1586,7 @@ type NodeReadFilesRequest struct {
 
 func (x *NodeReadFilesRequest) Reset() {
 	*x = NodeReadFilesRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[24]
+	mi := &file_torpor_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1598,7 @@ func (x *NodeReadFilesRequest) String() string {
 func (*NodeReadFilesRequest) ProtoMessage() {}
 
 func (x *NodeReadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[24]
+	mi := &file_torpor_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1611,7 @@ func (x *NodeReadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReadFilesRequest.ProtoReflect.Descriptor instead.
 func (*NodeReadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeReadFilesRequest) GetFile() *NodeFileRequest {
@@ -1560,7 +1641,7 @@ type NodeWriteFilesRequest struct {
 
 func (x *NodeWriteFilesRequest) Reset() {
 	*x = NodeWriteFilesRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[25]
+	mi := &file_torpor_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1653,7 @@ func (x *NodeWriteFilesRequest) String() string {
 func (*NodeWriteFilesRequest) ProtoMessage() {}
 
 func (x *NodeWriteFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[25]
+	mi := &file_torpor_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1666,7 @@ func (x *NodeWriteFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWriteFilesRequest.ProtoReflect.Descriptor instead.
 func (*NodeWriteFilesRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeWriteFilesRequest) GetFile() *NodeFileRequest {
@@ -1703,7 +1784,10 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"durationUs\"8\n" +
 	"\x10TerminateRequest\x12$\n" +
 	"\x02op\x18\x01 \x01(\v2\x14.torpor.v1.OperationR\x02op\"\x13\n" +
-	"\x11TerminateResponse\"&\n" +
+	"\x11TerminateResponse\"3\n" +
+	"\x15DropCheckpointRequest\x12\x1a\n" +
+	"\blocation\x18\x01 \x01(\tR\blocation\"\x18\n" +
+	"\x16DropCheckpointResponse\"&\n" +
 	"\fStatsRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\"\xc0\x01\n" +
 	"\rStatsResponse\x12\x18\n" +
@@ -1734,7 +1818,7 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\fRegisterNode\x12\x1e.torpor.v1.RegisterNodeRequest\x1a\x1f.torpor.v1.RegisterNodeResponse\x12F\n" +
 	"\tHeartbeat\x12\x1b.torpor.v1.HeartbeatRequest\x1a\x1c.torpor.v1.HeartbeatResponse\x121\n" +
 	"\aGetNode\x12\x15.torpor.v1.GetRequest\x1a\x0f.torpor.v1.Node\x12A\n" +
-	"\tListNodes\x12\x16.torpor.v1.ListRequest\x1a\x1c.torpor.v1.ListNodesResponse2\xb5\x06\n" +
+	"\tListNodes\x12\x16.torpor.v1.ListRequest\x1a\x1c.torpor.v1.ListNodesResponse2\x8c\a\n" +
 	"\x10NodeAgentService\x124\n" +
 	"\x03Run\x12\x15.torpor.v1.RunRequest\x1a\x16.torpor.v1.RunResponse\x12I\n" +
 	"\n" +
@@ -1749,7 +1833,8 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\tListFiles\x12\x1a.torpor.v1.NodeFileRequest\x1a!.torpor.v1.ListActorFilesResponse\x12D\n" +
 	"\tReadFiles\x12\x1f.torpor.v1.NodeReadFilesRequest\x1a\x14.torpor.v1.FileChunk0\x01\x12T\n" +
 	"\n" +
-	"WriteFiles\x12 .torpor.v1.NodeWriteFilesRequest\x1a\".torpor.v1.WriteActorFilesResponse(\x01B9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
+	"WriteFiles\x12 .torpor.v1.NodeWriteFilesRequest\x1a\".torpor.v1.WriteActorFilesResponse(\x01\x12U\n" +
+	"\x0eDropCheckpoint\x12 .torpor.v1.DropCheckpointRequest\x1a!.torpor.v1.DropCheckpointResponseB9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
 
 var (
 	file_torpor_v1_node_proto_rawDescOnce sync.Once
@@ -1764,7 +1849,7 @@ func file_torpor_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_torpor_v1_node_proto_goTypes = []any{
 	(CheckpointTarget)(0),           // 0: torpor.v1.CheckpointTarget
 	(*RegisterNodeRequest)(nil),     // 1: torpor.v1.RegisterNodeRequest
@@ -1788,89 +1873,93 @@ var file_torpor_v1_node_proto_goTypes = []any{
 	(*StepDuration)(nil),            // 19: torpor.v1.StepDuration
 	(*TerminateRequest)(nil),        // 20: torpor.v1.TerminateRequest
 	(*TerminateResponse)(nil),       // 21: torpor.v1.TerminateResponse
-	(*StatsRequest)(nil),            // 22: torpor.v1.StatsRequest
-	(*StatsResponse)(nil),           // 23: torpor.v1.StatsResponse
-	(*NodeFileRequest)(nil),         // 24: torpor.v1.NodeFileRequest
-	(*NodeReadFilesRequest)(nil),    // 25: torpor.v1.NodeReadFilesRequest
-	(*NodeWriteFilesRequest)(nil),   // 26: torpor.v1.NodeWriteFilesRequest
-	(*Node)(nil),                    // 27: torpor.v1.Node
-	(*Worker)(nil),                  // 28: torpor.v1.Worker
-	(*timestamppb.Timestamp)(nil),   // 29: google.protobuf.Timestamp
-	(*ExecProcess)(nil),             // 30: torpor.v1.ExecProcess
-	(*ExecInput)(nil),               // 31: torpor.v1.ExecInput
-	(*TemplateSpec)(nil),            // 32: torpor.v1.TemplateSpec
-	(SnapshotScope)(0),              // 33: torpor.v1.SnapshotScope
-	(RestoreScope)(0),               // 34: torpor.v1.RestoreScope
-	(*GetRequest)(nil),              // 35: torpor.v1.GetRequest
-	(*ListRequest)(nil),             // 36: torpor.v1.ListRequest
-	(*ExecOutput)(nil),              // 37: torpor.v1.ExecOutput
-	(*GetActorLogsResponse)(nil),    // 38: torpor.v1.GetActorLogsResponse
-	(*FileInfo)(nil),                // 39: torpor.v1.FileInfo
-	(*ListActorFilesResponse)(nil),  // 40: torpor.v1.ListActorFilesResponse
-	(*FileChunk)(nil),               // 41: torpor.v1.FileChunk
-	(*WriteActorFilesResponse)(nil), // 42: torpor.v1.WriteActorFilesResponse
+	(*DropCheckpointRequest)(nil),   // 22: torpor.v1.DropCheckpointRequest
+	(*DropCheckpointResponse)(nil),  // 23: torpor.v1.DropCheckpointResponse
+	(*StatsRequest)(nil),            // 24: torpor.v1.StatsRequest
+	(*StatsResponse)(nil),           // 25: torpor.v1.StatsResponse
+	(*NodeFileRequest)(nil),         // 26: torpor.v1.NodeFileRequest
+	(*NodeReadFilesRequest)(nil),    // 27: torpor.v1.NodeReadFilesRequest
+	(*NodeWriteFilesRequest)(nil),   // 28: torpor.v1.NodeWriteFilesRequest
+	(*Node)(nil),                    // 29: torpor.v1.Node
+	(*Worker)(nil),                  // 30: torpor.v1.Worker
+	(*timestamppb.Timestamp)(nil),   // 31: google.protobuf.Timestamp
+	(*ExecProcess)(nil),             // 32: torpor.v1.ExecProcess
+	(*ExecInput)(nil),               // 33: torpor.v1.ExecInput
+	(*TemplateSpec)(nil),            // 34: torpor.v1.TemplateSpec
+	(SnapshotScope)(0),              // 35: torpor.v1.SnapshotScope
+	(RestoreScope)(0),               // 36: torpor.v1.RestoreScope
+	(*GetRequest)(nil),              // 37: torpor.v1.GetRequest
+	(*ListRequest)(nil),             // 38: torpor.v1.ListRequest
+	(*ExecOutput)(nil),              // 39: torpor.v1.ExecOutput
+	(*GetActorLogsResponse)(nil),    // 40: torpor.v1.GetActorLogsResponse
+	(*FileInfo)(nil),                // 41: torpor.v1.FileInfo
+	(*ListActorFilesResponse)(nil),  // 42: torpor.v1.ListActorFilesResponse
+	(*FileChunk)(nil),               // 43: torpor.v1.FileChunk
+	(*WriteActorFilesResponse)(nil), // 44: torpor.v1.WriteActorFilesResponse
 }
 var file_torpor_v1_node_proto_depIdxs = []int32{
-	27, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
-	28, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
-	27, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
-	28, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
-	29, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
-	27, // 5: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
-	30, // 6: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
-	31, // 7: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
-	29, // 8: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	29, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
+	30, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
+	29, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
+	30, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
+	31, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
+	29, // 5: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
+	32, // 6: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
+	33, // 7: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
+	31, // 8: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
 	11, // 9: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
-	32, // 10: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
+	34, // 10: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
 	10, // 11: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
 	11, // 12: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
 	10, // 13: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
-	33, // 14: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
+	35, // 14: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
 	0,  // 15: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
 	10, // 16: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
 	11, // 17: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
-	34, // 18: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
+	36, // 18: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
 	16, // 19: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
 	16, // 20: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
 	19, // 21: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
 	10, // 22: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
-	29, // 23: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
-	24, // 24: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	24, // 25: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	31, // 23: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
+	26, // 24: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	26, // 25: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
 	1,  // 26: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
 	3,  // 27: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
-	35, // 28: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
-	36, // 29: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
+	37, // 28: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
+	38, // 29: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
 	12, // 30: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
 	14, // 31: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
 	17, // 32: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
 	20, // 33: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
-	22, // 34: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
+	24, // 34: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
 	8,  // 35: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
 	6,  // 36: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
 	7,  // 37: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
-	24, // 38: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
-	24, // 39: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
-	25, // 40: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
-	26, // 41: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
-	2,  // 42: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
-	4,  // 43: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
-	27, // 44: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
-	5,  // 45: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
-	13, // 46: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
-	15, // 47: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
-	18, // 48: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
-	21, // 49: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
-	23, // 50: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
-	9,  // 51: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
-	37, // 52: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
-	38, // 53: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
-	39, // 54: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
-	40, // 55: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
-	41, // 56: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
-	42, // 57: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
-	42, // [42:58] is the sub-list for method output_type
-	26, // [26:42] is the sub-list for method input_type
+	26, // 38: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
+	26, // 39: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
+	27, // 40: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
+	28, // 41: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
+	22, // 42: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
+	2,  // 43: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
+	4,  // 44: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
+	29, // 45: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
+	5,  // 46: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
+	13, // 47: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
+	15, // 48: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
+	18, // 49: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
+	21, // 50: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
+	25, // 51: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
+	9,  // 52: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
+	39, // 53: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
+	40, // 54: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
+	41, // 55: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
+	42, // 56: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
+	43, // 57: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
+	44, // 58: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
+	23, // 59: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
+	43, // [43:60] is the sub-list for method output_type
+	26, // [26:43] is the sub-list for method input_type
 	26, // [26:26] is the sub-list for extension type_name
 	26, // [26:26] is the sub-list for extension extendee
 	0,  // [0:26] is the sub-list for field type_name
@@ -1889,7 +1978,7 @@ func file_torpor_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_node_proto_rawDesc), len(file_torpor_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -75,6 +75,9 @@ const (
 	// NodeAgentServiceWriteFilesProcedure is the fully-qualified name of the NodeAgentService's
 	// WriteFiles RPC.
 	NodeAgentServiceWriteFilesProcedure = "/torpor.v1.NodeAgentService/WriteFiles"
+	// NodeAgentServiceDropCheckpointProcedure is the fully-qualified name of the NodeAgentService's
+	// DropCheckpoint RPC.
+	NodeAgentServiceDropCheckpointProcedure = "/torpor.v1.NodeAgentService/DropCheckpoint"
 )
 
 // NodeServiceClient is a client for the torpor.v1.NodeService service.
@@ -255,6 +258,10 @@ type NodeAgentServiceClient interface {
 	ListFiles(context.Context, *connect.Request[v1.NodeFileRequest]) (*connect.Response[v1.ListActorFilesResponse], error)
 	ReadFiles(context.Context, *connect.Request[v1.NodeReadFilesRequest]) (*connect.ServerStreamForClient[v1.FileChunk], error)
 	WriteFiles(context.Context) *connect.ClientStreamForClient[v1.NodeWriteFilesRequest, v1.WriteActorFilesResponse]
+	// DropCheckpoint removes a local checkpoint (a pause's) whose record the
+	// control plane deleted, and the chunks only it named. Idempotent: an
+	// unknown location is success.
+	DropCheckpoint(context.Context, *connect.Request[v1.DropCheckpointRequest]) (*connect.Response[v1.DropCheckpointResponse], error)
 }
 
 // NewNodeAgentServiceClient constructs a client for the torpor.v1.NodeAgentService service. By
@@ -340,23 +347,30 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("WriteFiles")),
 			connect.WithClientOptions(opts...),
 		),
+		dropCheckpoint: connect.NewClient[v1.DropCheckpointRequest, v1.DropCheckpointResponse](
+			httpClient,
+			baseURL+NodeAgentServiceDropCheckpointProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("DropCheckpoint")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeAgentServiceClient implements NodeAgentServiceClient.
 type nodeAgentServiceClient struct {
-	run        *connect.Client[v1.RunRequest, v1.RunResponse]
-	checkpoint *connect.Client[v1.CheckpointRequest, v1.CheckpointResponse]
-	restore    *connect.Client[v1.RestoreRequest, v1.RestoreResponse]
-	terminate  *connect.Client[v1.TerminateRequest, v1.TerminateResponse]
-	stats      *connect.Client[v1.StatsRequest, v1.StatsResponse]
-	warm       *connect.Client[v1.WarmRequest, v1.WarmResponse]
-	exec       *connect.Client[v1.ExecRequest, v1.ExecOutput]
-	logs       *connect.Client[v1.LogsRequest, v1.GetActorLogsResponse]
-	statFile   *connect.Client[v1.NodeFileRequest, v1.FileInfo]
-	listFiles  *connect.Client[v1.NodeFileRequest, v1.ListActorFilesResponse]
-	readFiles  *connect.Client[v1.NodeReadFilesRequest, v1.FileChunk]
-	writeFiles *connect.Client[v1.NodeWriteFilesRequest, v1.WriteActorFilesResponse]
+	run            *connect.Client[v1.RunRequest, v1.RunResponse]
+	checkpoint     *connect.Client[v1.CheckpointRequest, v1.CheckpointResponse]
+	restore        *connect.Client[v1.RestoreRequest, v1.RestoreResponse]
+	terminate      *connect.Client[v1.TerminateRequest, v1.TerminateResponse]
+	stats          *connect.Client[v1.StatsRequest, v1.StatsResponse]
+	warm           *connect.Client[v1.WarmRequest, v1.WarmResponse]
+	exec           *connect.Client[v1.ExecRequest, v1.ExecOutput]
+	logs           *connect.Client[v1.LogsRequest, v1.GetActorLogsResponse]
+	statFile       *connect.Client[v1.NodeFileRequest, v1.FileInfo]
+	listFiles      *connect.Client[v1.NodeFileRequest, v1.ListActorFilesResponse]
+	readFiles      *connect.Client[v1.NodeReadFilesRequest, v1.FileChunk]
+	writeFiles     *connect.Client[v1.NodeWriteFilesRequest, v1.WriteActorFilesResponse]
+	dropCheckpoint *connect.Client[v1.DropCheckpointRequest, v1.DropCheckpointResponse]
 }
 
 // Run calls torpor.v1.NodeAgentService.Run.
@@ -419,6 +433,11 @@ func (c *nodeAgentServiceClient) WriteFiles(ctx context.Context) *connect.Client
 	return c.writeFiles.CallClientStream(ctx)
 }
 
+// DropCheckpoint calls torpor.v1.NodeAgentService.DropCheckpoint.
+func (c *nodeAgentServiceClient) DropCheckpoint(ctx context.Context, req *connect.Request[v1.DropCheckpointRequest]) (*connect.Response[v1.DropCheckpointResponse], error) {
+	return c.dropCheckpoint.CallUnary(ctx, req)
+}
+
 // NodeAgentServiceHandler is an implementation of the torpor.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	// Run cold-boots the actor's workload on a worker (empty durable volumes,
@@ -445,6 +464,10 @@ type NodeAgentServiceHandler interface {
 	ListFiles(context.Context, *connect.Request[v1.NodeFileRequest]) (*connect.Response[v1.ListActorFilesResponse], error)
 	ReadFiles(context.Context, *connect.Request[v1.NodeReadFilesRequest], *connect.ServerStream[v1.FileChunk]) error
 	WriteFiles(context.Context, *connect.ClientStream[v1.NodeWriteFilesRequest]) (*connect.Response[v1.WriteActorFilesResponse], error)
+	// DropCheckpoint removes a local checkpoint (a pause's) whose record the
+	// control plane deleted, and the chunks only it named. Idempotent: an
+	// unknown location is success.
+	DropCheckpoint(context.Context, *connect.Request[v1.DropCheckpointRequest]) (*connect.Response[v1.DropCheckpointResponse], error)
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -526,6 +549,12 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithSchema(nodeAgentServiceMethods.ByName("WriteFiles")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceDropCheckpointHandler := connect.NewUnaryHandler(
+		NodeAgentServiceDropCheckpointProcedure,
+		svc.DropCheckpoint,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("DropCheckpoint")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/torpor.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceRunProcedure:
@@ -552,6 +581,8 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceReadFilesHandler.ServeHTTP(w, r)
 		case NodeAgentServiceWriteFilesProcedure:
 			nodeAgentServiceWriteFilesHandler.ServeHTTP(w, r)
+		case NodeAgentServiceDropCheckpointProcedure:
+			nodeAgentServiceDropCheckpointHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -607,4 +638,8 @@ func (UnimplementedNodeAgentServiceHandler) ReadFiles(context.Context, *connect.
 
 func (UnimplementedNodeAgentServiceHandler) WriteFiles(context.Context, *connect.ClientStream[v1.NodeWriteFilesRequest]) (*connect.Response[v1.WriteActorFilesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeAgentService.WriteFiles is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) DropCheckpoint(context.Context, *connect.Request[v1.DropCheckpointRequest]) (*connect.Response[v1.DropCheckpointResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeAgentService.DropCheckpoint is not implemented"))
 }
