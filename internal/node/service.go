@@ -19,6 +19,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/tracing"
 )
 
@@ -98,6 +99,24 @@ func (m *slotMachine) Terminate(ctx context.Context, req *connect.Request[torpor
 		}
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s, not %s: not terminating it", s.name(), cur.ActorUID, op.GetActorUid()))
 	})
+}
+
+// DropCheckpoint removes a local checkpoint whose record the control
+// plane deleted, and the chunks only it named. No operation of this node
+// still uses it: the control plane deletes a local checkpoint's record
+// only while the actor runs no operation that could (a paused, crashed or
+// deleting actor, or after the resume that read it ended), and the
+// Checkpoint that wrote it answered before the record existed, a repeat
+// of it answering from its recorded result.
+func (m *slotMachine) DropCheckpoint(ctx context.Context, req *connect.Request[torporv1.DropCheckpointRequest]) (*connect.Response[torporv1.DropCheckpointResponse], error) {
+	location := req.Msg.GetLocation()
+	if _, _, _, err := snapshot.ParseLocation(location); err != nil {
+		return nil, invalid("location", "%v", err)
+	}
+	if err := m.snapshots.removeLocal(ctx, location); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&torporv1.DropCheckpointResponse{}), nil
 }
 
 // Stats reports whether the worker's workload runs, whose it is and what

@@ -74,7 +74,7 @@ func (sn *snapshots) target(t torporv1.CheckpointTarget) (snapshot.ObjectStore, 
 
 // dropLocal removes the actor's local checkpoints from this
 // node: any start moves the actor past them (the control plane drops
-// their records when the resume commits), and nothing else removes them.
+// their records when the resume commits).
 func (sn *snapshots) dropLocal(ctx context.Context, w *torporv1.Workload) {
 	prefix := w.GetSpace() + "/" + w.GetActorUid()
 	locations, err := snapshot.ListLocations(ctx, sn.local, prefix)
@@ -82,26 +82,45 @@ func (sn *snapshots) dropLocal(ctx context.Context, w *torporv1.Workload) {
 		sn.log.Warn("local checkpoints not dropped", "actor_uid", w.GetActorUid(), "err", err)
 		return
 	}
+	names := make([]string, len(locations))
+	for i, l := range locations {
+		names[i] = l.Location
+	}
+	if err := sn.removeLocal(ctx, names...); err != nil {
+		sn.log.Warn("local checkpoints not dropped", "actor_uid", w.GetActorUid(), "err", err)
+	}
+}
+
+// removeLocal deletes the local checkpoints at locations (a missing one
+// is not an error), then the chunks no remaining local checkpoint names.
+// Callers pass only locations no operation of this node still writes or
+// reads: an upload writes a location named for its own operation, and a
+// restore reads one the control plane has not let go of.
+func (sn *snapshots) removeLocal(ctx context.Context, locations ...string) error {
+	var errs []error
 	dropped := 0
 	for _, l := range locations {
-		if err := snapshot.DeleteSnapshot(ctx, sn.local, l.Location); err != nil {
-			sn.log.Warn("local checkpoint not dropped", "location", l.Location, "err", err)
+		if err := snapshot.DeleteSnapshot(ctx, sn.local, l); err != nil {
+			errs = append(errs, fmt.Errorf("local checkpoint %s: %w", l, err))
 			continue
 		}
 		dropped++
-		sn.log.Debug("dropped local checkpoint", "location", l.Location)
+		sn.log.Debug("dropped local checkpoint", "location", l)
 	}
 	if dropped == 0 {
-		return
+		return errors.Join(errs...)
 	}
-	// Their chunks, unless another local checkpoint names them.
+	// Uploads are held off: with no grace, a chunk an upload just wrote
+	// and its manifest does not name yet would go.
 	sn.local.uploads.Lock()
 	defer sn.local.uploads.Unlock()
-	if n, err := snapshot.SweepChunks(ctx, sn.local, 0); err != nil {
-		sn.log.Warn("local checkpoint chunks not swept", "err", err)
+	n, err := snapshot.SweepChunks(ctx, sn.local, 0)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("sweep local checkpoint chunks: %w", err))
 	} else {
 		sn.log.Debug("swept local checkpoint chunks", "chunks", n)
 	}
+	return errors.Join(errs...)
 }
 
 // upload stores the tree at location. A location is named for one
