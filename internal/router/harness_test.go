@@ -660,6 +660,14 @@ func (f *fakeAgent) Stats(_ context.Context, req *connect.Request[torporv1.Stats
 	return connect.NewResponse(resp), nil
 }
 
+// DropCheckpoint counts the call: the fake keeps no checkpoint files.
+func (f *fakeAgent) DropCheckpoint(context.Context, *connect.Request[torporv1.DropCheckpointRequest]) (*connect.Response[torporv1.DropCheckpointResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.counts["DropCheckpoint"]++
+	return connect.NewResponse(&torporv1.DropCheckpointResponse{}), nil
+}
+
 // Warm answers as a node with warming off: these tests' templates want
 // no warm workers.
 func (f *fakeAgent) Warm(context.Context, *connect.Request[torporv1.WarmRequest]) (*connect.Response[torporv1.WarmResponse], error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -488,8 +489,7 @@ func actorSnapshotList(a *torporv1.Actor) store.ListOptions {
 }
 
 // removeSnapshot deletes a snapshot's record as it was read (a tag or
-// fork since makes it fail with ErrConflict), then its files. Local
-// checkpoints' files belong to their node, which evicts them.
+// fork since makes it fail with ErrConflict), then its files.
 func (e *Engine) removeSnapshot(ctx context.Context, s *torporv1.Snapshot) error {
 	m := s.GetMetadata()
 	if err := e.store.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), m.GetVersion()); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -498,14 +498,58 @@ func (e *Engine) removeSnapshot(ctx context.Context, s *torporv1.Snapshot) error
 	return e.removeSnapshotFiles(ctx, s)
 }
 
+// deleteLocalCheckpointInTx deletes the record of the actor's local
+// checkpoint name within tx and returns it (nil when it is gone already),
+// for its files to be removed once tx commits.
+func deleteLocalCheckpointInTx(ctx context.Context, tx store.Tx, space, name string) (*torporv1.Snapshot, error) {
+	s, err := tx.Snapshots().Get(ctx, space, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Snapshots().Delete(ctx, space, name, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	return s, nil
+}
+
 // removeSnapshotFiles removes the files of a snapshot whose record is
-// gone, unless another record (a fork's, or its source's) names them.
+// gone, unless another record (a fork's, or its source's) names them: from
+// snapshot storage, or from the node that holds a local checkpoint.
 func (e *Engine) removeSnapshotFiles(ctx context.Context, s *torporv1.Snapshot) error {
-	if s.GetNode() != "" || e.objects == nil {
+	if s.GetNode() == "" && e.objects == nil {
 		return nil
 	}
 	if shared, err := e.shared(ctx, s); err != nil || shared {
 		return err
 	}
+	if s.GetNode() != "" {
+		e.dropCheckpoint(ctx, s)
+		return nil
+	}
 	return e.objects.DeleteSnapshot(ctx, s.GetLocation())
+}
+
+// dropCheckpointTimeout bounds a node's removal of a local checkpoint,
+// which nobody waits for.
+const dropCheckpointTimeout = 10 * time.Second
+
+// dropCheckpoint asks the node holding the local checkpoint s to remove
+// its files. Best effort: the record is gone already, so a failure is
+// only logged. A node that is down at that moment keeps the files until a
+// node-side sweep of unrecorded checkpoints exists, or the actor starts
+// on it again.
+func (e *Engine) dropCheckpoint(ctx context.Context, s *torporv1.Snapshot) {
+	ctx, cancel := context.WithTimeout(ctx, dropCheckpointTimeout)
+	defer cancel()
+	agent, err := e.agents.Agent(ctx, s.GetNode())
+	if err == nil {
+		_, err = agent.DropCheckpoint(ctx, connect.NewRequest(&torporv1.DropCheckpointRequest{Location: s.GetLocation()}))
+	}
+	if err != nil {
+		e.log.Warn("local checkpoint files left on their node", "space", s.GetMetadata().GetSpace(), "actor_uid", s.GetActorUid(),
+			"snapshot", s.GetMetadata().GetName(), "node", s.GetNode(), "location", s.GetLocation(), "err", err)
+	}
 }

@@ -33,6 +33,7 @@ type NodeAgent interface {
 	Restore(context.Context, *connect.Request[torporv1.RestoreRequest]) (*connect.Response[torporv1.RestoreResponse], error)
 	Terminate(context.Context, *connect.Request[torporv1.TerminateRequest]) (*connect.Response[torporv1.TerminateResponse], error)
 	Stats(context.Context, *connect.Request[torporv1.StatsRequest]) (*connect.Response[torporv1.StatsResponse], error)
+	DropCheckpoint(context.Context, *connect.Request[torporv1.DropCheckpointRequest]) (*connect.Response[torporv1.DropCheckpointResponse], error)
 }
 
 // Agents finds the agent of a node.

@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -27,6 +28,8 @@ type fakeAgent struct {
 	// noData makes checkpoints report no durable data.
 	noData   bool
 	restores []*torporv1.RestoreRequest
+	// dropped are the locations of DropCheckpoint calls, in order.
+	dropped []string
 	// down makes every call fail as a node that does not answer does;
 	// unanswered counts those calls.
 	down       atomic.Bool
@@ -188,6 +191,25 @@ func (f *fakeAgent) Stats(_ context.Context, req *connect.Request[torporv1.Stats
 	defer f.mu.Unlock()
 	uid := f.slots[req.Msg.GetWorker()]
 	return connect.NewResponse(&torporv1.StatsResponse{Running: uid != "", ActorUid: uid}), nil
+}
+
+// DropCheckpoint records the location: the fake keeps no checkpoint
+// files.
+func (f *fakeAgent) DropCheckpoint(_ context.Context, req *connect.Request[torporv1.DropCheckpointRequest]) (*connect.Response[torporv1.DropCheckpointResponse], error) {
+	if err := f.unreachable(); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "DropCheckpoint")
+	f.dropped = append(f.dropped, req.Msg.GetLocation())
+	return connect.NewResponse(&torporv1.DropCheckpointResponse{}), nil
+}
+
+func (f *fakeAgent) droppedCheckpoints() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.dropped)
 }
 
 type fakeAgents map[string]*fakeAgent

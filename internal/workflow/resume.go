@@ -572,10 +572,13 @@ func (e *Engine) snapshotSource(ctx context.Context, space, name string, known *
 func (e *Engine) failResume(ctx context.Context, a *torporv1.Actor, cause error) error {
 	e.terminate(ctx, a)
 	op := a.GetStatus().GetOperation()
+	var spoilt *torporv1.Snapshot
 	err := e.inSameStep(ctx, a, func(tx store.Tx, cur *torporv1.Actor) error {
 		reason := "resume failed: " + connectMessage(cause)
+		spoilt = nil
 		if local := cur.GetStatus().GetLocalCheckpoint(); local != "" && local == op.GetSourceSnapshot() && errdefs.Code(cause) == connect.CodeDataLoss {
-			if err := tx.Snapshots().Delete(ctx, cur.GetMetadata().GetSpace(), local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+			var err error
+			if spoilt, err = deleteLocalCheckpointInTx(ctx, tx, cur.GetMetadata().GetSpace(), local); err != nil {
 				return err
 			}
 			cur.Status.LocalCheckpoint = ""
@@ -585,8 +588,25 @@ func (e *Engine) failResume(ctx context.Context, a *torporv1.Actor, cause error)
 	})
 	if err != nil {
 		e.logger(a).Error("record failed resume", "err", err)
+	} else if spoilt != nil {
+		e.removeSpoilt(ctx, a, spoilt)
 	}
 	return cause
+}
+
+// removeSpoilt removes the files of the local checkpoint a failed resume
+// dropped, once its record is gone: a transaction that ran again and
+// found the step moved on deleted nothing, yet kept spoilt from its first
+// run.
+func (e *Engine) removeSpoilt(ctx context.Context, a *torporv1.Actor, spoilt *torporv1.Snapshot) {
+	m := spoilt.GetMetadata()
+	_, err := e.store.Snapshots().Get(ctx, m.GetSpace(), m.GetName())
+	if errors.Is(err, store.ErrNotFound) {
+		err = e.removeSnapshotFiles(ctx, spoilt)
+	}
+	if err != nil {
+		e.logger(a).Warn("remove the unusable local checkpoint", "snapshot", m.GetName(), "err", err)
+	}
 }
 
 // crashInTx makes cur CRASHED with reason and releases its worker. The

@@ -129,8 +129,10 @@ func (e *Engine) rewind(ctx context.Context, a *torporv1.Actor, target *torporv1
 		// The transaction may run again: it writes a copy of a as read.
 		written, why := proto.CloneOf(a), reason
 		dropped = nil
+		var localSnap *torporv1.Snapshot
 		if local := written.GetStatus().GetLocalCheckpoint(); local != "" {
-			if err := tx.Snapshots().Delete(ctx, space, local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+			var err error
+			if localSnap, err = deleteLocalCheckpointInTx(ctx, tx, space, local); err != nil {
 				return err
 			}
 			why += "; local checkpoint " + local + " dropped"
@@ -148,6 +150,9 @@ func (e *Engine) rewind(ctx context.Context, a *torporv1.Actor, target *torporv1
 		var err error
 		if dropped, err = expireInTx(ctx, tx, newer); err != nil {
 			return err
+		}
+		if localSnap != nil {
+			dropped = append(dropped, localSnap)
 		}
 		return e.record(ctx, tx, a.GetMetadata().GetUid(), transition{from: from, to: torporv1.ActorState_ACTOR_STATE_SUSPENDED, reason: why})
 	})
