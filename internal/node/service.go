@@ -116,6 +116,7 @@ func (m *slotMachine) DropCheckpoint(ctx context.Context, req *connect.Request[t
 	if err := m.snapshots.removeLocal(ctx, location); err != nil {
 		return nil, err
 	}
+	m.snapshots.cache.Forget(location)
 	return connect.NewResponse(&torporv1.DropCheckpointResponse{}), nil
 }
 

@@ -220,12 +220,30 @@ func (c *Cache) Add(location, digest, dir string) error {
 
 // supersededLocked forgets the unused entries of other snapshots in k's
 // location's directory and returns their directories, to remove once
-// unlocked. Entries in use stay until the LRU bound takes them.
+// unlocked.
 func (c *Cache) supersededLocked(k cacheKey) []string {
 	parent := path.Dir(k.location)
+	return c.forgetUnusedLocked(func(location string) bool {
+		return location != k.location && path.Dir(location) == parent
+	})
+}
+
+// Forget removes the unused trees of location, a snapshot whose record is
+// gone: nothing restores it here again.
+func (c *Cache) Forget(location string) {
+	c.mu.Lock()
+	victims := c.forgetUnusedLocked(func(l string) bool { return l == location })
+	c.mu.Unlock()
+	removeAll(victims)
+}
+
+// forgetUnusedLocked forgets the unused entries whose location matches and
+// returns their directories, to remove once unlocked. Entries in use stay
+// until the LRU bound takes them.
+func (c *Cache) forgetUnusedLocked(matches func(location string) bool) []string {
 	var victims []string
 	for key, e := range c.entries {
-		if key.location != k.location && path.Dir(key.location) == parent && e.refs == 0 {
+		if e.refs == 0 && matches(key.location) {
 			c.removeLocked(e)
 			victims = append(victims, e.dir)
 		}

@@ -281,6 +281,41 @@ func TestCacheAddSupersedesOlderTrees(t *testing.T) {
 	}
 }
 
+// TestCacheForget: forgetting a location removes its unused tree at once,
+// leaves a tree in use to the bound, and touches no other location.
+func TestCacheForget(t *testing.T) {
+	f := newCacheFixture(t, "default/a/s1", "default/a/s2", "default/b/s1")
+	c := newTestCache(t, 1<<20, f.store)
+	forgotten, release := f.get(t, c, "default/a/s1")
+	release(false)
+	inUse, releaseInUse := f.get(t, c, "default/a/s2")
+	other, releaseOther := f.get(t, c, "default/b/s1")
+	releaseOther(false)
+
+	c.Forget("default/a/s1")
+	c.Forget("default/a/s2")
+	for _, tc := range []struct {
+		name string
+		dir  string
+		want bool
+	}{
+		{"the forgotten unused tree", forgotten, false},
+		{"a forgotten tree in use", inUse, true},
+		{"another location's tree", other, true},
+	} {
+		if exists(tc.dir) != tc.want {
+			t.Errorf("%s: exists = %v, want %v", tc.name, !tc.want, tc.want)
+		}
+	}
+	releaseInUse(false)
+	before := f.store.manifestGets()
+	_, release = f.get(t, c, "default/a/s1")
+	release(false)
+	if f.store.manifestGets() != before+1 {
+		t.Errorf("a Get of the forgotten location did not download it again")
+	}
+}
+
 func TestCacheDoesNotKeepCorruptSnapshots(t *testing.T) {
 	const loc = "default/a/s1"
 	f := newCacheFixture(t, loc)
