@@ -260,9 +260,9 @@ func fetch(tb testing.TB, client *http.Client, req *http.Request) (time.Duration
 	return took, strings.TrimSpace(string(body))
 }
 
-// rawCounter is the counter in a gVisor sandbox that plain runsc
-// checkpoints and restores: no control plane, agent, snapshot storage or
-// router.
+// rawCounter is a workload (the counter, or a big actor's program) in a
+// gVisor sandbox that plain runsc checkpoints and restores: no control
+// plane, agent, snapshot storage or router.
 type rawCounter struct {
 	runsc string
 	// flags are the gvisor runtime's global runsc flags; a restore must use
@@ -281,6 +281,17 @@ type rawCounter struct {
 // the agent's workers.
 func newRawCounter(b *testing.B, c *cluster, name, runsc string, index int) *rawCounter {
 	b.Helper()
+	r := bootRaw(b, c, name, runsc, index, counterTemplate(b, name, nil).GetSpec(), "data")
+	waitAnswering(b, r.slot.IP)
+	return r
+}
+
+// bootRaw runs spec's first container with the gvisor runtime and runsc in
+// a slot named name of the cluster's first node network, the index-th
+// beyond the agent's workers, each volume an empty directory, for plain
+// runsc to checkpoint and restore; it is removed when b ends.
+func bootRaw(b *testing.B, c *cluster, name, runsc string, index int, spec *torporv1.TemplateSpec, volumes ...string) *rawCounter {
+	b.Helper()
 	ctx := context.Background()
 	n := c.nodes[0]
 	slot, err := n.network.Slot(ctx, name, n.workers+index)
@@ -293,27 +304,28 @@ func newRawCounter(b *testing.B, c *cluster, name, runsc string, index int) *raw
 	if err != nil {
 		b.Fatal(err)
 	}
-	spec := counterTemplate(b, name, nil).GetSpec()
 	rootfs, err := runtimetest.ImagePolicy(b).Unpack(ctx, spec.GetContainers()[0].GetImage(), filepath.Join(dir, "images"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	volume := filepath.Join(dir, "data")
-	if err := os.Mkdir(volume, 0o755); err != nil {
-		b.Fatal(err)
-	}
 	w := runtime.Workload{
-		ActorUID: name + "-counter", Space: "default", Actor: name + "-counter", Template: spec,
+		ActorUID: name + "-raw", Space: "default", Actor: name + "-raw", Template: spec,
 		Rootfs:  map[string]string{spec.GetContainers()[0].GetName(): rootfs},
-		Volumes: map[string]string{"data": volume},
+		Volumes: map[string]string{},
+	}
+	for _, v := range volumes {
+		w.Volumes[v] = filepath.Join(dir, "volume-"+v)
+		if err := os.Mkdir(w.Volumes[v], 0o755); err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.Cleanup(func() {
 		// Terminate finds the restored sandboxes by their slot's prefix.
 		if err := rt.Terminate(ctx, slot); err != nil {
-			b.Errorf("remove the raw counter: %v", err)
+			b.Errorf("remove the raw sandbox %s: %v", name, err)
 		}
 		if err := rt.Close(ctx); err != nil {
-			b.Errorf("close the raw counter's runtime: %v", err)
+			b.Errorf("close the runtime of the raw sandbox %s: %v", name, err)
 		}
 	})
 	if err := rt.Run(ctx, slot, w); err != nil {
@@ -321,7 +333,7 @@ func newRawCounter(b *testing.B, c *cluster, name, runsc string, index int) *raw
 	}
 	configs, err := filepath.Glob(filepath.Join(root, "slots", slot.Name, "*", "config.json"))
 	if err != nil || len(configs) != 1 {
-		b.Fatalf("bundle of the raw counter: %v %v", configs, err)
+		b.Fatalf("bundle of the raw sandbox %s: %v %v", name, configs, err)
 	}
 	r := &rawCounter{
 		runsc: runsc,
@@ -330,7 +342,6 @@ func newRawCounter(b *testing.B, c *cluster, name, runsc string, index int) *raw
 		images: filepath.Join(dir, "images-raw"),
 	}
 	r.console = filepath.Join(r.bundle, "console.log")
-	waitAnswering(b, slot.IP)
 	return r
 }
 

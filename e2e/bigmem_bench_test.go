@@ -31,7 +31,6 @@ import (
 	"github.com/torpor-dev/torpor/internal/node"
 	"github.com/torpor-dev/torpor/internal/router"
 	"github.com/torpor-dev/torpor/internal/runtime"
-	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 )
 
@@ -636,48 +635,7 @@ func newRawSandbox(b *testing.B, c *cluster, spec *torporv1.TemplateSpec, comman
 		spec = proto.CloneOf(spec)
 		spec.GetContainers()[0].Command = command
 	}
-	ctx := context.Background()
-	n := c.nodes[0]
-	slot, err := n.network.Slot(ctx, "raw", n.workers)
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := shortTempDir(b)
-	root := filepath.Join(dir, "gvisor")
-	rt, err := gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runtimetest.Runsc(b), RootDir: root, Logger: testLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	rootfs, err := runtimetest.ImagePolicy(b).Unpack(ctx, spec.GetContainers()[0].GetImage(), filepath.Join(dir, "images"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	w := runtime.Workload{
-		ActorUID: "raw-big", Space: "default", Actor: "raw-big", Template: spec,
-		Rootfs: map[string]string{spec.GetContainers()[0].GetName(): rootfs},
-	}
-	b.Cleanup(func() {
-		if err := rt.Terminate(ctx, slot); err != nil {
-			b.Errorf("remove the raw sandbox: %v", err)
-		}
-		if err := rt.Close(ctx); err != nil {
-			b.Errorf("close the raw sandbox's runtime: %v", err)
-		}
-	})
-	if err := rt.Run(ctx, slot, w); err != nil {
-		b.Fatal(err)
-	}
-	configs, err := filepath.Glob(filepath.Join(root, "slots", slot.Name, "*", "config.json"))
-	if err != nil || len(configs) != 1 {
-		b.Fatalf("bundle of the raw sandbox: %v %v", configs, err)
-	}
-	r := &rawSandbox{rawCounter: &rawCounter{
-		runsc: runtimetest.Runsc(b),
-		flags: []string{"--root=" + filepath.Join(root, "runsc"), "--platform=systrap", "--network=sandbox", "--overlay2=root:memory", "--ignore-cgroups"},
-		slot:  slot, bundle: filepath.Dir(configs[0]), id: filepath.Base(filepath.Dir(configs[0])),
-		images: filepath.Join(dir, "images-raw"),
-	}, ready: ready}
-	r.console = filepath.Join(r.bundle, "console.log")
+	r := &rawSandbox{rawCounter: bootRaw(b, c, "raw", runtimetest.Runsc(b), 0, spec), ready: ready}
 	r.waitReady(b, time.Minute)
 	return r
 }
