@@ -37,6 +37,11 @@ func TestLifecycle(t *testing.T) {
 			if s.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_SUSPENDED || s.GetStatus().GetWorker() != nil {
 				t.Fatalf("after suspend: %v", s.GetStatus())
 			}
+			// The suspend's event says where the node's time went.
+			events := c.events("c1")
+			if r := events[len(events)-1].GetReason(); !suspendPhases.MatchString(r) {
+				t.Errorf("the suspend's event %q does not match %s", r, suspendPhases)
+			}
 			w, err := c.workers.GetWorker(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: first.GetStatus().GetWorker().GetNamespace(), Name: first.GetStatus().GetWorker().GetName()}))
 			if err != nil {
 				t.Fatal(err)
@@ -70,7 +75,7 @@ func TestLifecycle(t *testing.T) {
 			if back.GetStatus().GetWorker().GetNode() != moved.GetStatus().GetWorker().GetNode() {
 				t.Fatal("a paused actor resumed on another node")
 			}
-			events := c.events("c1")
+			events = c.events("c1")
 			if r := events[len(events)-2].GetReason(); !strings.Contains(r, "FULL from local checkpoint") {
 				t.Fatalf("resume after pause: %q, want FULL from the local checkpoint", r)
 			}

@@ -520,7 +520,7 @@ func (m *slotMachine) checkpoint(ctx context.Context, s *slot, cur slotRecord, r
 		m.warm.later(ctx, s, w)
 	})
 	m.log.Debug("checkpoint steps", append([]any{"worker", s.name(), "actor_uid", cur.ActorUID, "bytes", size}, steps.attrs...)...)
-	return &torporv1.CheckpointResponse{Location: req.GetLocation(), ManifestDigest: digest, SizeBytes: size, HasData: len(names) > 0}, nil
+	return &torporv1.CheckpointResponse{Location: req.GetLocation(), ManifestDigest: digest, SizeBytes: size, HasData: len(names) > 0, Steps: steps.steps}, nil
 }
 
 // testHook is called at the named points of an operation where a test

@@ -257,6 +257,11 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 			if op.GetEvictedFor() != "" {
 				reason += "; worker handed to " + op.GetEvictedFor()
 			}
+			// Where the node's time went, so a slow suspend can be read
+			// off the events like a slow resume.
+			if steps := resp.Msg.GetSteps(); len(steps) > 0 {
+				reason += "; node " + stepsText(steps)
+			}
 			return e.record(ctx, tx, written.GetMetadata().GetUid(), transition{
 				from: kind.during, to: kind.done, op: op, worker: ref, since: op.GetStartTime().AsTime(), reason: reason,
 			})

@@ -132,8 +132,12 @@ func (f *fakeAgent) Run(_ context.Context, req *connect.Request[torporv1.RunRequ
 	return connect.NewResponse(&torporv1.RunResponse{}), nil
 }
 
-// fakeRestoreSteps are the steps every fake restore reports.
-var fakeRestoreSteps = []*torporv1.StepDuration{{Name: "fetch", DurationUs: 1300}, {Name: "start", DurationUs: 70_000}}
+// fakeRestoreSteps and fakeCheckpointSteps are the steps every fake
+// restore and checkpoint reports.
+var (
+	fakeRestoreSteps    = []*torporv1.StepDuration{{Name: "fetch", DurationUs: 1300}, {Name: "start", DurationUs: 70_000}}
+	fakeCheckpointSteps = []*torporv1.StepDuration{{Name: "capture", DurationUs: 120_000}, {Name: "upload", DurationUs: 410_040}}
+)
 
 func (f *fakeAgent) Restore(_ context.Context, req *connect.Request[torporv1.RestoreRequest]) (*connect.Response[torporv1.RestoreResponse], error) {
 	if err := f.unreachable(); err != nil {
@@ -166,7 +170,7 @@ func (f *fakeAgent) Checkpoint(_ context.Context, req *connect.Request[torporv1.
 	}
 	delete(f.slots, op.GetWorker())
 	f.done[op.GetActorUid()+"/"+op.GetOperationId()] = true
-	return connect.NewResponse(&torporv1.CheckpointResponse{Location: req.Msg.GetLocation(), ManifestDigest: "sha256:fake", SizeBytes: 1, HasData: !f.noData}), nil
+	return connect.NewResponse(&torporv1.CheckpointResponse{Location: req.Msg.GetLocation(), ManifestDigest: "sha256:fake", SizeBytes: 1, HasData: !f.noData, Steps: fakeCheckpointSteps}), nil
 }
 
 func (f *fakeAgent) Terminate(_ context.Context, req *connect.Request[torporv1.TerminateRequest]) (*connect.Response[torporv1.TerminateResponse], error) {

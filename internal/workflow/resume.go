@@ -530,17 +530,20 @@ func resumedReason(op *torporv1.ActorOperation, res restored) string {
 		b.WriteString(", into a warm sandbox")
 	}
 	fmt.Fprintf(&b, "); claim %s, node %s", millis(res.claim), millis(res.node))
-	for i, st := range res.steps {
-		sep := ", "
-		if i == 0 {
-			sep = " ("
-		}
-		fmt.Fprintf(&b, "%s%s %s", sep, st.GetName(), millis(time.Duration(st.GetDurationUs())*time.Microsecond))
-	}
 	if len(res.steps) > 0 {
-		b.WriteString(")")
+		b.WriteString(" (" + stepsText(res.steps) + ")")
 	}
 	return b.String()
+}
+
+// stepsText lists a node operation's steps and their durations, in order:
+// "capture 120.3ms, upload 410.0ms".
+func stepsText(steps []*torporv1.StepDuration) string {
+	parts := make([]string, len(steps))
+	for i, st := range steps {
+		parts[i] = st.GetName() + " " + millis(time.Duration(st.GetDurationUs())*time.Microsecond)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // millis writes d in milliseconds with one decimal.

@@ -499,10 +499,11 @@ func TestResumePrefersTheWorkerKeptWarm(t *testing.T) {
 	e.checkPlacement()
 }
 
-// TestResumeRecordsItsPhases: the event of a resume says how long its
+// TestStepsRecordTheirPhases: the event of a resume says how long its
 // claim and its node call took and the node's steps, in the node's order;
-// a cold boot, whose node call reports no steps, says the first two.
-func TestResumeRecordsItsPhases(t *testing.T) {
+// a cold boot, whose node call reports no steps, says the first two. The
+// event of a suspend says the node's steps.
+func TestStepsRecordTheirPhases(t *testing.T) {
 	e := newEnv(t, 1, "n1")
 	e.createActor("c1")
 	e.resume("c1", ResumeOptions{})
@@ -511,6 +512,10 @@ func TestResumeRecordsItsPhases(t *testing.T) {
 		t.Errorf("no event matches %s: %v", boot, e.reasons("c1"))
 	}
 	e.suspend("c1")
+	suspended := regexp.MustCompile(`^SUSPENDED: FULL snapshot \S+ \(1 bytes\); node capture 120\.0ms, upload 410\.0ms$`)
+	if !e.hasEventMatching("c1", suspended) {
+		t.Errorf("no event matches %s: %v", suspended, e.reasons("c1"))
+	}
 	e.resume("c1", ResumeOptions{})
 	restore := regexp.MustCompile(`^resumed \(FULL\); claim [0-9]+\.[0-9]ms, node [0-9]+\.[0-9]ms \(fetch 1\.3ms, start 70\.0ms\)$`)
 	if !e.hasEventMatching("c1", restore) {

@@ -894,8 +894,11 @@ type CheckpointResponse struct {
 	ManifestDigest string                 `protobuf:"bytes,2,opt,name=manifest_digest,json=manifestDigest,proto3" json:"manifest_digest,omitempty"`
 	SizeBytes      int64                  `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	HasData        bool                   `protobuf:"varint,4,opt,name=has_data,json=hasData,proto3" json:"has_data,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How long each step of the checkpoint took on the node, in order, for
+	// the actor's history.
+	Steps         []*StepDuration `protobuf:"bytes,5,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckpointResponse) Reset() {
@@ -954,6 +957,13 @@ func (x *CheckpointResponse) GetHasData() bool {
 		return x.HasData
 	}
 	return false
+}
+
+func (x *CheckpointResponse) GetSteps() []*StepDuration {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
 }
 
 // SnapshotSource points at a snapshot's files.
@@ -1173,8 +1183,10 @@ func (x *RestoreResponse) GetSteps() []*StepDuration {
 // StepDuration is how long one step of a node operation took.
 type StepDuration struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The step: unpack, fetch, volumes, identity, start (the runtime's
-	// restore), ready (until the readiness probe passed).
+	// The step. A restore: unpack, fetch, volumes, identity, start (the
+	// runtime's restore), ready (until the readiness probe passed). A
+	// checkpoint: capture (the runtime's checkpoint), archive (the durable
+	// volumes), upload.
 	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	DurationUs    int64  `protobuf:"varint,2,opt,name=duration_us,json=durationUs,proto3" json:"duration_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1755,13 +1767,14 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\x05scope\x18\x02 \x01(\x0e2\x18.torpor.v1.SnapshotScopeR\x05scope\x123\n" +
 	"\x06target\x18\x03 \x01(\x0e2\x1b.torpor.v1.CheckpointTargetR\x06target\x12\x1a\n" +
 	"\blocation\x18\x04 \x01(\tR\blocation\x12#\n" +
-	"\rleave_running\x18\x05 \x01(\bR\fleaveRunning\"\x93\x01\n" +
+	"\rleave_running\x18\x05 \x01(\bR\fleaveRunning\"\xc2\x01\n" +
 	"\x12CheckpointResponse\x12\x1a\n" +
 	"\blocation\x18\x01 \x01(\tR\blocation\x12'\n" +
 	"\x0fmanifest_digest\x18\x02 \x01(\tR\x0emanifestDigest\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x19\n" +
-	"\bhas_data\x18\x04 \x01(\bR\ahasData\"i\n" +
+	"\bhas_data\x18\x04 \x01(\bR\ahasData\x12-\n" +
+	"\x05steps\x18\x05 \x03(\v2\x17.torpor.v1.StepDurationR\x05steps\"i\n" +
 	"\x0eSnapshotSource\x12\x1a\n" +
 	"\blocation\x18\x01 \x01(\tR\blocation\x12'\n" +
 	"\x0fmanifest_digest\x18\x02 \x01(\tR\x0emanifestDigest\x12\x12\n" +
@@ -1914,55 +1927,56 @@ var file_torpor_v1_node_proto_depIdxs = []int32{
 	10, // 13: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
 	35, // 14: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
 	0,  // 15: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
-	10, // 16: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
-	11, // 17: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
-	36, // 18: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
-	16, // 19: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
-	16, // 20: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
-	19, // 21: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
-	10, // 22: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
-	31, // 23: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
-	26, // 24: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	26, // 25: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	1,  // 26: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
-	3,  // 27: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
-	37, // 28: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
-	38, // 29: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
-	12, // 30: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
-	14, // 31: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
-	17, // 32: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
-	20, // 33: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
-	24, // 34: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
-	8,  // 35: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
-	6,  // 36: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
-	7,  // 37: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
-	26, // 38: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
-	26, // 39: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
-	27, // 40: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
-	28, // 41: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
-	22, // 42: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
-	2,  // 43: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
-	4,  // 44: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
-	29, // 45: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
-	5,  // 46: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
-	13, // 47: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
-	15, // 48: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
-	18, // 49: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
-	21, // 50: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
-	25, // 51: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
-	9,  // 52: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
-	39, // 53: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
-	40, // 54: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
-	41, // 55: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
-	42, // 56: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
-	43, // 57: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
-	44, // 58: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
-	23, // 59: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
-	43, // [43:60] is the sub-list for method output_type
-	26, // [26:43] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	19, // 16: torpor.v1.CheckpointResponse.steps:type_name -> torpor.v1.StepDuration
+	10, // 17: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
+	11, // 18: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
+	36, // 19: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
+	16, // 20: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
+	16, // 21: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
+	19, // 22: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
+	10, // 23: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
+	31, // 24: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
+	26, // 25: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	26, // 26: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	1,  // 27: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
+	3,  // 28: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
+	37, // 29: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
+	38, // 30: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
+	12, // 31: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
+	14, // 32: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
+	17, // 33: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
+	20, // 34: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
+	24, // 35: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
+	8,  // 36: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
+	6,  // 37: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
+	7,  // 38: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
+	26, // 39: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
+	26, // 40: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
+	27, // 41: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
+	28, // 42: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
+	22, // 43: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
+	2,  // 44: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
+	4,  // 45: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
+	29, // 46: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
+	5,  // 47: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
+	13, // 48: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
+	15, // 49: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
+	18, // 50: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
+	21, // 51: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
+	25, // 52: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
+	9,  // 53: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
+	39, // 54: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
+	40, // 55: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
+	41, // 56: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
+	42, // 57: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
+	43, // 58: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
+	44, // 59: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
+	23, // 60: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
+	44, // [44:61] is the sub-list for method output_type
+	27, // [27:44] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_node_proto_init() }
