@@ -490,8 +490,9 @@ func (w *workload) step(ctx context.Context, a *tracked, op string) error {
 		w.count(op, code.String())
 	case connect.CodeCanceled:
 		// The client library calls a connection reset by the server
-		// (killed mid-call) canceled.
-		if !errors.Is(err, syscall.ECONNRESET) || ctx.Err() != nil {
+		// (killed mid-call), or the pipe it broke while the request was
+		// being written, canceled.
+		if !(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) || ctx.Err() != nil {
 			w.t.Errorf("%s %s %s: %v, want a retryable code", w.since(), op, a.name, err)
 		}
 		w.count(op, "reset")

@@ -40,11 +40,12 @@ func unavailable(err error) bool {
 	case connect.CodeUnavailable:
 		return true
 	case connect.CodeCanceled, connect.CodeUnknown:
-		// A control plane killed mid-call resets the connection, which the
-		// client reports as canceled; a request whose own client left is
-		// canceled by its context instead, and is not asked again.
-		return !errors.Is(err, context.Canceled) && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) ||
-			errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed))
+		// A control plane killed mid-call resets the connection (or breaks
+		// the pipe the request is being written to), which the client
+		// reports as canceled; a request whose own client left is canceled
+		// by its context instead, and is not asked again.
+		return !errors.Is(err, context.Canceled) && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+			errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed))
 	}
 	return false
 }

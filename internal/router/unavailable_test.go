@@ -16,6 +16,7 @@ import (
 // TestUnavailable: what the router asks the control plane again for.
 func TestUnavailable(t *testing.T) {
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	brokenPipe := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}
 	tests := []struct {
 		name string
 		err  error
@@ -23,6 +24,7 @@ func TestUnavailable(t *testing.T) {
 	}{
 		{"unavailable", connect.NewError(connect.CodeUnavailable, errors.New("store unavailable")), true},
 		{"connection reset by a killed control plane", connect.NewError(connect.CodeCanceled, fmt.Errorf("get: %w", reset)), true},
+		{"request written to a killed control plane", connect.NewError(connect.CodeCanceled, fmt.Errorf("post: %w", brokenPipe)), true},
 		{"response cut short", connect.NewError(connect.CodeUnknown, io.ErrUnexpectedEOF), true},
 		{"the request's client left", connect.NewError(connect.CodeCanceled, context.Canceled), false},
 		{"an answer", connect.NewError(connect.CodeNotFound, errors.New("no actor")), false},
