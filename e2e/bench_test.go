@@ -52,13 +52,7 @@ func BenchmarkActivation(b *testing.B) {
 	c := newCluster(b, clusterOptions{backend: "sqlite", workersPerNode: 2})
 	c.applyTemplate(counterTemplate(b, "counter", nil))
 	c.createActor("bench", "counter")
-	home, err := http.NewRequest(http.MethodGet, c.ingress+"/", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	home.Header.Set(router.ActorHeader, "default/bench")
-	client := &http.Client{Transport: &http.Transport{}}
-	b.Cleanup(client.CloseIdleConnections)
+	home, client := routedHome(b, c, "bench")
 	// The first request restores the golden; from then on every resume
 	// restores the actor's own last snapshot, as in steady state.
 	requests := 1
@@ -258,6 +252,21 @@ func fetch(tb testing.TB, client *http.Client, req *http.Request) (time.Duration
 		tb.Fatalf("GET %s: %s %s", req.URL, resp.Status, body)
 	}
 	return took, strings.TrimSpace(string(body))
+}
+
+// routedHome is a GET / of actor default/name through the cluster's router,
+// and a client of its own (its connections closed when b ends), so the
+// benchmark's requests reuse one connection to the router.
+func routedHome(b *testing.B, c *cluster, name string) (*http.Request, *http.Client) {
+	b.Helper()
+	req, err := http.NewRequest(http.MethodGet, c.ingress+"/", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set(router.ActorHeader, "default/"+name)
+	client := &http.Client{Transport: &http.Transport{}}
+	b.Cleanup(client.CloseIdleConnections)
+	return req, client
 }
 
 // rawCounter is a workload (the counter, or a big actor's program) in a

@@ -29,7 +29,6 @@ import (
 	"github.com/torpor-dev/torpor/internal/latency"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
-	"github.com/torpor-dev/torpor/internal/router"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 )
@@ -159,13 +158,7 @@ func BenchmarkBigPython(b *testing.B) {
 	tmpl := pythonTemplate(buildPythonImage(b, b.TempDir()))
 	c.applyTemplate(tmpl)
 	c.createActor("bigpy", "bigdict")
-	req, err := http.NewRequest(http.MethodGet, c.ingress+"/", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	req.Header.Set(router.ActorHeader, "default/bigpy")
-	client := &http.Client{Transport: &http.Transport{}}
-	b.Cleanup(client.CloseIdleConnections)
+	req, client := routedHome(b, c, "bigpy")
 	_, first := fetch(b, client, req)
 	want := regexp.MustCompile(`^count=1 (entries=` + strconv.Itoa(bigPythonEntries) + ` sample=\{"id": \d+, .*\})$`).FindStringSubmatch(first)
 	if want == nil {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/latency"
-	"github.com/torpor-dev/torpor/internal/router"
 	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
@@ -49,13 +47,7 @@ func benchEviction(b *testing.B, headroom int) {
 	c.createActor("victim", "counter")
 	c.createActor("bench", "counter")
 	c.mustResume("holder")
-	home, err := http.NewRequest(http.MethodGet, c.ingress+"/", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	home.Header.Set(router.ActorHeader, "default/bench")
-	client := &http.Client{Transport: &http.Transport{}}
-	b.Cleanup(client.CloseIdleConnections)
+	home, client := routedHome(b, c, "bench")
 	requests := 1
 	fetch(b, client, home)
 	n := c.nodes[0]
