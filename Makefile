@@ -3,10 +3,11 @@
 # module proxy.
 GVISOR_VERSION := v0.0.0-20260905035102-160fafc42237
 VERSITYGW_VERSION := v1.8.0
+KWOK_VERSION := v0.8.0
 TOOLS := go tool -modfile=tools/go.mod
 BIN := $(CURDIR)/bin
 
-.PHONY: all build generate runsc runsc-check s3server images up lint test fuzz bench clean dist image
+.PHONY: all build generate runsc runsc-check s3server kube images up lint test fuzz bench clean dist image
 
 all: build
 
@@ -71,6 +72,18 @@ s3server: $(BIN)/versitygw
 $(BIN)/versitygw:
 	GOBIN=$(BIN) go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 
+# A real Kubernetes control plane for the tests of Torpor on Kubernetes:
+# kube-apiserver and kubectl (tools/kube, k8s.io/kubernetes pinned there),
+# etcd (tools/etcd) and kwok's fake nodes. The first build takes ~15
+# minutes on 2 cores; later ones are cached here.
+kube: $(BIN)/kube-apiserver $(BIN)/kubectl $(BIN)/etcd $(BIN)/kwok
+$(BIN)/kube-apiserver $(BIN)/kubectl &:
+	cd tools/kube && CGO_ENABLED=0 go build -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+$(BIN)/etcd:
+	cd tools/etcd && CGO_ENABLED=0 go build -o $(BIN)/etcd go.etcd.io/etcd/server/v3
+$(BIN)/kwok:
+	GOBIN=$(BIN) CGO_ENABLED=0 go install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+
 # The examples' OCI image layouts, built without a container engine or
 # registry; rebuilt only when their sources change.
 images: examples/counter/image/index.json examples/pod/image/index.json
@@ -90,7 +103,7 @@ lint:
 	go vet ./...
 	$(TOOLS) staticcheck ./...
 
-test: build runsc s3server images
+test: build runsc s3server kube images
 	go test -count=1 -timeout 60m ./...
 	$(MAKE) fuzz
 
@@ -102,7 +115,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseTemplates$$' -fuzztime $(FUZZTIME) ./internal/cli/
 	go test -run '^$$' -fuzz '^FuzzActorOf$$' -fuzztime $(FUZZTIME) ./internal/router/
 
-bench: build runsc s3server images
+bench: build runsc s3server kube images
 	go test -run '^$$' -bench . -benchtime 2s ./...
 
 clean:
