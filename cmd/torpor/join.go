@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/torpor-dev/torpor/internal/flagconfig"
 	"github.com/torpor-dev/torpor/internal/identity"
 )
 
@@ -30,17 +31,17 @@ func (f *joinFlags) register(flags *pflag.FlagSet, made string) {
 	flags.StringVar(&f.tokenFile, "join-token-file", "", "file holding the join token, read when no --join-token is given; a missing file is no token (a Kubernetes Secret with one key per node)")
 	flags.StringVar(&f.caFingerprint, "ca-fingerprint", "", "sha256:<hex> of the control plane's CA, printed with the join token")
 	flags.StringVar(&f.caFile, "ca", "", "file of the control plane's CA certificate (PEM), instead of --ca-fingerprint")
+	// TORPOR_CA is also the CLI's setting: exported for it, it must not
+	// stand against a --ca-fingerprint given here.
+	flagconfig.Alternatives(flags, "ca", "ca-fingerprint")
 }
 
 // resolve returns the CA fingerprint to pin (given, or the certificate
-// file's) and the token (flag or environment; nil when there is none: a
+// file's: flagconfig leaves one of them set) and the token (flag or environment; nil when there is none: a
 // member with a certificate needs none, one without says so).
 func (f *joinFlags) resolve() (caFingerprint string, token func(context.Context) (string, error), err error) {
 	caFingerprint = f.caFingerprint
 	if f.caFile != "" {
-		if caFingerprint != "" {
-			return "", nil, errors.New("--ca and --ca-fingerprint: give one")
-		}
 		data, err := os.ReadFile(f.caFile)
 		if err != nil {
 			return "", nil, fmt.Errorf("--ca: %w", err)

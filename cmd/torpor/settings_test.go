@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -47,47 +48,62 @@ func boundFlags(cmd *cobra.Command) []*pflag.Flag {
 
 // TestEveryFlagHasItsEnvironmentVariable: every flag of every process
 // command takes its value from TORPOR_<FLAG>, and from its key in the
-// config file, however it was added.
+// config file, however it was added. Alternatives (one setting, several
+// flags) take turns: round r sets the r-th of each.
 func TestEveryFlagHasItsEnvironmentVariable(t *testing.T) {
 	for _, cmd := range processFlags(t) {
-		t.Run(cmd.Name(), func(t *testing.T) {
-			env := map[string]string{}
-			var yaml strings.Builder
-			for _, f := range boundFlags(cmd) {
-				sample, ok := samples[f.Value.Type()]
-				if !ok {
-					t.Fatalf("--%s is of type %s, which the test has no sample for", f.Name, f.Value.Type())
-				}
-				env[flagconfig.EnvName(f.Name)] = sample
-				fmt.Fprintf(&yaml, "%s: %q\n", f.Name, sample)
-			}
-			check := func(source string, cmd *cobra.Command) {
-				for _, f := range boundFlags(cmd) {
-					if !f.Changed || !strings.Contains(f.Value.String(), strings.Split(samples[f.Value.Type()], "=")[0]) {
-						t.Errorf("--%s from %s: changed %v, value %q", f.Name, source, f.Changed, f.Value.String())
-					}
-				}
-			}
-			fromEnv := find(t, processFlags(t), cmd.Name())
-			if err := flagconfig.Apply(fromEnv.LocalFlags(), cmd.Name(), nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
-				t.Fatal(err)
-			}
-			check("the environment", fromEnv)
-
-			file := filepath.Join(t.TempDir(), "torpor.yaml")
-			if err := os.WriteFile(file, []byte(yaml.String()), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			fromFile := find(t, processFlags(t), cmd.Name())
-			if err := fromFile.LocalFlags().Set(flagconfig.ConfigFlag, file); err != nil {
-				t.Fatal(err)
-			}
-			if err := flagconfig.Apply(fromFile.LocalFlags(), cmd.Name(), nil, func(string) (string, bool) { return "", false }); err != nil {
-				t.Fatal(err)
-			}
-			check("the config file", fromFile)
-		})
+		rounds := 1
+		for _, f := range boundFlags(cmd) {
+			rounds = max(rounds, len(flagconfig.AlternativesOf(f)))
+		}
+		for round := range rounds {
+			t.Run(fmt.Sprintf("%s/%d", cmd.Name(), round), func(t *testing.T) { flagsFromTheirSources(t, cmd.Name(), round) })
+		}
 	}
+}
+
+func flagsFromTheirSources(t *testing.T, command string, round int) {
+	env := map[string]string{}
+	var yaml strings.Builder
+	var taking []string
+	for _, f := range boundFlags(find(t, processFlags(t), command)) {
+		if alts := flagconfig.AlternativesOf(f); len(alts) > 0 && slices.Index(alts, f.Name) != round%len(alts) {
+			continue
+		}
+		sample, ok := samples[f.Value.Type()]
+		if !ok {
+			t.Fatalf("--%s is of type %s, which the test has no sample for", f.Name, f.Value.Type())
+		}
+		taking = append(taking, f.Name)
+		env[flagconfig.EnvName(f.Name)] = sample
+		fmt.Fprintf(&yaml, "%s: %q\n", f.Name, sample)
+	}
+	check := func(source string, cmd *cobra.Command) {
+		for _, name := range taking {
+			f := cmd.LocalFlags().Lookup(name)
+			if !f.Changed || !strings.Contains(f.Value.String(), strings.Split(samples[f.Value.Type()], "=")[0]) {
+				t.Errorf("--%s from %s: changed %v, value %q", f.Name, source, f.Changed, f.Value.String())
+			}
+		}
+	}
+	fromEnv := find(t, processFlags(t), command)
+	if err := flagconfig.Apply(fromEnv.LocalFlags(), command, nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	check("the environment", fromEnv)
+
+	file := filepath.Join(t.TempDir(), "torpor.yaml")
+	if err := os.WriteFile(file, []byte(yaml.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fromFile := find(t, processFlags(t), command)
+	if err := fromFile.LocalFlags().Set(flagconfig.ConfigFlag, file); err != nil {
+		t.Fatal(err)
+	}
+	if err := flagconfig.Apply(fromFile.LocalFlags(), command, nil, func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+	check("the config file", fromFile)
 }
 
 func find(t *testing.T, cmds []*cobra.Command, name string) *cobra.Command {

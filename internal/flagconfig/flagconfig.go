@@ -39,31 +39,99 @@ func Bound(f *pflag.Flag) bool {
 	return f.Name != "help" && f.Name != "version" && f.Name != ConfigFlag
 }
 
+// alternativesKey annotates the flags of one setting given several ways
+// (--ca or --ca-fingerprint) with the names of all of them.
+const alternativesKey = "flagconfig_alternatives"
+
+// Alternatives marks the flags names of fs as ways to give one setting:
+// Apply takes the one from the strongest source (the command line, then
+// the environment, then the config file), ignores the others' weaker
+// sources, and refuses two from the same source, naming both as the user
+// gave them.
+func Alternatives(fs *pflag.FlagSet, names ...string) {
+	for _, name := range names {
+		if err := fs.SetAnnotation(name, alternativesKey, names); err != nil {
+			panic(err) // a flag this program's code names: a bug
+		}
+	}
+}
+
+// AlternativesOf is the group of Alternatives f is one of, nil if none.
+func AlternativesOf(f *pflag.Flag) []string {
+	return f.Annotations[alternativesKey]
+}
+
 // Apply sets each flag of fs that the command line did not from, in this
 // order, its environment variable, the file its _FILE variable names, or
 // the config file (the --config flag's, else $TORPOR_CONFIG's). In the
 // config file, keys are flag names; a key naming command holds keys read
 // by that command only, which win over the top-level ones; keys naming
-// the other commands are left to them. lookup is os.LookupEnv in
-// production.
+// the other commands are left to them. Flags marked as Alternatives take
+// one value between them. lookup is os.LookupEnv in production.
 func Apply(fs *pflag.FlagSet, command string, commands []string, lookup func(string) (string, bool)) error {
 	fromFile, err := readConfig(fs, command, commands, lookup)
 	if err != nil {
 		return err
 	}
+	sources := map[string]source{}
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if !Bound(f) || f.Changed {
+		if !Bound(f) {
 			return
 		}
-		if err := applyOne(fs, f, lookup, fromFile); err != nil {
+		s, err := sourceOf(fs, f, lookup, fromFile)
+		if err != nil {
 			errs = append(errs, err)
+			return
+		}
+		sources[f.Name] = s
+	})
+	errs = append(errs, settleAlternatives(fs, sources))
+	fs.VisitAll(func(f *pflag.Flag) {
+		if s, ok := sources[f.Name]; ok && s.strength > fromCommandLine && s.strength < fromNowhere {
+			errs = append(errs, s.apply(fs, f))
 		}
 	})
 	return errors.Join(errs...)
 }
 
-func applyOne(fs *pflag.FlagSet, f *pflag.Flag, lookup func(string) (string, bool), fromFile map[string]setting) error {
+// strength orders where a setting comes from, strongest first.
+type strength int
+
+const (
+	fromCommandLine strength = iota
+	fromEnvironment
+	fromConfigFile
+	fromNowhere
+)
+
+// source is where one flag's value comes from: where names it for
+// errors, values are its arguments (read is set instead when they are in
+// a file, read only if the value is used).
+type source struct {
+	strength strength
+	where    string
+	values   []string
+	read     func() (string, error)
+}
+
+func (s source) apply(fs *pflag.FlagSet, f *pflag.Flag) error {
+	values := s.values
+	if s.read != nil {
+		secret, err := s.read()
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.where, err)
+		}
+		values = splitList(f, secret)
+	}
+	return setValues(fs, f, values, s.where)
+}
+
+// sourceOf is where f's value comes from, if anywhere.
+func sourceOf(fs *pflag.FlagSet, f *pflag.Flag, lookup func(string) (string, bool), fromFile map[string]setting) (source, error) {
+	if f.Changed {
+		return source{strength: fromCommandLine, where: "--" + f.Name}, nil
+	}
 	env := EnvName(f.Name)
 	value, inEnv := lookup(env)
 	path, inFile := lookup(env + fileSuffix)
@@ -72,28 +140,50 @@ func applyOne(fs *pflag.FlagSet, f *pflag.Flag, lookup func(string) (string, boo
 	}
 	switch {
 	case inEnv && inFile:
-		return fmt.Errorf("%s and %s%s: give one", env, env, fileSuffix)
+		return source{}, fmt.Errorf("%s and %s%s: give one", env, env, fileSuffix)
 	case inEnv:
-		return setValues(fs, f, splitList(f, value), env)
+		return source{strength: fromEnvironment, where: env, values: splitList(f, value)}, nil
 	case inFile:
-		secret, err := readSecret(path)
-		if err != nil {
-			return fmt.Errorf("%s%s: %w", env, fileSuffix, err)
-		}
-		return setValues(fs, f, splitList(f, secret), env+fileSuffix+" "+path)
+		return source{strength: fromEnvironment, where: env + fileSuffix + " " + path, read: func() (string, error) { return readSecret(path) }}, nil
 	}
 	s, ok := fromFile[f.Name]
-	if !ok {
-		return nil
+	switch {
+	case !ok:
+		return source{strength: fromNowhere}, nil
+	case s.fromFile:
+		return source{strength: fromConfigFile, where: s.where, read: func() (string, error) { return readSecret(s.values[0]) }}, nil
 	}
-	if s.fromFile {
-		secret, err := readSecret(s.values[0])
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.where, err)
+	return source{strength: fromConfigFile, where: s.where, values: s.values}, nil
+}
+
+// settleAlternatives leaves, of each group of Alternatives, only the
+// sources of the strongest kind present, and refuses two of them.
+func settleAlternatives(fs *pflag.FlagSet, sources map[string]source) error {
+	var errs []error
+	seen := map[string]bool{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		group := AlternativesOf(f)
+		if len(group) == 0 || seen[group[0]] {
+			return
 		}
-		return setValues(fs, f, splitList(f, secret), s.where)
-	}
-	return setValues(fs, f, s.values, s.where)
+		seen[group[0]] = true
+		strongest := fromNowhere
+		for _, name := range group {
+			strongest = min(strongest, sources[name].strength)
+		}
+		var given []string
+		for _, name := range group {
+			if s := sources[name]; s.strength == strongest && strongest < fromNowhere {
+				given = append(given, s.where)
+			} else {
+				sources[name] = source{strength: fromNowhere}
+			}
+		}
+		if len(given) > 1 {
+			errs = append(errs, fmt.Errorf("%s: give one (they are one setting)", strings.Join(given, " and ")))
+		}
+	})
+	return errors.Join(errs...)
 }
 
 // splitList splits a list flag's value at commas; others keep it whole.
@@ -265,8 +355,13 @@ func Reference(cmds []Command) string {
 			} else {
 				def = "`" + def + "`"
 			}
+			usage := f.Usage
+			if alts := AlternativesOf(f); len(alts) > 0 {
+				usage += " (one setting with --" + strings.Join(slices.DeleteFunc(slices.Clone(alts), func(n string) bool { return n == f.Name }), ", --") +
+					": the strongest source of the two wins, a flag over a variable over the config file)"
+			}
 			fmt.Fprintf(&b, "| %s | `--%s` | `%s` | `%s` | %s | %s |\n", c.Name, f.Name, EnvName(f.Name), f.Name, def,
-				markdownEscaper.Replace(f.Usage))
+				markdownEscaper.Replace(usage))
 		})
 	}
 	return b.String()

@@ -162,3 +162,60 @@ func TestOwnFileFlag(t *testing.T) {
 		t.Errorf("--ca-file %q, --ca %q", *caFile, *ca)
 	}
 }
+
+// TestAlternatives: of flags that give one setting, the strongest source
+// wins (an explicit flag over an alternative's variable, a variable over
+// an alternative's config key), and two from the same source are refused
+// naming both as the user gave them.
+func TestAlternatives(t *testing.T) {
+	config := write(t, "torpor.yaml", "ca-fingerprint: sha256:file\n")
+	unreadable := filepath.Join(t.TempDir(), "missing")
+	tests := []struct {
+		name           string
+		args           []string
+		env            map[string]string
+		wantCA, wantFP string
+		wantErr        []string
+		wantErrAbsent  string
+	}{
+		{name: "flag over an alternative's variable", args: []string{"--ca-fingerprint", "sha256:flag"}, env: map[string]string{"TORPOR_CA": "/ca.pem"}, wantFP: "sha256:flag"},
+		{name: "flag over an alternative's unreadable _FILE", args: []string{"--ca", "/flag.pem"}, env: map[string]string{"TORPOR_CA_FINGERPRINT_FILE": unreadable}, wantCA: "/flag.pem"},
+		{name: "variable over an alternative's config key", args: []string{"--config", config}, env: map[string]string{"TORPOR_CA": "/env.pem"}, wantCA: "/env.pem"},
+		{name: "config key alone", args: []string{"--config", config}, wantFP: "sha256:file"},
+		{name: "one variable", env: map[string]string{"TORPOR_CA_FINGERPRINT": "sha256:env"}, wantFP: "sha256:env"},
+		{name: "two variables", env: map[string]string{"TORPOR_CA": "/ca.pem", "TORPOR_CA_FINGERPRINT": "sha256:env"}, wantErr: []string{"TORPOR_CA and TORPOR_CA_FINGERPRINT: give one"}},
+		{name: "two flags", args: []string{"--ca", "/ca.pem", "--ca-fingerprint", "sha256:flag"}, wantErr: []string{"--ca and --ca-fingerprint: give one"}},
+		{name: "variable and a config key of the other, with its flag given", args: []string{"--config", config, "--ca", "/ca.pem"}, env: map[string]string{"TORPOR_CA_FINGERPRINT": "sha256:env"}, wantCA: "/ca.pem"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ca, fp, cfg string
+			fs := pflag.NewFlagSet("node", pflag.ContinueOnError)
+			fs.StringVar(&ca, "ca", "", "")
+			fs.StringVar(&fp, "ca-fingerprint", "", "")
+			fs.StringVar(&cfg, ConfigFlag, "", "")
+			Alternatives(fs, "ca", "ca-fingerprint")
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			err := Apply(fs, "node", []string{"node"}, env(tt.env))
+			if tt.wantErr != nil {
+				if err == nil {
+					t.Fatalf("no error; --ca %q, --ca-fingerprint %q", ca, fp)
+				}
+				for _, want := range tt.wantErr {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error %q, want it to say %q", err, want)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ca != tt.wantCA || fp != tt.wantFP {
+				t.Errorf("--ca %q, --ca-fingerprint %q; want %q, %q", ca, fp, tt.wantCA, tt.wantFP)
+			}
+		})
+	}
+}
