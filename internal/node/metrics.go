@@ -33,12 +33,12 @@ func newMetrics(reg *prometheus.Registry, busy func() int) *metrics {
 		}, []string{"method", "result"}),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "torpor_node_operation_seconds",
-			Help:    "Duration of node operations, readiness included.",
+			Help:    "Duration of node operations, readiness included, by method.",
 			Buckets: []float64{.01, .025, .05, .1, .15, .2, .3, .5, 1, 2, 5, 10, 30},
 		}, []string{"method"}),
 		steps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "torpor_node_step_seconds",
-			Help:    "Duration of the steps of starting a workload (operation start: unpack, fetch, volumes, identity, start, ready) and of checkpointing one (operation checkpoint: capture, archive, upload, ...); fetch and upload move snapshots.",
+			Help:    "Duration of the steps of node operations, by operation and step: starting a workload (operation start, step unpack, fetch, volumes, identity, start, ready) and checkpointing one (operation checkpoint, step capture, archive, upload, ...); fetch and upload move snapshots.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"operation", "step"}),
 	}

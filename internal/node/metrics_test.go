@@ -5,6 +5,10 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/torpor-dev/torpor/internal/metricstest"
 )
 
 func TestMetricsCountOperationsOnce(t *testing.T) {
@@ -33,4 +37,10 @@ func TestMetricsCountOperationsOnce(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// TestMetricsHelp: every node agent metric's HELP text names its labels.
+func TestMetricsHelp(t *testing.T) {
+	m := newMetrics(prometheus.NewRegistry(), func() int { return 0 })
+	metricstest.HelpNamesLabels(t, m.operations, m.seconds, m.steps, actorUsage{})
 }

@@ -14,9 +14,9 @@ type actorUsage struct{ m *slotMachine }
 
 var (
 	actorCPUDesc = prometheus.NewDesc("torpor_node_actor_cpu_seconds_total",
-		"CPU time the sandbox of the actor on a worker used since it started or was restored.", []string{"worker", "space", "actor"}, nil)
+		"CPU time the sandbox of the actor (by worker, space and actor name) used since it started or was restored.", []string{"worker", "space", "actor"}, nil)
 	actorMemoryDesc = prometheus.NewDesc("torpor_node_actor_memory_bytes",
-		"Memory the sandbox of the actor on a worker uses.", []string{"worker", "space", "actor"}, nil)
+		"Memory the sandbox of the actor (by worker, space and actor name) uses.", []string{"worker", "space", "actor"}, nil)
 )
 
 // usageTimeout bounds one scrape's Stats calls.

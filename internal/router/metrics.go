@@ -55,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		activation: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "torpor_router_activation_seconds",
-			Help: "Time from the arrival of a request for a non-running actor to the first response byte from its workload, by the actor's template (name) and how the resume restored it (full, data, data_on_golden, boot).",
+			Help: "Time from the arrival of a request for a non-running actor to the first response byte from its workload, by the actor's template (name) and restore (how the resume restored it: full, data, data_on_golden, boot).",
 			// Activation targets ~100 ms; the tail reaches into cold boots.
 			Buckets: []float64{.01, .025, .05, .075, .1, .15, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"template", "restore"}),

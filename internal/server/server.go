@@ -118,7 +118,7 @@ func New(st store.Store, objects snapshot.ObjectStore, opts Options) *Server {
 	if reg == nil {
 		reg = version.NewRegistry()
 	}
-	reg.MustRegister(newWorkersCollector(st))
+	reg.MustRegister(newWorkersCollector(st), newActorsCollector(st), newTemplatesCollector(st))
 	s := &Server{store: st, objects: objects, opts: opts, log: opts.Logger, goldens: make(chan struct{}, 1), metrics: reg}
 	s.identity = identity.NewLoader(st, s.identityConfig())
 	s.admin = adminToken{secrets: st}

@@ -26,11 +26,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		steps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "torpor_workflow_steps_total",
-			Help: "Workflow steps (resume, suspend, pause, delete, golden) by result (ok or a status code).",
+			Help: "Workflow steps by kind (resume, suspend, pause, delete, golden) and result (ok or a status code).",
 		}, []string{"kind", "result"}),
 		stepSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "torpor_workflow_step_seconds",
-			Help:    "Duration of successful workflow steps, intent to finalize.",
+			Help:    "Duration of successful workflow steps, intent to finalize, by kind (resume, suspend, pause, delete, golden).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .2, .3, .5, 1, 2, 5, 10, 30},
 		}, []string{"kind"}),
 		snapshotBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
