@@ -46,6 +46,9 @@ type Options struct {
 	// file's token, else the certificate of the client the config file
 	// names (torpor login).
 	Token string
+	// Router is the router's base URL, for tunnels. Default:
+	// $TORPOR_ROUTER, else the config file's router, else DefaultRouter.
+	Router string
 	// ConfigFile is the client config file. Default: ConfigPath(); a
 	// missing file is no error.
 	ConfigFile string
@@ -63,6 +66,8 @@ type Connection struct {
 	// when there is no Token (torpor login).
 	Client      string
 	Credentials string
+	// Router is the router's base URL, where Tunnel dials.
+	Router string
 }
 
 // Discover finds the API: each setting from opts, else its environment
@@ -76,6 +81,7 @@ func Discover(opts Options) (Connection, error) {
 	c := Connection{
 		Server: firstSet(opts.Server, os.Getenv(EnvServer), cfg.Server, DefaultServer),
 		Token:  firstSet(opts.Token, os.Getenv(EnvToken), cfg.Token),
+		Router: firstSet(opts.Router, os.Getenv(EnvRouter), cfg.Router, DefaultRouter),
 	}
 	if c.Token == "" && cfg.Client != "" {
 		c.Client, c.Credentials = cfg.Client, cfg.Credentials

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ func TestDiscover(t *testing.T) {
 	tests := []struct {
 		name                     string
 		serverFlag, caFlag, tok  string
+		routerFlag, wantRouter   string // wantRouter "": DefaultRouter
 		env                      map[string]string
 		config                   string // client config file contents; "" writes none
 		files                    map[string]string
@@ -33,6 +35,9 @@ func TestDiscover(t *testing.T) {
 		{name: "flags win", serverFlag: "https://flag", caFlag: "flag-ca.pem", tok: "flag-token", files: map[string]string{"flag-ca.pem": testCA},
 			env: map[string]string{EnvToken: "env-token", EnvCA: "/nonexistent"}, config: "token: file-token\nca: /nonexistent\n",
 			wantServer: "https://flag", want: "flag-token", wantCA: testCA},
+		{name: "router from the config file", config: "router: http://127.0.0.1:9080\n", wantServer: DefaultServer, wantRouter: "http://127.0.0.1:9080"},
+		{name: "router from the environment", env: map[string]string{EnvRouter: "http://env:1"}, config: "router: http://file:1\n", wantServer: DefaultServer, wantRouter: "http://env:1"},
+		{name: "router flag wins", routerFlag: "http://flag:1", env: map[string]string{EnvRouter: "http://env:1"}, config: "router: http://file:1\n", wantServer: DefaultServer, wantRouter: "http://flag:1"},
 		{name: "CA from the environment", env: map[string]string{EnvCA: "env-ca.pem"}, files: map[string]string{"env-ca.pem": testCA}, config: "ca: /nonexistent\n",
 			wantServer: DefaultServer, wantCA: testCA},
 	}
@@ -41,7 +46,7 @@ func TestDiscover(t *testing.T) {
 			dir := t.TempDir()
 			t.Chdir(dir)
 			t.Setenv("XDG_CONFIG_HOME", dir)
-			for _, k := range []string{EnvServer, EnvCA, EnvToken} {
+			for _, k := range []string{EnvServer, EnvCA, EnvToken, EnvRouter} {
 				t.Setenv(k, tt.env[k])
 			}
 			for name, content := range tt.files {
@@ -61,12 +66,15 @@ func TestDiscover(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, err := Discover(Options{Server: tt.serverFlag, CAFile: tt.caFlag, Token: tt.tok})
+			got, err := Discover(Options{Server: tt.serverFlag, CAFile: tt.caFlag, Token: tt.tok, Router: tt.routerFlag})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got.Server != tt.wantServer || got.Token != tt.want || strings.TrimSpace(string(got.CA)) != strings.TrimSpace(tt.wantCA) {
 				t.Fatalf("got server %q token %q CA %q; want %q %q %q", got.Server, got.Token, got.CA, tt.wantServer, tt.want, tt.wantCA)
+			}
+			if want := cmp.Or(tt.wantRouter, DefaultRouter); got.Router != want {
+				t.Errorf("router %q, want %q", got.Router, want)
 			}
 		})
 	}
@@ -75,7 +83,7 @@ func TestDiscover(t *testing.T) {
 // isolate keeps a test away from the user's environment and config file.
 func isolate(t *testing.T) {
 	t.Helper()
-	for _, k := range []string{EnvServer, EnvCA, EnvToken} {
+	for _, k := range []string{EnvServer, EnvCA, EnvToken, EnvRouter} {
 		t.Setenv(k, "")
 	}
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())

@@ -26,6 +26,9 @@ type Config struct {
 	CA string `json:"ca,omitempty"`
 	// Token is the API token calls authenticate with.
 	Token string `json:"token,omitempty"`
+	// Router is the base URL of the router TCP tunnels go through (torpor
+	// actor port-forward), e.g. http://127.0.0.1:7080.
+	Router string `json:"router,omitempty"`
 	// Client and Credentials are the API client name and its certificate
 	// file (relative to this file's directory), written by torpor login;
 	// used when no token is set.

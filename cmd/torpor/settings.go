@@ -10,7 +10,7 @@ import (
 
 // addProcessCommands adds the process roles to root, each taking every
 // setting from its flag, else its environment variable, else the config
-// file (flagconfig).
+// file (flagconfig), and each outliving the readers of its output.
 func addProcessCommands(root *cobra.Command) []*cobra.Command {
 	cmds := make([]*cobra.Command, len(processCommands))
 	names := make([]string, len(processCommands))
@@ -22,6 +22,7 @@ func addProcessCommands(root *cobra.Command) []*cobra.Command {
 		cmd.PersistentFlags().String(flagconfig.ConfigFlag, "",
 			"YAML file of settings, flag names as keys (a section named after the command wins for it); flags, then TORPOR_<FLAG> variables, win over it (default $TORPOR_CONFIG)")
 		cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+			survivePipeReaders()
 			return flagconfig.Apply(c.LocalFlags(), c.Name(), names, os.LookupEnv)
 		}
 		root.AddCommand(cmd)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -169,6 +170,9 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 		g.Go("router", func(context.Context) error { return err })
 	}
 
+	// Every endpoint the CLI uses goes into its config, the router's too
+	// (port-forward tunnels through it).
+	routerURL := "http://" + dialable(routerLn.Addr())
 	// "up" means a request can be served: wait for the node's workers.
 	select {
 	case <-agent.Registered():
@@ -177,12 +181,12 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	}
 	configPath, err := client.ConfigPath()
 	if err == nil {
-		err = client.WriteConfig(configPath, client.Config{Server: cp.URL, CA: string(cp.CAPEM), Token: cp.AdminToken})
+		err = client.WriteConfig(configPath, client.Config{Server: cp.URL, CA: string(cp.CAPEM), Token: cp.AdminToken, Router: routerURL})
 	}
 	if err != nil {
 		logger.Warn("write client config", "err", err)
 	}
-	printWelcome(stderr, cp.URL, configPath, "http://"+routerLn.Addr().String(), f)
+	printWelcome(stderr, cp.URL, configPath, routerURL, f)
 
 	select {
 	case <-ctx.Done():
@@ -272,4 +276,18 @@ Next, in another terminal:
 Ctrl-C suspends running actors and stops.
 `, apiURL, configPath, apiURL, routerURL, f.domain, f.workers, f.dataDir,
 		self, self, f.domain, routerURL, self, f.domain, routerURL)
+}
+
+// dialable is addr as a client on this machine dials it: an unspecified
+// host (0.0.0.0, ::) is the loopback one.
+func dialable(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return addr.String()
+	}
+	loopback := net.IPv4(127, 0, 0, 1)
+	if tcp.IP.To4() == nil {
+		loopback = net.IPv6loopback
+	}
+	return net.JoinHostPort(loopback.String(), strconv.Itoa(tcp.Port))
 }

@@ -25,7 +25,8 @@ func newActorPortForwardCommand(a *app) *cobra.Command {
 			"of the actor through the router (an HTTP CONNECT tunnel authorized by the API\n" +
 			"token for the actor's space). Each connection resumes the actor if it is\n" +
 			"suspended and keeps it running while open. Runs until interrupted.\n\n" +
-			"The router is --router, else $" + client.EnvRouter + ", else " + client.DefaultRouter + ".\n" +
+			"The router is --router, else $" + client.EnvRouter + ", else router: in the client config file\n" +
+			"(torpor up writes it), else " + client.DefaultRouter + ".\n" +
 			"Other clients open the same tunnel without this command: see docs/operations.md,\n" +
 			"\"TCP ports\".",
 		Example: "  torpor actor port-forward redis 6379\n  torpor actor port-forward redis 16379:6379 --router https://router.example.com",
@@ -35,11 +36,11 @@ func newActorPortForwardCommand(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			conn, err := client.Discover(client.Options{Server: a.serverFlag, CAFile: a.caFlag, Token: a.tokenFlag})
+			conn, err := client.Discover(client.Options{Server: a.serverFlag, CAFile: a.caFlag, Token: a.tokenFlag, Router: routerURL})
 			if err != nil {
 				return err
 			}
-			t := client.Tunnel{Router: routerURL, Token: conn.Token}
+			t := client.Tunnel{Router: conn.Router, Token: conn.Token}
 			ctx := cmd.Context()
 			// The first tunnel is opened before listening, so a refusal
 			// (token, actor, port) is the command's error at once.
@@ -58,7 +59,7 @@ func newActorPortForwardCommand(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&address, "address", "127.0.0.1", "local address to listen on")
-	cmd.Flags().StringVar(&routerURL, "router", "", "router base URL (default: $"+client.EnvRouter+", else "+client.DefaultRouter+")")
+	cmd.Flags().StringVar(&routerURL, "router", "", "router base URL (default: $"+client.EnvRouter+", else router: in the client config file, else "+client.DefaultRouter+")")
 	return cmd
 }
 
