@@ -109,6 +109,7 @@ func NewRoot() *cobra.Command {
 		newTokenCommand(a),
 		newClientCommand(a),
 		newLoginCommand(a),
+		newImageCommand(),
 	)
 	return root
 }

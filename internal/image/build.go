@@ -113,6 +113,12 @@ func (spec LayoutSpec) image(ctx context.Context) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
+	return singleLayerImage(layer, spec.platform(), spec.Config)
+}
+
+// singleLayerImage is an OCI image of layer alone, for platform, running
+// as config says.
+func singleLayerImage(layer v1.Layer, platform v1.Platform, config v1.Config) (v1.Image, error) {
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err := mutate.AppendLayers(base, layer)
 	if err != nil {
@@ -123,9 +129,8 @@ func (spec LayoutSpec) image(ctx context.Context) (v1.Image, error) {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	platform := spec.platform()
 	cf.OS, cf.Architecture = platform.OS, platform.Architecture
-	cf.Config = spec.Config
+	cf.Config = config
 	return mutate.ConfigFile(img, cf)
 }
 
