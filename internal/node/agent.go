@@ -300,7 +300,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
 	a.warm.discard(stopCtx)
-	releaseErr := a.releaseIdle(stopCtx)
+	buildsErr := a.machine.endGoldenBuilds(stopCtx)
+	releaseErr := errors.Join(buildsErr, a.releaseIdle(stopCtx))
 	if err != nil {
 		return errors.Join(fmt.Errorf("node agent API: %w", err), releaseErr)
 	}

@@ -279,22 +279,3 @@ func edgeErrors(logger *slog.Logger) connect.UnaryInterceptorFunc {
 	}
 }
 
-// SuspendAll suspends every RUNNING actor (a single-machine shutdown leaves
-// nothing running that would need its node to come back). It returns the
-// actors suspended and the errors of those that could not be.
-func (s *Server) SuspendAll(ctx context.Context) (int, error) {
-	running, err := store.ListAll(ctx, s.store.Actors(), store.ListOptions{Filter: store.Filter{"state": "RUNNING"}})
-	if err != nil {
-		return 0, err
-	}
-	var errs []error
-	n := 0
-	for _, a := range running {
-		if _, err := s.engine.Suspend(ctx, a.GetMetadata().GetSpace(), a.GetMetadata().GetName()); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-	}
-	return n, errors.Join(errs...)
-}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -82,6 +83,8 @@ type Engine struct {
 	claiming claimSet
 	// driving holds the steps this engine is driving.
 	driving drivers
+	// stopping: StopResuming was called.
+	stopping atomic.Bool
 }
 
 // claimSet is the workers that claims of this engine have picked and not

@@ -41,6 +41,9 @@ type ResumeOptions struct {
 // Resume brings the actor to RUNNING on a free worker. A RUNNING actor is
 // returned at once without a write; a step in flight is waited for.
 func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOptions) (a *torporv1.Actor, err error) {
+	if err := e.refuseWhileStopping(space, name); err != nil {
+		return nil, err
+	}
 	start := e.now()
 	ctx, span := tracing.Start(ctx, "workflow.resume", attribute.String("actor", space+"/"+name))
 	defer func() {
