@@ -222,9 +222,7 @@ func TestUpStopMidOperationLeavesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		inBackground(func() { execCmd.Wait() }) //nolint:errcheck // the stop ends it
-		waitUntil(t, "the exec's runsc", time.Minute, func() bool {
-			return len(processesMentioning(t, "sleep 1000")) > 0 || len(processesMentioning(t, filepath.Join(n.stateDir, "gvisor")+" exec")) > 0
-		})
+		waitUntil(t, "the exec's runsc", time.Minute, func() bool { return len(execProcesses(t, n.stateDir)) > 0 })
 		stop(t, "an exec")
 	})
 
@@ -267,4 +265,105 @@ func TestUpStopMidOperationLeavesNothing(t *testing.T) {
 		go io.Copy(io.Discard, conn) //nolint:errcheck // held open across the stop
 		stop(t, "an open tunnel")
 	})
+}
+
+// TestNodeStopMidOperationLeavesNothing stops `torpor node` (SIGTERM) in
+// the middle of a golden build, an exec and a suspend. The agent runs
+// with TORPOR_CA exported, as the README has the CLI's users do, beside
+// its --ca-fingerprint: the flag it was given wins. Each stop ends with
+// exit status 0; the build's sandbox goes with it, the exec's process
+// too; with no actor left running on the node, nothing of it remains.
+func TestNodeStopMidOperationLeavesNothing(t *testing.T) {
+	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 1})
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, c.conn.CA, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TORPOR_CA", caFile)
+	c.applyTemplate(counterTemplate(t, "counter", nil))
+	c.holdWorkerOf(c.nodes[0].name, "counter")
+	remote := c.startNodeProcess(1)
+	token := c.apiToken("default")
+	again := func(t *testing.T, name string) {
+		t.Helper()
+		since := time.Now()
+		remote.process = startProcess(t, "node-"+name, remote.args...)
+		remote.waitForHeartbeat(c, since)
+	}
+	stopped := func(t *testing.T, during string, leavesNothing bool) {
+		t.Helper()
+		stopNodeProcess(t, remote.process)
+		if left := execProcesses(t, remote.stateDir); len(left) > 0 {
+			t.Errorf("runsc exec processes left after SIGTERM during %s:\n%s", during, strings.Join(left, "\n"))
+		}
+		if !leavesNothing {
+			return
+		}
+		if left := nodeLeftovers(t, remote); len(left) > 0 {
+			t.Errorf("left after SIGTERM of torpor node during %s:\n%s", during, strings.Join(left, "\n"))
+		}
+	}
+
+	// The shell image is outside the examples the agent reads from.
+	images := t.TempDir()
+	pinned := buildShellImage(t, images)
+	remote.args = append(remote.args, "--allow-image-dir", images)
+	remote.kill()
+	again(t, "with-images")
+
+	t.Run("golden build", func(t *testing.T) {
+		if _, err := c.templates.CreateTemplate(c.ctx, connect.NewRequest(&torporv1.CreateTemplateRequest{Template: slowStarter("slow", pinned)})); err != nil {
+			t.Fatal(err)
+		}
+		c.waitFor("the golden build's sandbox on the node process", func() bool { return len(runscProcesses(t, remote.stateDir)) > 0 })
+		stopped(t, "a golden build", true)
+	})
+
+	t.Run("exec", func(t *testing.T) {
+		again(t, "exec")
+		c.waitFor("template slow READY", func() bool {
+			resp, err := c.templates.GetTemplate(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: "slow"}))
+			return err == nil && resp.Msg.GetStatus().GetPhase() == torporv1.TemplatePhase_TEMPLATE_PHASE_READY
+		})
+		c.createActor("a1", "slow")
+		if n := c.mustResume("a1").GetStatus().GetWorker().GetNode(); n != remote.name {
+			t.Fatalf("a1 runs on %s, want the node process %s", n, remote.name)
+		}
+		sleeper := c.torporAs(token, "actor", "exec", "a1", "--", "sleep", "1000")
+		if err := sleeper.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer sleeper.Wait() //nolint:errcheck // the stop ends it
+		c.waitFor("the exec's runsc", func() bool { return len(execProcesses(t, remote.stateDir)) > 0 })
+		// The running actor's sandbox stays for the next start, by design.
+		stopped(t, "an exec", false)
+	})
+
+	t.Run("suspend", func(t *testing.T) {
+		again(t, "suspend")
+		if st := c.actor("a1").GetStatus().GetState(); st != torporv1.ActorState_ACTOR_STATE_RUNNING {
+			t.Fatalf("a1 after the node came back: %s, want RUNNING (adopted)", st)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.actors.SuspendActor(context.Background(), connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: "a1"})) //nolint:errcheck // the stop may cut it
+		}()
+		defer func() { <-done }()
+		c.waitFor("a1 SUSPENDING", func() bool {
+			return c.actor("a1").GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_SUSPENDING
+		})
+		stopped(t, "a suspend", true)
+	})
+}
+
+// execProcesses lists the runsc exec processes of a node's sandboxes.
+func execProcesses(t testing.TB, stateDir string) []string {
+	var out []string
+	for _, p := range runscProcesses(t, stateDir) {
+		if strings.Contains(p, " exec ") {
+			out = append(out, p)
+		}
+	}
+	return out
 }

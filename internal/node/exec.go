@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -44,7 +45,12 @@ func (m *slotMachine) Exec(ctx context.Context, stream *connect.BidiStream[torpo
 		spec.Stdin = input
 	}
 	m.log.Debug("exec", "worker", s.name(), "actor_uid", first.GetActorUid(), "container", p.GetContainer(), "command", p.GetCommand(), "tty", p.GetTty())
+	ctx, stop := untilDraining(ctx)
+	defer stop()
 	code, err := m.rt.ExecStream(ctx, s.rt, spec)
+	if cause := context.Cause(ctx); errors.Is(cause, errAgentStopping) {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("worker %s: exec in actor %s: %w", s.name(), first.GetActorUid(), cause))
+	}
 	if err != nil {
 		return errdefs.ToConnect(fmt.Errorf("worker %s: actor %s: %w", s.name(), first.GetActorUid(), err))
 	}

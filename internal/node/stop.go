@@ -3,7 +3,29 @@ package node
 import (
 	"context"
 	"errors"
+
+	"github.com/torpor-dev/torpor/internal/httpserve"
 )
+
+// errAgentStopping ends the calls that last as long as their caller wants
+// (an exec) when the agent stops: its stop would otherwise wait for them,
+// give up, and leave their runsc processes behind.
+var errAgentStopping = errors.New("the node agent is stopping; run it again once the agent is back")
+
+// untilDraining is ctx, cancelled with errAgentStopping once the agent's
+// server begins to stop.
+func untilDraining(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	draining := httpserve.Draining(ctx)
+	go func() {
+		select {
+		case <-draining:
+			cancel(errAgentStopping)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
 
 // endGoldenBuilds stops, at the agent's stop, the golden builds still on
 // its workers. A build is no actor's workload to keep for the next start
