@@ -256,11 +256,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Workloads outlive the agent; the next one renews their identities.
+	// Workloads outlive the agent; the next one renews their identities
+	// and watches them again.
 	defer a.identity.stopAll()
+	defer a.machine.stopWatching()
+	controlPlane := creds.ControlPlaneClient()
+	nodeService := torporv1connect.NewNodeServiceClient(controlPlane, a.member.serverURL)
+	a.machine.exitReports = nodeService
 	if err := a.open(ctx); err != nil {
 		return err
 	}
+	a.machine.reportRecorded()
 	ln := a.cfg.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", a.cfg.Listen); err != nil {
@@ -277,7 +283,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.member.gate = gate
-	controlPlane := creds.ControlPlaneClient()
 	a.identity.minter = torporv1connect.NewIdentityServiceClient(controlPlane, a.member.serverURL)
 	a.log.Info("serving node agent API", "listen", ln.Addr().String(), "address", address, "gate", gate, "workers", len(a.machine.slots), "runtime", a.cfg.Runtime.Class())
 	serveCtx, stopServing := context.WithCancel(ctx)
@@ -293,7 +298,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}()
 	go a.member.cert.KeepRenewed(serveCtx, creds)
-	go a.member.stayRegistered(serveCtx, torporv1connect.NewNodeServiceClient(controlPlane, a.member.serverURL), address)
+	go a.member.stayRegistered(serveCtx, nodeService, address)
 	err = <-served
 	// Operations already running finish and record their outcome.
 	a.machine.ops.Wait()

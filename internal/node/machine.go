@@ -59,6 +59,14 @@ type slotMachine struct {
 	gate *slotgate.Gate
 	// guest is the file helper run inside sandboxes (guestfiles.go).
 	guest *guestHelper
+
+	// watching is the life of the workloads' exit watches (exits.go),
+	// ended by stopWatches; watchers are their goroutines, and those
+	// reporting exits to the control plane (exitReports).
+	watching    context.Context
+	stopWatches context.CancelFunc
+	watchers    sync.WaitGroup
+	exitReports exitReporter
 }
 
 func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) *slotMachine {
@@ -73,6 +81,7 @@ func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) 
 		gate:     slotgate.New(log),
 		guest:    &guestHelper{source: cfg.GuestHelper, dir: id.root},
 	}
+	m.watching, m.stopWatches = context.WithCancel(context.Background())
 	m.metrics = newMetrics(cfg.Registry, m.busy)
 	m.warm = &warmer{off: cfg.NoWarm, rt: cfg.Runtime, log: log, workload: m.warmWorkload, background: m.ops.Go}
 	return m

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -59,13 +60,25 @@ type readiness struct {
 	attempt        func(ctx context.Context) error
 }
 
+// errExited: the workload exited before it was ready.
+var errExited = errors.New("the workload exited")
+
 // waitReady waits until every container's readiness probe passes, all at
 // once; a container without one is ready as it runs. A probe that does
 // not pass in time is a DeadlineExceeded error naming the actor, the
-// container and the probe; the others stop then.
-func (pr *prober) waitReady(ctx context.Context, s *slot, w *torporv1.Workload) error {
+// container and the probe; the others stop then. A workload that exits
+// (exited is closed) is never ready: errExited, at once.
+func (pr *prober) waitReady(ctx context.Context, s *slot, w *torporv1.Workload, exited <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go func() {
+		select {
+		case <-exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
 	containers := w.GetTemplate().GetContainers()
 	failed := make(chan error, len(containers))
 	running := 0
@@ -89,6 +102,11 @@ func (pr *prober) waitReady(ctx context.Context, s *slot, w *torporv1.Workload) 
 			first = err
 			cancel()
 		}
+	}
+	select {
+	case <-exited:
+		return errExited
+	default:
 	}
 	return first
 }

@@ -85,6 +85,7 @@ func (m *slotMachine) reconcile(ctx context.Context) error {
 			if w, err := rec.workload(); err == nil {
 				m.logs.attach(s.name(), rec.ActorUID, containerNames(w))
 			}
+			m.follow(s, rec, m.watch(s))
 		case rec.Capture != "":
 			if err := m.settleCapture(ctx, s, rec, present[s.name()]); err != nil {
 				return err
@@ -177,6 +178,7 @@ func (m *slotMachine) settleCapture(ctx context.Context, s *slot, rec slotRecord
 			}
 			log.Info("adopted a workload whose checkpoint was cut short; its retry captures it again")
 			m.identity.adopt(s, rec)
+			m.follow(s, rec, m.watch(s))
 			return nil
 		}
 		if st.Running {

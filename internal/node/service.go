@@ -71,6 +71,9 @@ func (m *slotMachine) Checkpoint(ctx context.Context, req *connect.Request[torpo
 	return operate(ctx, m, "Checkpoint", msg.GetOp(), func(ctx context.Context, s *slot) (*torporv1.CheckpointResponse, error) {
 		cur := s.current()
 		if cur.Capture != msg.GetOp().GetOperationId() || cur.ActorUID != msg.GetOp().GetActorUid() {
+			if err := recordedExit(s, cur, msg.GetOp().GetActorUid()); err != nil {
+				return nil, err
+			}
 			if err := hosts(s, cur, msg.GetOp().GetActorUid()); err != nil {
 				return nil, err
 			}
@@ -189,6 +192,7 @@ func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation
 		return started{}, err
 	}
 	s.stage(running)
+	m.follow(s, running, st.watch)
 	m.identity.keep(s, w)
 	// Only once the start is on record: a restart that finds it
 	// unrecorded removes the workload, and the retry restores it again
@@ -202,6 +206,8 @@ func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation
 type started struct {
 	warm  bool
 	steps []*torporv1.StepDuration
+	// watch watches the started workload for its exit.
+	watch *exitWatch
 }
 
 // warmStarts is a runtime that tells whether a slot's workload started
@@ -289,6 +295,12 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 	if err != nil {
 		return started{}, fmt.Errorf("actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 	}
+	watch := m.watch(s)
+	defer func() {
+		if err != nil {
+			watch.cancel()
+		}
+	}()
 	if src.memory == "" {
 		m.logs.mark(w.GetActorUid(), "started (cold boot) on node %s, worker %s", m.node, s.name())
 	} else {
@@ -299,12 +311,15 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 	if ws, ok := m.rt.(warmStarts); ok {
 		warm = ws.StartedWarm(s.rt)
 	}
-	if err := m.probes.waitReady(ctx, s, w); err != nil {
+	if err := m.probes.waitReady(ctx, s, w, watch.done); err != nil {
+		if errors.Is(err, errExited) {
+			return started{}, exitError(w.GetSpace(), w.GetActor(), m.describeExit(s, w.GetActorUid(), watch.exit))
+		}
 		return started{}, err
 	}
 	steps.done("ready")
 	m.log.Debug("start steps", append([]any{"worker", s.name(), "actor_uid", w.GetActorUid(), "restore", src.memory != "", "warm", warm}, steps.attrs...)...)
-	return started{warm: warm, steps: steps.steps}, nil
+	return started{warm: warm, steps: steps.steps, watch: watch}, nil
 }
 
 // cleanupContext gives the cleanup after a failure its own time: the
@@ -457,6 +472,11 @@ func (m *slotMachine) checkpoint(ctx context.Context, s *slot, cur slotRecord, r
 		m.log.Info("going on with the capture of an earlier attempt (cut short by an agent restart or a storage fault)", "worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)
 	case full:
 		if err := m.rt.Checkpoint(ctx, s.rt, memory, leave); err != nil {
+			// A workload that exited cannot be captured: the exit is
+			// the failure.
+			if exit, ok := s.currentWatch().exitedWithin(exitSettle); ok {
+				return nil, exitError(w.GetSpace(), w.GetActor(), m.describeExit(s, cur.ActorUID, exit))
+			}
 			return nil, fmt.Errorf("checkpoint actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 		}
 	case !leave:

@@ -51,6 +51,9 @@ type slotRecord struct {
 	// sandbox was made ready for ahead of time (see warm.go), so a
 	// restarted agent can make it again if the sandbox is gone.
 	Warm json.RawMessage `json:"warm,omitempty"`
+	// Exit is, on a slot freed because its workload exited, that exit
+	// (exits.go), kept until the slot's next workload.
+	Exit *exitRecord `json:"exit,omitempty"`
 }
 
 func (r slotRecord) workload() (*torporv1.Workload, error) {
@@ -105,6 +108,8 @@ type slot struct {
 	// the state in memory changes: a claim closes the connections
 	// admitted for the previous actor before the new workload starts.
 	occupy func(actorUID string)
+	// watch watches the workload running here for its exit (exits.go).
+	watch *exitWatch
 }
 
 func newSlot(rt runtime.Slot, file string) *slot {
@@ -188,4 +193,11 @@ func (s *slot) load() error {
 	s.occupy(rec.admits())
 	s.mu.Unlock()
 	return nil
+}
+
+// currentWatch is the watch of the workload running in s, if any.
+func (s *slot) currentWatch() *exitWatch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watch
 }

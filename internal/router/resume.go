@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/exits"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/tracing"
 )
@@ -133,7 +134,9 @@ func (r *Router) resumeParked(ctx context.Context, key ActorKey) (*torporv1.Acto
 		a, err := r.resumeOnce(ctx, key, repeat)
 		noWorker := connect.CodeOf(err) == connect.CodeResourceExhausted
 		repeat = repeat || noWorker
-		if err == nil || !noWorker && !unavailable(err) {
+		// An actor whose workload exited is not waited for: its restart
+		// policy decides, and the client hears of the exit at once.
+		if err == nil || exits.Of(err) != nil || !noWorker && !unavailable(err) {
 			return a, err
 		}
 		if !b.Wait(ctx) {
@@ -159,7 +162,7 @@ func (r *Router) resumeOnce(ctx context.Context, key ActorKey, repeat bool) (*to
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonResumeAfter)
 		defer cancel()
 		r.metrics.requestCalls.WithLabelValues(callResume).Inc()
-		resp, err := r.api.ResumeActor(ctx, connect.NewRequest(&torporv1.ResumeActorRequest{Space: key.Space, Name: key.Name, Repeat: repeat}))
+		resp, err := r.api.ResumeActor(ctx, connect.NewRequest(&torporv1.ResumeActorRequest{Space: key.Space, Name: key.Name, Repeat: repeat, OnDemand: true}))
 		if err != nil {
 			done <- result{err: fmt.Errorf("actor %s: %w: %w", key, errResumeFailed, err)}
 			return

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -43,6 +44,9 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/enum"
+	"github.com/torpor-dev/torpor/internal/exits"
+	"github.com/torpor-dev/torpor/internal/slotgate"
 	"github.com/torpor-dev/torpor/internal/tracing"
 	"github.com/torpor-dev/torpor/internal/version"
 )
@@ -297,6 +301,9 @@ func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start 
 		case outcome == proxied:
 			return
 		case outcome == unanswered, outcome == refused && attempt >= maxRefusals:
+			if errors.Is(err, slotgate.ErrUnreachable) {
+				err = &closedPort{port: at.target.Port, err: err}
+			}
 			r.writeError(w, req, key, fmt.Errorf("actor %s at %s: %w: %w", key, at.target, errNoAnswer, err))
 			return
 		}
@@ -382,10 +389,42 @@ func (r *Router) writeError(w *recorder, req *http.Request, key ActorKey, err er
 	status, msg := clientAnswer(key, err)
 	if status == http.StatusServiceUnavailable {
 		// Parked requests already waited the park bound; a retry parks
-		// again, so the client may come back at once.
-		w.Header().Set("Retry-After", "1")
+		// again, so the client may come back at once. An actor whose
+		// workload exited comes back when its restart is due.
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter(err, time.Now())))
 	}
 	w.answer(status, msg, err)
+}
+
+// closedPort: nothing accepts connections on the actor's port.
+type closedPort struct {
+	port int
+	err  error
+}
+
+func (e *closedPort) Error() string { return e.err.Error() }
+func (e *closedPort) Unwrap() error { return e.err }
+
+// retryAfter is the seconds a client refused for err may wait before it
+// asks again: until the restart of an actor whose workload exited, else
+// at once (1).
+func retryAfter(err error, now time.Time) int {
+	if next := exits.Of(err).GetNextRestartTime(); next != nil {
+		return max(1, int(math.Ceil(next.AsTime().Sub(now).Seconds())))
+	}
+	return 1
+}
+
+// exitedAnswer is what the client of an actor whose workload exited is
+// told: the container and how it ended, never its output (which may say
+// anything, to anyone who can reach the router: the actor's events and
+// logs hold it for its users), and when it restarts.
+func exitedAnswer(key ActorKey, exited *torporv1.WorkloadExited) (int, string) {
+	what := fmt.Sprintf("actor %s: %s", key, exits.Status(exited.GetExit()))
+	if next := exited.GetNextRestartTime(); next != nil {
+		return http.StatusServiceUnavailable, fmt.Sprintf("%s; it restarts in %s, retry", what, max(time.Until(next.AsTime()), 0).Round(time.Second))
+	}
+	return http.StatusBadGateway, fmt.Sprintf("%s and is not restarted (restartPolicy %s)", what, enum.Name(exited.GetRestartPolicy()))
 }
 
 // clientAnswer is what the client of a request for the actor is told of
@@ -394,7 +433,13 @@ func (r *Router) writeError(w *recorder, req *http.Request, key ActorKey, err er
 // on what it said: its messages speak of workers, uids and node or runtime
 // output.
 func clientAnswer(key ActorKey, err error) (int, string) {
+	var closed *closedPort
+	if exited := exits.Of(err); exited != nil {
+		return exitedAnswer(key, exited)
+	}
 	switch {
+	case errors.As(err, &closed):
+		return http.StatusBadGateway, fmt.Sprintf("actor %s did not answer: nothing accepts connections on port %d", key, closed.port)
 	case errors.Is(err, errNoWorker):
 		return http.StatusServiceUnavailable, fmt.Sprintf("actor %s: %v, retry", key, errNoWorker)
 	case errors.Is(err, errControlPlaneDown):

@@ -148,3 +148,13 @@ type Runtime interface {
 	// workload does nothing, for another replaces the warm sandbox.
 	Warm(ctx context.Context, slot Slot, w Workload) error
 }
+
+// Exit is how a container of a slot's workload ended on its own.
+type Exit struct {
+	Container string
+	// Status is the exit status, 128+N for a process killed by signal N;
+	// meaningless when Known is false (the sandbox ended before its
+	// status could be read).
+	Status int
+	Known  bool
+}

@@ -141,7 +141,7 @@ func (s *actorService) ResumeActor(ctx context.Context, req *connect.Request[tor
 	if err := keyOf(m.GetSpace(), m.GetName(), true); err != nil {
 		return nil, err
 	}
-	a, err := s.engine.Resume(ctx, m.GetSpace(), m.GetName(), workflow.ResumeOptions{Boot: m.GetBoot(), Snapshot: m.GetSnapshot(), AllowStateLoss: m.GetAllowStateLoss(), Repeat: m.GetRepeat()})
+	a, err := s.engine.Resume(ctx, m.GetSpace(), m.GetName(), workflow.ResumeOptions{Boot: m.GetBoot(), Snapshot: m.GetSnapshot(), AllowStateLoss: m.GetAllowStateLoss(), Repeat: m.GetRepeat(), OnDemand: m.GetOnDemand()})
 	if err != nil {
 		return nil, err
 	}

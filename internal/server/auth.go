@@ -79,6 +79,7 @@ var accessRules = func() map[string]access {
 	rules := map[string]access{
 		torporv1connect.NodeServiceRegisterNodeProcedure:         accessNode,
 		torporv1connect.NodeServiceHeartbeatProcedure:            accessNode,
+		torporv1connect.NodeServiceReportExitProcedure:           accessNode,
 		torporv1connect.NodeServiceGetNodeProcedure:              accessAdmin,
 		torporv1connect.NodeServiceListNodesProcedure:            accessAdmin,
 		torporv1connect.IdentityServiceJoinProcedure:             accessPublic,

@@ -62,6 +62,30 @@ func callerIs(ctx context.Context, node string) error {
 	return nil
 }
 
+// ReportExit records that a workload on one of the caller's workers
+// exited (Engine.ReportExit).
+func (s *nodeService) ReportExit(ctx context.Context, req *connect.Request[torporv1.ReportExitRequest]) (*connect.Response[torporv1.ReportExitResponse], error) {
+	m := req.Msg
+	if err := validate.Name("node", m.GetNode()); err != nil {
+		return nil, err
+	}
+	if err := callerIs(ctx, m.GetNode()); err != nil {
+		return nil, err
+	}
+	switch {
+	case m.GetWorker() == "":
+		return nil, invalidArgument("worker", "required")
+	case m.GetActorUid() == "":
+		return nil, invalidArgument("actor_uid", "required")
+	case m.GetExit().GetContainer() == "":
+		return nil, invalidArgument("exit.container", "required")
+	}
+	if err := s.engine.ReportExit(ctx, m.GetNode(), m.GetWorker(), m.GetActorUid(), m.GetOperationId(), m.GetExit()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&torporv1.ReportExitResponse{}), nil
+}
+
 // Heartbeat keeps a node alive (Engine.Heartbeat); a lost node is told to
 // register again.
 func (s *nodeService) Heartbeat(ctx context.Context, req *connect.Request[torporv1.HeartbeatRequest]) (*connect.Response[torporv1.HeartbeatResponse], error) {

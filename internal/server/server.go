@@ -179,6 +179,11 @@ func (s *Server) wakeGoldens() {
 // an actor stops at most this long after its idle time ran out.
 const idleSweepInterval = time.Second
 
+// restartSweepInterval is how often the control plane looks for actors
+// whose restart after an exit is due: a restart comes at most this long
+// after its back-off.
+const restartSweepInterval = 250 * time.Millisecond
+
 // RunBackground finishes what a previous control plane left in flight, then
 // keeps watching until ctx is done: node heartbeats (lost nodes crash
 // their actors), stale steps, idle actors, golden builds and orphaned
@@ -197,6 +202,7 @@ func (s *Server) RunBackground(ctx context.Context) {
 	go s.every(ctx, time.Hour, "sweep orphaned snapshots", s.sweepOrphans)
 	// Every replica sweeps: the steps' compare-and-set lets one act.
 	go s.every(ctx, idleSweepInterval, "apply idle policies", s.engine.SweepIdle)
+	go s.every(ctx, restartSweepInterval, "restart exited actors", s.engine.RestartExited)
 	go s.every(ctx, time.Hour, "prune activity records", s.engine.PruneActivity)
 	s.wakeGoldens()
 	tick := time.NewTicker(2 * time.Second)

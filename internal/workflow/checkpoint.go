@@ -12,6 +12,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/enum"
 	"github.com/torpor-dev/torpor/internal/errdefs"
+	"github.com/torpor-dev/torpor/internal/exits"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 )
@@ -335,6 +336,9 @@ func (e *Engine) failCheckpoint(ctx context.Context, a *torporv1.Actor, cause er
 	op := a.GetStatus().GetOperation()
 	err := e.inSameStep(ctx, a, func(tx store.Tx, cur *torporv1.Actor) error {
 		reason := fmt.Sprintf("%s failed: %s", enum.Name(kindOf(op.GetKind()).done), connectMessage(cause))
+		if exited := exits.Of(cause); exited != nil && !running {
+			return e.exitInTx(ctx, tx, cur, exited.GetExit())
+		}
 		if !running {
 			return e.crashInTx(ctx, tx, cur, reason)
 		}

@@ -16,6 +16,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/enum"
 	"github.com/torpor-dev/torpor/internal/errdefs"
+	"github.com/torpor-dev/torpor/internal/exits"
 	"github.com/torpor-dev/torpor/internal/scheduler"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/tracing"
@@ -36,6 +37,9 @@ type ResumeOptions struct {
 	// Repeat: the caller asks again after a refusal for lack of workers;
 	// another such refusal is not counted again.
 	Repeat bool
+	// OnDemand: the resume is for traffic (a router's). An actor whose
+	// workload exited is left to its restart policy (exitedRefusal).
+	OnDemand bool
 }
 
 // Resume brings the actor to RUNNING on a free worker. A RUNNING actor is
@@ -87,6 +91,11 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 			continue
 		case state == torporv1.ActorState_ACTOR_STATE_DELETING:
 			return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s is being deleted", actorKey(a))
+		}
+		if opts.OnDemand {
+			if err := e.exitedRefusal(a); err != nil {
+				return nil, err
+			}
 		}
 		claimCtx, claimSpan := tracing.Start(ctx, "workflow.claim")
 		claimed, src, err := e.claimResume(claimCtx, a, reads, opts)
@@ -410,10 +419,12 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 		local = cur.Status.LocalCheckpoint
 		cur.Status.LocalCheckpoint = ""
 		cur.Status.CrashReason = ""
+		cur.Status.Exit, cur.Status.NextRestartTime = nil, nil
 		if err := e.setState(cur, torporv1.ActorState_ACTOR_STATE_RUNNING); err != nil {
 			return "", err
 		}
 		cur.Status.RestoredBy = op.GetRestoreScope()
+		cur.Status.RunOperation = op.GetId()
 		cur.Status.Operation = nil
 		return local, nil
 	}
@@ -590,6 +601,9 @@ func (e *Engine) failResume(ctx context.Context, a *torporv1.Actor, cause error)
 			cur.Status.LocalCheckpoint = ""
 			reason += fmt.Sprintf("; local checkpoint %s is unusable and was dropped, with the state it held since the latest durable snapshot", local)
 		}
+		if exited := exits.Of(cause); exited != nil {
+			return e.exitInTx(ctx, tx, cur, exited.GetExit())
+		}
 		return e.crashInTx(ctx, tx, cur, reason)
 	})
 	if err != nil {
@@ -619,6 +633,12 @@ func (e *Engine) removeSpoilt(ctx context.Context, a *torporv1.Actor, spoilt *to
 // reason says which state the next resume starts from, so the history
 // names what a crash lost.
 func (e *Engine) crashInTx(ctx context.Context, tx store.Tx, cur *torporv1.Actor, reason string) error {
+	cur.Status.Exit, cur.Status.NextRestartTime = nil, nil
+	return e.writeCrash(ctx, tx, cur, reason)
+}
+
+// writeCrash is crashInTx keeping what cur's status says of an exit.
+func (e *Engine) writeCrash(ctx context.Context, tx store.Tx, cur *torporv1.Actor, reason string) error {
 	reason += "; " + keptState(cur)
 	t := transition{from: cur.GetStatus().GetState(), to: torporv1.ActorState_ACTOR_STATE_CRASHED, reason: reason, op: cur.GetStatus().GetOperation(), worker: cur.GetStatus().GetWorker()}
 	if err := releaseWorker(ctx, tx, t.worker, cur.GetMetadata().GetUid()); err != nil {

@@ -1263,7 +1263,7 @@ func (r *Runtime) detached(ctx context.Context, logPath string, args ...string) 
 	err = cmd.Run()
 	f.Close()
 	if err != nil {
-		return fmt.Errorf("runsc %s: %w: %s", args[0], err, tail(logPath, start, 2048))
+		return fmt.Errorf("runsc %s: %w: %s", subcommand(args), err, tail(logPath, start, 2048))
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 // an error is read from.
 func (r *Runtime) detachedFor(ctx context.Context, slot runtime.Slot, i int, dir string, args ...string) error {
 	logPath := filepath.Join(dir, "console.log")
+	args = append(sandboxLogFlags(dir), args...)
 	if slot.Output == "" {
 		return r.detached(ctx, logPath, args...)
 	}
@@ -35,7 +36,7 @@ func (r *Runtime) detachedFor(ctx context.Context, slot runtime.Slot, i int, dir
 	cmd := r.command(ctx, append([]string{"--log=" + logPath}, args...)...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("runsc %s: %w: %s", args[0], err, tail(logPath, 0, 2048))
+		return fmt.Errorf("runsc %s: %w: %s", subcommand(args), err, tail(logPath, 0, 2048))
 	}
 	return nil
 }

@@ -265,6 +265,119 @@ func (x *HeartbeatResponse) GetHeartbeatTime() *timestamppb.Timestamp {
 	return nil
 }
 
+type ReportExitRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Node     string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Worker   string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid string                 `protobuf:"bytes,3,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	// The operation that started the workload (its Run or Restore).
+	OperationId   string         `protobuf:"bytes,4,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Exit          *ContainerExit `protobuf:"bytes,5,opt,name=exit,proto3" json:"exit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportExitRequest) Reset() {
+	*x = ReportExitRequest{}
+	mi := &file_torpor_v1_node_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportExitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportExitRequest) ProtoMessage() {}
+
+func (x *ReportExitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportExitRequest.ProtoReflect.Descriptor instead.
+func (*ReportExitRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReportExitRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ReportExitRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ReportExitRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *ReportExitRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *ReportExitRequest) GetExit() *ContainerExit {
+	if x != nil {
+		return x.Exit
+	}
+	return nil
+}
+
+type ReportExitResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportExitResponse) Reset() {
+	*x = ReportExitResponse{}
+	mi := &file_torpor_v1_node_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportExitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportExitResponse) ProtoMessage() {}
+
+func (x *ReportExitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportExitResponse.ProtoReflect.Descriptor instead.
+func (*ReportExitResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{5}
+}
+
 type ListNodesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
@@ -275,7 +388,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[4]
+	mi := &file_torpor_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +400,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[4]
+	mi := &file_torpor_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +413,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -329,7 +442,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[5]
+	mi := &file_torpor_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +454,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[5]
+	mi := &file_torpor_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +467,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExecRequest) GetWorker() string {
@@ -399,7 +512,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	mi := &file_torpor_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +524,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	mi := &file_torpor_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +537,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LogsRequest) GetWorker() string {
@@ -480,7 +593,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	mi := &file_torpor_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +605,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	mi := &file_torpor_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +618,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WarmRequest) GetWorker() string {
@@ -530,7 +643,7 @@ type WarmResponse struct {
 
 func (x *WarmResponse) Reset() {
 	*x = WarmResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	mi := &file_torpor_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +655,7 @@ func (x *WarmResponse) String() string {
 func (*WarmResponse) ProtoMessage() {}
 
 func (x *WarmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	mi := &file_torpor_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +668,7 @@ func (x *WarmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmResponse.ProtoReflect.Descriptor instead.
 func (*WarmResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 // Operation names the call for idempotency and the workload it acts on.
@@ -571,7 +684,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_torpor_v1_node_proto_msgTypes[9]
+	mi := &file_torpor_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +696,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[9]
+	mi := &file_torpor_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +709,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Operation) GetActorUid() string {
@@ -637,7 +750,7 @@ type Workload struct {
 
 func (x *Workload) Reset() {
 	*x = Workload{}
-	mi := &file_torpor_v1_node_proto_msgTypes[10]
+	mi := &file_torpor_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +762,7 @@ func (x *Workload) String() string {
 func (*Workload) ProtoMessage() {}
 
 func (x *Workload) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[10]
+	mi := &file_torpor_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +775,7 @@ func (x *Workload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workload.ProtoReflect.Descriptor instead.
 func (*Workload) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Workload) GetSpace() string {
@@ -724,7 +837,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[11]
+	mi := &file_torpor_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +849,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[11]
+	mi := &file_torpor_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +862,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunRequest) GetOp() *Operation {
@@ -775,7 +888,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[12]
+	mi := &file_torpor_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +900,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[12]
+	mi := &file_torpor_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +913,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunResponse) GetWorkerIp() string {
@@ -825,7 +938,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[13]
+	mi := &file_torpor_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +950,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[13]
+	mi := &file_torpor_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +963,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CheckpointRequest) GetOp() *Operation {
@@ -903,7 +1016,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[14]
+	mi := &file_torpor_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1028,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[14]
+	mi := &file_torpor_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1041,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CheckpointResponse) GetLocation() string {
@@ -979,7 +1092,7 @@ type SnapshotSource struct {
 
 func (x *SnapshotSource) Reset() {
 	*x = SnapshotSource{}
-	mi := &file_torpor_v1_node_proto_msgTypes[15]
+	mi := &file_torpor_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1104,7 @@ func (x *SnapshotSource) String() string {
 func (*SnapshotSource) ProtoMessage() {}
 
 func (x *SnapshotSource) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[15]
+	mi := &file_torpor_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1117,7 @@ func (x *SnapshotSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSource.ProtoReflect.Descriptor instead.
 func (*SnapshotSource) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotSource) GetLocation() string {
@@ -1044,7 +1157,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[16]
+	mi := &file_torpor_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1169,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[16]
+	mi := &file_torpor_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1182,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RestoreRequest) GetOp() *Operation {
@@ -1124,7 +1237,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[17]
+	mi := &file_torpor_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1249,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[17]
+	mi := &file_torpor_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1262,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RestoreResponse) GetWorkerIp() string {
@@ -1195,7 +1308,7 @@ type StepDuration struct {
 
 func (x *StepDuration) Reset() {
 	*x = StepDuration{}
-	mi := &file_torpor_v1_node_proto_msgTypes[18]
+	mi := &file_torpor_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1320,7 @@ func (x *StepDuration) String() string {
 func (*StepDuration) ProtoMessage() {}
 
 func (x *StepDuration) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[18]
+	mi := &file_torpor_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1333,7 @@ func (x *StepDuration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDuration.ProtoReflect.Descriptor instead.
 func (*StepDuration) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StepDuration) GetName() string {
@@ -1246,7 +1359,7 @@ type TerminateRequest struct {
 
 func (x *TerminateRequest) Reset() {
 	*x = TerminateRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[19]
+	mi := &file_torpor_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1371,7 @@ func (x *TerminateRequest) String() string {
 func (*TerminateRequest) ProtoMessage() {}
 
 func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[19]
+	mi := &file_torpor_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1384,7 @@ func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateRequest.ProtoReflect.Descriptor instead.
 func (*TerminateRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TerminateRequest) GetOp() *Operation {
@@ -1289,7 +1402,7 @@ type TerminateResponse struct {
 
 func (x *TerminateResponse) Reset() {
 	*x = TerminateResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[20]
+	mi := &file_torpor_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1414,7 @@ func (x *TerminateResponse) String() string {
 func (*TerminateResponse) ProtoMessage() {}
 
 func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[20]
+	mi := &file_torpor_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1427,7 @@ func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateResponse.ProtoReflect.Descriptor instead.
 func (*TerminateResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 type DropCheckpointRequest struct {
@@ -1327,7 +1440,7 @@ type DropCheckpointRequest struct {
 
 func (x *DropCheckpointRequest) Reset() {
 	*x = DropCheckpointRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[21]
+	mi := &file_torpor_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1452,7 @@ func (x *DropCheckpointRequest) String() string {
 func (*DropCheckpointRequest) ProtoMessage() {}
 
 func (x *DropCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[21]
+	mi := &file_torpor_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1465,7 @@ func (x *DropCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DropCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DropCheckpointRequest) GetLocation() string {
@@ -1370,7 +1483,7 @@ type DropCheckpointResponse struct {
 
 func (x *DropCheckpointResponse) Reset() {
 	*x = DropCheckpointResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	mi := &file_torpor_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1495,7 @@ func (x *DropCheckpointResponse) String() string {
 func (*DropCheckpointResponse) ProtoMessage() {}
 
 func (x *DropCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	mi := &file_torpor_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1508,7 @@ func (x *DropCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DropCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 type StatsRequest struct {
@@ -1407,7 +1520,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[23]
+	mi := &file_torpor_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1532,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[23]
+	mi := &file_torpor_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1545,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatsRequest) GetWorker() string {
@@ -1456,7 +1569,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[24]
+	mi := &file_torpor_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1581,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[24]
+	mi := &file_torpor_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1594,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatsResponse) GetRunning() bool {
@@ -1532,7 +1645,7 @@ type NodeFileRequest struct {
 
 func (x *NodeFileRequest) Reset() {
 	*x = NodeFileRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[25]
+	mi := &file_torpor_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1657,7 @@ func (x *NodeFileRequest) String() string {
 func (*NodeFileRequest) ProtoMessage() {}
 
 func (x *NodeFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[25]
+	mi := &file_torpor_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1670,7 @@ func (x *NodeFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFileRequest.ProtoReflect.Descriptor instead.
 func (*NodeFileRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeFileRequest) GetWorker() string {
@@ -1598,7 +1711,7 @@ type NodeReadFilesRequest struct {
 
 func (x *NodeReadFilesRequest) Reset() {
 	*x = NodeReadFilesRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[26]
+	mi := &file_torpor_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1723,7 @@ func (x *NodeReadFilesRequest) String() string {
 func (*NodeReadFilesRequest) ProtoMessage() {}
 
 func (x *NodeReadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[26]
+	mi := &file_torpor_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1736,7 @@ func (x *NodeReadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReadFilesRequest.ProtoReflect.Descriptor instead.
 func (*NodeReadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NodeReadFilesRequest) GetFile() *NodeFileRequest {
@@ -1653,7 +1766,7 @@ type NodeWriteFilesRequest struct {
 
 func (x *NodeWriteFilesRequest) Reset() {
 	*x = NodeWriteFilesRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[27]
+	mi := &file_torpor_v1_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1778,7 @@ func (x *NodeWriteFilesRequest) String() string {
 func (*NodeWriteFilesRequest) ProtoMessage() {}
 
 func (x *NodeWriteFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[27]
+	mi := &file_torpor_v1_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1791,7 @@ func (x *NodeWriteFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWriteFilesRequest.ProtoReflect.Descriptor instead.
 func (*NodeWriteFilesRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NodeWriteFilesRequest) GetFile() *NodeFileRequest {
@@ -1723,7 +1836,14 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\x10HeartbeatRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\"V\n" +
 	"\x11HeartbeatResponse\x12A\n" +
-	"\x0eheartbeat_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\rheartbeatTime\"b\n" +
+	"\x0eheartbeat_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\rheartbeatTime\"\xad\x01\n" +
+	"\x11ReportExitRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x03 \x01(\tR\bactorUid\x12!\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\x12,\n" +
+	"\x04exit\x18\x05 \x01(\v2\x18.torpor.v1.ContainerExitR\x04exit\"\x14\n" +
+	"\x12ReportExitResponse\"b\n" +
 	"\x11ListNodesResponse\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.torpor.v1.NodeR\x05nodes\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa0\x01\n" +
@@ -1826,10 +1946,12 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\x10CheckpointTarget\x12!\n" +
 	"\x1dCHECKPOINT_TARGET_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CHECKPOINT_TARGET_STORAGE\x10\x01\x12\x1b\n" +
-	"\x17CHECKPOINT_TARGET_LOCAL\x10\x022\x9c\x02\n" +
+	"\x17CHECKPOINT_TARGET_LOCAL\x10\x022\xe7\x02\n" +
 	"\vNodeService\x12O\n" +
 	"\fRegisterNode\x12\x1e.torpor.v1.RegisterNodeRequest\x1a\x1f.torpor.v1.RegisterNodeResponse\x12F\n" +
-	"\tHeartbeat\x12\x1b.torpor.v1.HeartbeatRequest\x1a\x1c.torpor.v1.HeartbeatResponse\x121\n" +
+	"\tHeartbeat\x12\x1b.torpor.v1.HeartbeatRequest\x1a\x1c.torpor.v1.HeartbeatResponse\x12I\n" +
+	"\n" +
+	"ReportExit\x12\x1c.torpor.v1.ReportExitRequest\x1a\x1d.torpor.v1.ReportExitResponse\x121\n" +
 	"\aGetNode\x12\x15.torpor.v1.GetRequest\x1a\x0f.torpor.v1.Node\x12A\n" +
 	"\tListNodes\x12\x16.torpor.v1.ListRequest\x1a\x1c.torpor.v1.ListNodesResponse2\x8c\a\n" +
 	"\x10NodeAgentService\x124\n" +
@@ -1862,121 +1984,127 @@ func file_torpor_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_torpor_v1_node_proto_goTypes = []any{
 	(CheckpointTarget)(0),           // 0: torpor.v1.CheckpointTarget
 	(*RegisterNodeRequest)(nil),     // 1: torpor.v1.RegisterNodeRequest
 	(*RegisterNodeResponse)(nil),    // 2: torpor.v1.RegisterNodeResponse
 	(*HeartbeatRequest)(nil),        // 3: torpor.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),       // 4: torpor.v1.HeartbeatResponse
-	(*ListNodesResponse)(nil),       // 5: torpor.v1.ListNodesResponse
-	(*ExecRequest)(nil),             // 6: torpor.v1.ExecRequest
-	(*LogsRequest)(nil),             // 7: torpor.v1.LogsRequest
-	(*WarmRequest)(nil),             // 8: torpor.v1.WarmRequest
-	(*WarmResponse)(nil),            // 9: torpor.v1.WarmResponse
-	(*Operation)(nil),               // 10: torpor.v1.Operation
-	(*Workload)(nil),                // 11: torpor.v1.Workload
-	(*RunRequest)(nil),              // 12: torpor.v1.RunRequest
-	(*RunResponse)(nil),             // 13: torpor.v1.RunResponse
-	(*CheckpointRequest)(nil),       // 14: torpor.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),      // 15: torpor.v1.CheckpointResponse
-	(*SnapshotSource)(nil),          // 16: torpor.v1.SnapshotSource
-	(*RestoreRequest)(nil),          // 17: torpor.v1.RestoreRequest
-	(*RestoreResponse)(nil),         // 18: torpor.v1.RestoreResponse
-	(*StepDuration)(nil),            // 19: torpor.v1.StepDuration
-	(*TerminateRequest)(nil),        // 20: torpor.v1.TerminateRequest
-	(*TerminateResponse)(nil),       // 21: torpor.v1.TerminateResponse
-	(*DropCheckpointRequest)(nil),   // 22: torpor.v1.DropCheckpointRequest
-	(*DropCheckpointResponse)(nil),  // 23: torpor.v1.DropCheckpointResponse
-	(*StatsRequest)(nil),            // 24: torpor.v1.StatsRequest
-	(*StatsResponse)(nil),           // 25: torpor.v1.StatsResponse
-	(*NodeFileRequest)(nil),         // 26: torpor.v1.NodeFileRequest
-	(*NodeReadFilesRequest)(nil),    // 27: torpor.v1.NodeReadFilesRequest
-	(*NodeWriteFilesRequest)(nil),   // 28: torpor.v1.NodeWriteFilesRequest
-	(*Node)(nil),                    // 29: torpor.v1.Node
-	(*Worker)(nil),                  // 30: torpor.v1.Worker
-	(*timestamppb.Timestamp)(nil),   // 31: google.protobuf.Timestamp
-	(*ExecProcess)(nil),             // 32: torpor.v1.ExecProcess
-	(*ExecInput)(nil),               // 33: torpor.v1.ExecInput
-	(*TemplateSpec)(nil),            // 34: torpor.v1.TemplateSpec
-	(SnapshotScope)(0),              // 35: torpor.v1.SnapshotScope
-	(RestoreScope)(0),               // 36: torpor.v1.RestoreScope
-	(*GetRequest)(nil),              // 37: torpor.v1.GetRequest
-	(*ListRequest)(nil),             // 38: torpor.v1.ListRequest
-	(*ExecOutput)(nil),              // 39: torpor.v1.ExecOutput
-	(*GetActorLogsResponse)(nil),    // 40: torpor.v1.GetActorLogsResponse
-	(*FileInfo)(nil),                // 41: torpor.v1.FileInfo
-	(*ListActorFilesResponse)(nil),  // 42: torpor.v1.ListActorFilesResponse
-	(*FileChunk)(nil),               // 43: torpor.v1.FileChunk
-	(*WriteActorFilesResponse)(nil), // 44: torpor.v1.WriteActorFilesResponse
+	(*ReportExitRequest)(nil),       // 5: torpor.v1.ReportExitRequest
+	(*ReportExitResponse)(nil),      // 6: torpor.v1.ReportExitResponse
+	(*ListNodesResponse)(nil),       // 7: torpor.v1.ListNodesResponse
+	(*ExecRequest)(nil),             // 8: torpor.v1.ExecRequest
+	(*LogsRequest)(nil),             // 9: torpor.v1.LogsRequest
+	(*WarmRequest)(nil),             // 10: torpor.v1.WarmRequest
+	(*WarmResponse)(nil),            // 11: torpor.v1.WarmResponse
+	(*Operation)(nil),               // 12: torpor.v1.Operation
+	(*Workload)(nil),                // 13: torpor.v1.Workload
+	(*RunRequest)(nil),              // 14: torpor.v1.RunRequest
+	(*RunResponse)(nil),             // 15: torpor.v1.RunResponse
+	(*CheckpointRequest)(nil),       // 16: torpor.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),      // 17: torpor.v1.CheckpointResponse
+	(*SnapshotSource)(nil),          // 18: torpor.v1.SnapshotSource
+	(*RestoreRequest)(nil),          // 19: torpor.v1.RestoreRequest
+	(*RestoreResponse)(nil),         // 20: torpor.v1.RestoreResponse
+	(*StepDuration)(nil),            // 21: torpor.v1.StepDuration
+	(*TerminateRequest)(nil),        // 22: torpor.v1.TerminateRequest
+	(*TerminateResponse)(nil),       // 23: torpor.v1.TerminateResponse
+	(*DropCheckpointRequest)(nil),   // 24: torpor.v1.DropCheckpointRequest
+	(*DropCheckpointResponse)(nil),  // 25: torpor.v1.DropCheckpointResponse
+	(*StatsRequest)(nil),            // 26: torpor.v1.StatsRequest
+	(*StatsResponse)(nil),           // 27: torpor.v1.StatsResponse
+	(*NodeFileRequest)(nil),         // 28: torpor.v1.NodeFileRequest
+	(*NodeReadFilesRequest)(nil),    // 29: torpor.v1.NodeReadFilesRequest
+	(*NodeWriteFilesRequest)(nil),   // 30: torpor.v1.NodeWriteFilesRequest
+	(*Node)(nil),                    // 31: torpor.v1.Node
+	(*Worker)(nil),                  // 32: torpor.v1.Worker
+	(*timestamppb.Timestamp)(nil),   // 33: google.protobuf.Timestamp
+	(*ContainerExit)(nil),           // 34: torpor.v1.ContainerExit
+	(*ExecProcess)(nil),             // 35: torpor.v1.ExecProcess
+	(*ExecInput)(nil),               // 36: torpor.v1.ExecInput
+	(*TemplateSpec)(nil),            // 37: torpor.v1.TemplateSpec
+	(SnapshotScope)(0),              // 38: torpor.v1.SnapshotScope
+	(RestoreScope)(0),               // 39: torpor.v1.RestoreScope
+	(*GetRequest)(nil),              // 40: torpor.v1.GetRequest
+	(*ListRequest)(nil),             // 41: torpor.v1.ListRequest
+	(*ExecOutput)(nil),              // 42: torpor.v1.ExecOutput
+	(*GetActorLogsResponse)(nil),    // 43: torpor.v1.GetActorLogsResponse
+	(*FileInfo)(nil),                // 44: torpor.v1.FileInfo
+	(*ListActorFilesResponse)(nil),  // 45: torpor.v1.ListActorFilesResponse
+	(*FileChunk)(nil),               // 46: torpor.v1.FileChunk
+	(*WriteActorFilesResponse)(nil), // 47: torpor.v1.WriteActorFilesResponse
 }
 var file_torpor_v1_node_proto_depIdxs = []int32{
-	29, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
-	30, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
-	29, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
-	30, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
-	31, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
-	29, // 5: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
-	32, // 6: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
-	33, // 7: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
-	31, // 8: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
-	11, // 9: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
-	34, // 10: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
-	10, // 11: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
-	11, // 12: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
-	10, // 13: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
-	35, // 14: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
-	0,  // 15: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
-	19, // 16: torpor.v1.CheckpointResponse.steps:type_name -> torpor.v1.StepDuration
-	10, // 17: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
-	11, // 18: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
-	36, // 19: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
-	16, // 20: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
-	16, // 21: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
-	19, // 22: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
-	10, // 23: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
-	31, // 24: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
-	26, // 25: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	26, // 26: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	1,  // 27: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
-	3,  // 28: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
-	37, // 29: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
-	38, // 30: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
-	12, // 31: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
-	14, // 32: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
-	17, // 33: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
-	20, // 34: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
-	24, // 35: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
-	8,  // 36: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
-	6,  // 37: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
-	7,  // 38: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
-	26, // 39: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
-	26, // 40: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
-	27, // 41: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
-	28, // 42: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
-	22, // 43: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
-	2,  // 44: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
-	4,  // 45: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
-	29, // 46: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
-	5,  // 47: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
-	13, // 48: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
-	15, // 49: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
-	18, // 50: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
-	21, // 51: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
-	25, // 52: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
-	9,  // 53: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
-	39, // 54: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
-	40, // 55: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
-	41, // 56: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
-	42, // 57: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
-	43, // 58: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
-	44, // 59: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
-	23, // 60: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
-	44, // [44:61] is the sub-list for method output_type
-	27, // [27:44] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	31, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
+	32, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
+	31, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
+	32, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
+	33, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
+	34, // 5: torpor.v1.ReportExitRequest.exit:type_name -> torpor.v1.ContainerExit
+	31, // 6: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
+	35, // 7: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
+	36, // 8: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
+	33, // 9: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	13, // 10: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
+	37, // 11: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
+	12, // 12: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
+	13, // 13: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
+	12, // 14: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
+	38, // 15: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
+	0,  // 16: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
+	21, // 17: torpor.v1.CheckpointResponse.steps:type_name -> torpor.v1.StepDuration
+	12, // 18: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
+	13, // 19: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
+	39, // 20: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
+	18, // 21: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
+	18, // 22: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
+	21, // 23: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
+	12, // 24: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
+	33, // 25: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
+	28, // 26: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	28, // 27: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	1,  // 28: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
+	3,  // 29: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
+	5,  // 30: torpor.v1.NodeService.ReportExit:input_type -> torpor.v1.ReportExitRequest
+	40, // 31: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
+	41, // 32: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
+	14, // 33: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
+	16, // 34: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
+	19, // 35: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
+	22, // 36: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
+	26, // 37: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
+	10, // 38: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
+	8,  // 39: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
+	9,  // 40: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
+	28, // 41: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
+	28, // 42: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
+	29, // 43: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
+	30, // 44: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
+	24, // 45: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
+	2,  // 46: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
+	4,  // 47: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
+	6,  // 48: torpor.v1.NodeService.ReportExit:output_type -> torpor.v1.ReportExitResponse
+	31, // 49: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
+	7,  // 50: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
+	15, // 51: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
+	17, // 52: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
+	20, // 53: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
+	23, // 54: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
+	27, // 55: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
+	11, // 56: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
+	42, // 57: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
+	43, // 58: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
+	44, // 59: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
+	45, // 60: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
+	46, // 61: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
+	47, // 62: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
+	25, // 63: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
+	46, // [46:64] is the sub-list for method output_type
+	28, // [28:46] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_node_proto_init() }
@@ -1992,7 +2120,7 @@ func file_torpor_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_node_proto_rawDesc), len(file_torpor_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -22,6 +22,65 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RestartPolicy decides whether an actor whose workload exited is started
+// again (Kubernetes' words). A restart resumes the actor from its newest
+// intact state (its latest durable snapshot, else the golden snapshot or
+// a cold boot), after a back-off that doubles with each exit in a row.
+type RestartPolicy int32
+
+const (
+	RestartPolicy_RESTART_POLICY_UNSPECIFIED RestartPolicy = 0
+	// Restart after every exit, whatever its status.
+	RestartPolicy_RESTART_POLICY_ALWAYS RestartPolicy = 1
+	// Restart after an exit with a status other than 0 or a kill.
+	RestartPolicy_RESTART_POLICY_ON_FAILURE RestartPolicy = 2
+	// Never restart: the actor stays CRASHED until resumed explicitly.
+	RestartPolicy_RESTART_POLICY_NEVER RestartPolicy = 3
+)
+
+// Enum value maps for RestartPolicy.
+var (
+	RestartPolicy_name = map[int32]string{
+		0: "RESTART_POLICY_UNSPECIFIED",
+		1: "RESTART_POLICY_ALWAYS",
+		2: "RESTART_POLICY_ON_FAILURE",
+		3: "RESTART_POLICY_NEVER",
+	}
+	RestartPolicy_value = map[string]int32{
+		"RESTART_POLICY_UNSPECIFIED": 0,
+		"RESTART_POLICY_ALWAYS":      1,
+		"RESTART_POLICY_ON_FAILURE":  2,
+		"RESTART_POLICY_NEVER":       3,
+	}
+)
+
+func (x RestartPolicy) Enum() *RestartPolicy {
+	p := new(RestartPolicy)
+	*p = x
+	return p
+}
+
+func (x RestartPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RestartPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_torpor_v1_resources_proto_enumTypes[0].Descriptor()
+}
+
+func (RestartPolicy) Type() protoreflect.EnumType {
+	return &file_torpor_v1_resources_proto_enumTypes[0]
+}
+
+func (x RestartPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RestartPolicy.Descriptor instead.
+func (RestartPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{0}
+}
+
 type VolumeKind int32
 
 const (
@@ -53,11 +112,11 @@ func (x VolumeKind) String() string {
 }
 
 func (VolumeKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[0].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[1].Descriptor()
 }
 
 func (VolumeKind) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[0]
+	return &file_torpor_v1_resources_proto_enumTypes[1]
 }
 
 func (x VolumeKind) Number() protoreflect.EnumNumber {
@@ -66,7 +125,7 @@ func (x VolumeKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use VolumeKind.Descriptor instead.
 func (VolumeKind) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{0}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{1}
 }
 
 // SnapshotScope is what a checkpoint captures.
@@ -105,11 +164,11 @@ func (x SnapshotScope) String() string {
 }
 
 func (SnapshotScope) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[1].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[2].Descriptor()
 }
 
 func (SnapshotScope) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[1]
+	return &file_torpor_v1_resources_proto_enumTypes[2]
 }
 
 func (x SnapshotScope) Number() protoreflect.EnumNumber {
@@ -118,7 +177,7 @@ func (x SnapshotScope) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SnapshotScope.Descriptor instead.
 func (SnapshotScope) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{1}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{2}
 }
 
 // RestoreScope is how a workload is brought back.
@@ -164,11 +223,11 @@ func (x RestoreScope) String() string {
 }
 
 func (RestoreScope) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[2].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[3].Descriptor()
 }
 
 func (RestoreScope) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[2]
+	return &file_torpor_v1_resources_proto_enumTypes[3]
 }
 
 func (x RestoreScope) Number() protoreflect.EnumNumber {
@@ -177,7 +236,7 @@ func (x RestoreScope) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RestoreScope.Descriptor instead.
 func (RestoreScope) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{2}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{3}
 }
 
 type FromData int32
@@ -213,11 +272,11 @@ func (x FromData) String() string {
 }
 
 func (FromData) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[3].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[4].Descriptor()
 }
 
 func (FromData) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[3]
+	return &file_torpor_v1_resources_proto_enumTypes[4]
 }
 
 func (x FromData) Number() protoreflect.EnumNumber {
@@ -226,7 +285,7 @@ func (x FromData) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FromData.Descriptor instead.
 func (FromData) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{3}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{4}
 }
 
 type IdleAction int32
@@ -262,11 +321,11 @@ func (x IdleAction) String() string {
 }
 
 func (IdleAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[4].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[5].Descriptor()
 }
 
 func (IdleAction) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[4]
+	return &file_torpor_v1_resources_proto_enumTypes[5]
 }
 
 func (x IdleAction) Number() protoreflect.EnumNumber {
@@ -275,7 +334,7 @@ func (x IdleAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use IdleAction.Descriptor instead.
 func (IdleAction) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{4}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{5}
 }
 
 type TemplatePhase int32
@@ -317,11 +376,11 @@ func (x TemplatePhase) String() string {
 }
 
 func (TemplatePhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[5].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[6].Descriptor()
 }
 
 func (TemplatePhase) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[5]
+	return &file_torpor_v1_resources_proto_enumTypes[6]
 }
 
 func (x TemplatePhase) Number() protoreflect.EnumNumber {
@@ -330,7 +389,7 @@ func (x TemplatePhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TemplatePhase.Descriptor instead.
 func (TemplatePhase) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{5}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{6}
 }
 
 type ActorState int32
@@ -384,11 +443,11 @@ func (x ActorState) String() string {
 }
 
 func (ActorState) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[6].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[7].Descriptor()
 }
 
 func (ActorState) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[6]
+	return &file_torpor_v1_resources_proto_enumTypes[7]
 }
 
 func (x ActorState) Number() protoreflect.EnumNumber {
@@ -397,7 +456,7 @@ func (x ActorState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ActorState.Descriptor instead.
 func (ActorState) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{6}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{7}
 }
 
 type OperationKind int32
@@ -445,11 +504,11 @@ func (x OperationKind) String() string {
 }
 
 func (OperationKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[7].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[8].Descriptor()
 }
 
 func (OperationKind) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[7]
+	return &file_torpor_v1_resources_proto_enumTypes[8]
 }
 
 func (x OperationKind) Number() protoreflect.EnumNumber {
@@ -458,7 +517,7 @@ func (x OperationKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OperationKind.Descriptor instead.
 func (OperationKind) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{7}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{8}
 }
 
 type SnapshotTagScope int32
@@ -496,11 +555,11 @@ func (x SnapshotTagScope) String() string {
 }
 
 func (SnapshotTagScope) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[8].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[9].Descriptor()
 }
 
 func (SnapshotTagScope) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[8]
+	return &file_torpor_v1_resources_proto_enumTypes[9]
 }
 
 func (x SnapshotTagScope) Number() protoreflect.EnumNumber {
@@ -509,7 +568,7 @@ func (x SnapshotTagScope) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SnapshotTagScope.Descriptor instead.
 func (SnapshotTagScope) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{9}
 }
 
 // ObjectMeta is carried by every stored record. uid and version are set by
@@ -733,7 +792,12 @@ type TemplateSpec struct {
 	// evicted for it), one kept warm for another template that wants
 	// fewer being taken over. Default 0: none beyond the worker each
 	// suspended actor leaves warm. A policy: changing it keeps guests.
-	WarmWorkers   int32 `protobuf:"varint,7,opt,name=warm_workers,json=warmWorkers,proto3" json:"warm_workers,omitempty"`
+	WarmWorkers int32 `protobuf:"varint,7,opt,name=warm_workers,json=warmWorkers,proto3" json:"warm_workers,omitempty"`
+	// What follows when a container's main process exits or is killed
+	// (the actor is CRASHED with the exit either way, its worker freed).
+	// Default ALWAYS: an actor is a long-lived program, so any exit of it
+	// is an outage to end. A policy: changing it keeps guests.
+	RestartPolicy RestartPolicy `protobuf:"varint,8,opt,name=restart_policy,json=restartPolicy,proto3,enum=torpor.v1.RestartPolicy" json:"restart_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -815,6 +879,13 @@ func (x *TemplateSpec) GetWarmWorkers() int32 {
 		return x.WarmWorkers
 	}
 	return 0
+}
+
+func (x *TemplateSpec) GetRestartPolicy() RestartPolicy {
+	if x != nil {
+		return x.RestartPolicy
+	}
+	return RestartPolicy_RESTART_POLICY_UNSPECIFIED
 }
 
 type Container struct {
@@ -1959,7 +2030,20 @@ type ActorStatus struct {
 	AcceptedStateLoss *AcceptedStateLoss `protobuf:"bytes,11,opt,name=accepted_state_loss,json=acceptedStateLoss,proto3" json:"accepted_state_loss,omitempty"`
 	// How the resume that made the actor RUNNING brought it back (output
 	// only; kept until the next resume): FULL, DATA, DATA_ON_GOLDEN or BOOT.
-	RestoredBy    RestoreScope `protobuf:"varint,12,opt,name=restored_by,json=restoredBy,proto3,enum=torpor.v1.RestoreScope" json:"restored_by,omitempty"`
+	RestoredBy RestoreScope `protobuf:"varint,12,opt,name=restored_by,json=restoredBy,proto3,enum=torpor.v1.RestoreScope" json:"restored_by,omitempty"`
+	// Set while the actor is CRASHED because its workload exited: how
+	// (output only; cleared by the next resume).
+	Exit *ContainerExit `protobuf:"bytes,13,opt,name=exit,proto3" json:"exit,omitempty"`
+	// Exits in a row the restart policy restarted the actor after; the
+	// back-off grows with it. Back to 0 once a workload ran for 10 minutes
+	// before it exited (output only).
+	Restarts int32 `protobuf:"varint,14,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	// While CRASHED by an exit its restart policy restarts: when the
+	// restart is due (output only).
+	NextRestartTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=next_restart_time,json=nextRestartTime,proto3" json:"next_restart_time,omitempty"`
+	// The operation of the resume that made the actor RUNNING (output only;
+	// kept until the next resume): an exit the node reports names it.
+	RunOperation  string `protobuf:"bytes,16,opt,name=run_operation,json=runOperation,proto3" json:"run_operation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2078,6 +2162,189 @@ func (x *ActorStatus) GetRestoredBy() RestoreScope {
 	return RestoreScope_RESTORE_SCOPE_UNSPECIFIED
 }
 
+func (x *ActorStatus) GetExit() *ContainerExit {
+	if x != nil {
+		return x.Exit
+	}
+	return nil
+}
+
+func (x *ActorStatus) GetRestarts() int32 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+func (x *ActorStatus) GetNextRestartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRestartTime
+	}
+	return nil
+}
+
+func (x *ActorStatus) GetRunOperation() string {
+	if x != nil {
+		return x.RunOperation
+	}
+	return ""
+}
+
+// ContainerExit is how a container's main process ended on its own (not
+// by a suspend, pause or delete).
+type ContainerExit struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Container string                 `protobuf:"bytes,1,opt,name=container,proto3" json:"container,omitempty"`
+	// The exit status; 128+N when signal N killed the process.
+	ExitCode int32 `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// The signal's name (SIGKILL) when one killed it; empty for an exit.
+	Signal string `protobuf:"bytes,3,opt,name=signal,proto3" json:"signal,omitempty"`
+	// The container's last lines of output (standard output and error),
+	// oldest first.
+	LastOutput []string               `protobuf:"bytes,4,rep,name=last_output,json=lastOutput,proto3" json:"last_output,omitempty"`
+	Time       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
+	// The sandbox ended before its exit status could be read: exit_code
+	// and signal are unknown.
+	StatusUnknown bool `protobuf:"varint,6,opt,name=status_unknown,json=statusUnknown,proto3" json:"status_unknown,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContainerExit) Reset() {
+	*x = ContainerExit{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainerExit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainerExit) ProtoMessage() {}
+
+func (x *ContainerExit) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainerExit.ProtoReflect.Descriptor instead.
+func (*ContainerExit) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ContainerExit) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *ContainerExit) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *ContainerExit) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *ContainerExit) GetLastOutput() []string {
+	if x != nil {
+		return x.LastOutput
+	}
+	return nil
+}
+
+func (x *ContainerExit) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ContainerExit) GetStatusUnknown() bool {
+	if x != nil {
+		return x.StatusUnknown
+	}
+	return false
+}
+
+// WorkloadExited is the detail of an error that refuses an actor whose
+// workload exited: the exit, and when the restart policy restarts it
+// (unset when it does not).
+type WorkloadExited struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Exit            *ContainerExit         `protobuf:"bytes,1,opt,name=exit,proto3" json:"exit,omitempty"`
+	NextRestartTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=next_restart_time,json=nextRestartTime,proto3" json:"next_restart_time,omitempty"`
+	RestartPolicy   RestartPolicy          `protobuf:"varint,3,opt,name=restart_policy,json=restartPolicy,proto3,enum=torpor.v1.RestartPolicy" json:"restart_policy,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *WorkloadExited) Reset() {
+	*x = WorkloadExited{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkloadExited) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkloadExited) ProtoMessage() {}
+
+func (x *WorkloadExited) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkloadExited.ProtoReflect.Descriptor instead.
+func (*WorkloadExited) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *WorkloadExited) GetExit() *ContainerExit {
+	if x != nil {
+		return x.Exit
+	}
+	return nil
+}
+
+func (x *WorkloadExited) GetNextRestartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRestartTime
+	}
+	return nil
+}
+
+func (x *WorkloadExited) GetRestartPolicy() RestartPolicy {
+	if x != nil {
+		return x.RestartPolicy
+	}
+	return RestartPolicy_RESTART_POLICY_UNSPECIFIED
+}
+
 type AcceptedStateLoss struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Snapshot    string                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
@@ -2090,7 +2357,7 @@ type AcceptedStateLoss struct {
 
 func (x *AcceptedStateLoss) Reset() {
 	*x = AcceptedStateLoss{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	mi := &file_torpor_v1_resources_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2369,7 @@ func (x *AcceptedStateLoss) String() string {
 func (*AcceptedStateLoss) ProtoMessage() {}
 
 func (x *AcceptedStateLoss) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	mi := &file_torpor_v1_resources_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2382,7 @@ func (x *AcceptedStateLoss) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptedStateLoss.ProtoReflect.Descriptor instead.
 func (*AcceptedStateLoss) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AcceptedStateLoss) GetSnapshot() string {
@@ -2170,7 +2437,7 @@ type ActorOperation struct {
 
 func (x *ActorOperation) Reset() {
 	*x = ActorOperation{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	mi := &file_torpor_v1_resources_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2449,7 @@ func (x *ActorOperation) String() string {
 func (*ActorOperation) ProtoMessage() {}
 
 func (x *ActorOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	mi := &file_torpor_v1_resources_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2462,7 @@ func (x *ActorOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorOperation.ProtoReflect.Descriptor instead.
 func (*ActorOperation) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ActorOperation) GetId() string {
@@ -2301,7 +2568,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[24]
+	mi := &file_torpor_v1_resources_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2580,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[24]
+	mi := &file_torpor_v1_resources_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2593,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Worker) GetMetadata() *ObjectMeta {
@@ -2366,7 +2633,7 @@ type WorkerSpec struct {
 
 func (x *WorkerSpec) Reset() {
 	*x = WorkerSpec{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[25]
+	mi := &file_torpor_v1_resources_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2378,7 +2645,7 @@ func (x *WorkerSpec) String() string {
 func (*WorkerSpec) ProtoMessage() {}
 
 func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[25]
+	mi := &file_torpor_v1_resources_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2391,7 +2658,7 @@ func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSpec.ProtoReflect.Descriptor instead.
 func (*WorkerSpec) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{25}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WorkerSpec) GetNode() string {
@@ -2440,7 +2707,7 @@ type ActorRef struct {
 
 func (x *ActorRef) Reset() {
 	*x = ActorRef{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[26]
+	mi := &file_torpor_v1_resources_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2719,7 @@ func (x *ActorRef) String() string {
 func (*ActorRef) ProtoMessage() {}
 
 func (x *ActorRef) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[26]
+	mi := &file_torpor_v1_resources_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2732,7 @@ func (x *ActorRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorRef.ProtoReflect.Descriptor instead.
 func (*ActorRef) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{26}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ActorRef) GetSpace() string {
@@ -2520,7 +2787,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[27]
+	mi := &file_torpor_v1_resources_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2799,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[27]
+	mi := &file_torpor_v1_resources_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2812,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{27}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WorkerStatus) GetActor() *ActorRef {
@@ -2633,7 +2900,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[28]
+	mi := &file_torpor_v1_resources_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +2912,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[28]
+	mi := &file_torpor_v1_resources_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +2925,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{28}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Snapshot) GetMetadata() *ObjectMeta {
@@ -2784,7 +3051,7 @@ type SnapshotTag struct {
 
 func (x *SnapshotTag) Reset() {
 	*x = SnapshotTag{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[29]
+	mi := &file_torpor_v1_resources_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +3063,7 @@ func (x *SnapshotTag) String() string {
 func (*SnapshotTag) ProtoMessage() {}
 
 func (x *SnapshotTag) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[29]
+	mi := &file_torpor_v1_resources_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +3076,7 @@ func (x *SnapshotTag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTag.ProtoReflect.Descriptor instead.
 func (*SnapshotTag) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{29}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotTag) GetMetadata() *ObjectMeta {
@@ -2854,7 +3121,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[30]
+	mi := &file_torpor_v1_resources_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +3133,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[30]
+	mi := &file_torpor_v1_resources_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +3146,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{30}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -2934,7 +3201,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\bTemplate\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.torpor.v1.TemplateSpecR\x04spec\x121\n" +
-	"\x06status\x18\x03 \x01(\v2\x19.torpor.v1.TemplateStatusR\x06status\"\xe9\x02\n" +
+	"\x06status\x18\x03 \x01(\v2\x19.torpor.v1.TemplateStatusR\x06status\"\xaa\x03\n" +
 	"\fTemplateSpec\x124\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x14.torpor.v1.ContainerR\n" +
@@ -2945,7 +3212,8 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x0fsnapshot_policy\x18\x05 \x01(\v2\x19.torpor.v1.SnapshotPolicyR\x0esnapshotPolicy\x126\n" +
 	"\vidle_policy\x18\x06 \x01(\v2\x15.torpor.v1.IdlePolicyR\n" +
 	"idlePolicy\x12!\n" +
-	"\fwarm_workers\x18\a \x01(\x05R\vwarmWorkers\"\xa2\x02\n" +
+	"\fwarm_workers\x18\a \x01(\x05R\vwarmWorkers\x12?\n" +
+	"\x0erestart_policy\x18\b \x01(\x0e2\x18.torpor.v1.RestartPolicyR\rrestartPolicy\"\xa2\x02\n" +
 	"\tContainer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -3025,7 +3293,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x0e\n" +
 	"\x02ip\x18\x05 \x01(\tR\x02ip\x12\x12\n" +
-	"\x04gate\x18\x06 \x01(\tR\x04gate\"\x85\x05\n" +
+	"\x04gate\x18\x06 \x01(\tR\x04gate\"\xbc\x06\n" +
 	"\vActorStatus\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.torpor.v1.ActorStateR\x05state\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.torpor.v1.WorkerRefR\x06worker\x12'\n" +
@@ -3041,7 +3309,23 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	" \x01(\v2\x17.torpor.v1.TemplateSpecR\x13currentTemplateSpec\x12L\n" +
 	"\x13accepted_state_loss\x18\v \x01(\v2\x1c.torpor.v1.AcceptedStateLossR\x11acceptedStateLoss\x128\n" +
 	"\vrestored_by\x18\f \x01(\x0e2\x17.torpor.v1.RestoreScopeR\n" +
-	"restoredBy\"f\n" +
+	"restoredBy\x12,\n" +
+	"\x04exit\x18\r \x01(\v2\x18.torpor.v1.ContainerExitR\x04exit\x12\x1a\n" +
+	"\brestarts\x18\x0e \x01(\x05R\brestarts\x12F\n" +
+	"\x11next_restart_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextRestartTime\x12#\n" +
+	"\rrun_operation\x18\x10 \x01(\tR\frunOperation\"\xda\x01\n" +
+	"\rContainerExit\x12\x1c\n" +
+	"\tcontainer\x18\x01 \x01(\tR\tcontainer\x12\x1b\n" +
+	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x03 \x01(\tR\x06signal\x12\x1f\n" +
+	"\vlast_output\x18\x04 \x03(\tR\n" +
+	"lastOutput\x12.\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12%\n" +
+	"\x0estatus_unknown\x18\x06 \x01(\bR\rstatusUnknown\"\xc7\x01\n" +
+	"\x0eWorkloadExited\x12,\n" +
+	"\x04exit\x18\x01 \x01(\v2\x18.torpor.v1.ContainerExitR\x04exit\x12F\n" +
+	"\x11next_restart_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextRestartTime\x12?\n" +
+	"\x0erestart_policy\x18\x03 \x01(\x0e2\x18.torpor.v1.RestartPolicyR\rrestartPolicy\"f\n" +
 	"\x11AcceptedStateLoss\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\x12!\n" +
 	"\ftemplate_uid\x18\x02 \x01(\tR\vtemplateUid\x12\x12\n" +
@@ -3116,7 +3400,12 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12A\n" +
 	"\x0eheartbeat_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rheartbeatTime\x12'\n" +
-	"\x0fsandbox_classes\x18\x04 \x03(\tR\x0esandboxClasses*B\n" +
+	"\x0fsandbox_classes\x18\x04 \x03(\tR\x0esandboxClasses*\x83\x01\n" +
+	"\rRestartPolicy\x12\x1e\n" +
+	"\x1aRESTART_POLICY_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15RESTART_POLICY_ALWAYS\x10\x01\x12\x1d\n" +
+	"\x19RESTART_POLICY_ON_FAILURE\x10\x02\x12\x18\n" +
+	"\x14RESTART_POLICY_NEVER\x10\x03*B\n" +
 	"\n" +
 	"VolumeKind\x12\x1b\n" +
 	"\x17VOLUME_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -3181,114 +3470,124 @@ func file_torpor_v1_resources_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_resources_proto_rawDescData
 }
 
-var file_torpor_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_torpor_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_torpor_v1_resources_proto_goTypes = []any{
-	(VolumeKind)(0),               // 0: torpor.v1.VolumeKind
-	(SnapshotScope)(0),            // 1: torpor.v1.SnapshotScope
-	(RestoreScope)(0),             // 2: torpor.v1.RestoreScope
-	(FromData)(0),                 // 3: torpor.v1.FromData
-	(IdleAction)(0),               // 4: torpor.v1.IdleAction
-	(TemplatePhase)(0),            // 5: torpor.v1.TemplatePhase
-	(ActorState)(0),               // 6: torpor.v1.ActorState
-	(OperationKind)(0),            // 7: torpor.v1.OperationKind
-	(SnapshotTagScope)(0),         // 8: torpor.v1.SnapshotTagScope
-	(*ObjectMeta)(nil),            // 9: torpor.v1.ObjectMeta
-	(*Space)(nil),                 // 10: torpor.v1.Space
-	(*Template)(nil),              // 11: torpor.v1.Template
-	(*TemplateSpec)(nil),          // 12: torpor.v1.TemplateSpec
-	(*Container)(nil),             // 13: torpor.v1.Container
-	(*EnvVar)(nil),                // 14: torpor.v1.EnvVar
-	(*Probe)(nil),                 // 15: torpor.v1.Probe
-	(*HTTPGetAction)(nil),         // 16: torpor.v1.HTTPGetAction
-	(*TCPSocketAction)(nil),       // 17: torpor.v1.TCPSocketAction
-	(*ExecAction)(nil),            // 18: torpor.v1.ExecAction
-	(*Mount)(nil),                 // 19: torpor.v1.Mount
-	(*Volume)(nil),                // 20: torpor.v1.Volume
-	(*Resources)(nil),             // 21: torpor.v1.Resources
-	(*SnapshotPolicy)(nil),        // 22: torpor.v1.SnapshotPolicy
-	(*OnResume)(nil),              // 23: torpor.v1.OnResume
-	(*IdlePolicy)(nil),            // 24: torpor.v1.IdlePolicy
-	(*EvictionPolicy)(nil),        // 25: torpor.v1.EvictionPolicy
-	(*TemplateStatus)(nil),        // 26: torpor.v1.TemplateStatus
-	(*Actor)(nil),                 // 27: torpor.v1.Actor
-	(*ActorSpec)(nil),             // 28: torpor.v1.ActorSpec
-	(*WorkerRef)(nil),             // 29: torpor.v1.WorkerRef
-	(*ActorStatus)(nil),           // 30: torpor.v1.ActorStatus
-	(*AcceptedStateLoss)(nil),     // 31: torpor.v1.AcceptedStateLoss
-	(*ActorOperation)(nil),        // 32: torpor.v1.ActorOperation
-	(*Worker)(nil),                // 33: torpor.v1.Worker
-	(*WorkerSpec)(nil),            // 34: torpor.v1.WorkerSpec
-	(*ActorRef)(nil),              // 35: torpor.v1.ActorRef
-	(*WorkerStatus)(nil),          // 36: torpor.v1.WorkerStatus
-	(*Snapshot)(nil),              // 37: torpor.v1.Snapshot
-	(*SnapshotTag)(nil),           // 38: torpor.v1.SnapshotTag
-	(*Node)(nil),                  // 39: torpor.v1.Node
-	nil,                           // 40: torpor.v1.ObjectMeta.LabelsEntry
-	nil,                           // 41: torpor.v1.ActorSpec.WorkerSelectorEntry
-	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
+	(RestartPolicy)(0),            // 0: torpor.v1.RestartPolicy
+	(VolumeKind)(0),               // 1: torpor.v1.VolumeKind
+	(SnapshotScope)(0),            // 2: torpor.v1.SnapshotScope
+	(RestoreScope)(0),             // 3: torpor.v1.RestoreScope
+	(FromData)(0),                 // 4: torpor.v1.FromData
+	(IdleAction)(0),               // 5: torpor.v1.IdleAction
+	(TemplatePhase)(0),            // 6: torpor.v1.TemplatePhase
+	(ActorState)(0),               // 7: torpor.v1.ActorState
+	(OperationKind)(0),            // 8: torpor.v1.OperationKind
+	(SnapshotTagScope)(0),         // 9: torpor.v1.SnapshotTagScope
+	(*ObjectMeta)(nil),            // 10: torpor.v1.ObjectMeta
+	(*Space)(nil),                 // 11: torpor.v1.Space
+	(*Template)(nil),              // 12: torpor.v1.Template
+	(*TemplateSpec)(nil),          // 13: torpor.v1.TemplateSpec
+	(*Container)(nil),             // 14: torpor.v1.Container
+	(*EnvVar)(nil),                // 15: torpor.v1.EnvVar
+	(*Probe)(nil),                 // 16: torpor.v1.Probe
+	(*HTTPGetAction)(nil),         // 17: torpor.v1.HTTPGetAction
+	(*TCPSocketAction)(nil),       // 18: torpor.v1.TCPSocketAction
+	(*ExecAction)(nil),            // 19: torpor.v1.ExecAction
+	(*Mount)(nil),                 // 20: torpor.v1.Mount
+	(*Volume)(nil),                // 21: torpor.v1.Volume
+	(*Resources)(nil),             // 22: torpor.v1.Resources
+	(*SnapshotPolicy)(nil),        // 23: torpor.v1.SnapshotPolicy
+	(*OnResume)(nil),              // 24: torpor.v1.OnResume
+	(*IdlePolicy)(nil),            // 25: torpor.v1.IdlePolicy
+	(*EvictionPolicy)(nil),        // 26: torpor.v1.EvictionPolicy
+	(*TemplateStatus)(nil),        // 27: torpor.v1.TemplateStatus
+	(*Actor)(nil),                 // 28: torpor.v1.Actor
+	(*ActorSpec)(nil),             // 29: torpor.v1.ActorSpec
+	(*WorkerRef)(nil),             // 30: torpor.v1.WorkerRef
+	(*ActorStatus)(nil),           // 31: torpor.v1.ActorStatus
+	(*ContainerExit)(nil),         // 32: torpor.v1.ContainerExit
+	(*WorkloadExited)(nil),        // 33: torpor.v1.WorkloadExited
+	(*AcceptedStateLoss)(nil),     // 34: torpor.v1.AcceptedStateLoss
+	(*ActorOperation)(nil),        // 35: torpor.v1.ActorOperation
+	(*Worker)(nil),                // 36: torpor.v1.Worker
+	(*WorkerSpec)(nil),            // 37: torpor.v1.WorkerSpec
+	(*ActorRef)(nil),              // 38: torpor.v1.ActorRef
+	(*WorkerStatus)(nil),          // 39: torpor.v1.WorkerStatus
+	(*Snapshot)(nil),              // 40: torpor.v1.Snapshot
+	(*SnapshotTag)(nil),           // 41: torpor.v1.SnapshotTag
+	(*Node)(nil),                  // 42: torpor.v1.Node
+	nil,                           // 43: torpor.v1.ObjectMeta.LabelsEntry
+	nil,                           // 44: torpor.v1.ActorSpec.WorkerSelectorEntry
+	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
 }
 var file_torpor_v1_resources_proto_depIdxs = []int32{
-	42, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
-	42, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
-	40, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
-	9,  // 3: torpor.v1.Space.metadata:type_name -> torpor.v1.ObjectMeta
-	9,  // 4: torpor.v1.Template.metadata:type_name -> torpor.v1.ObjectMeta
-	12, // 5: torpor.v1.Template.spec:type_name -> torpor.v1.TemplateSpec
-	26, // 6: torpor.v1.Template.status:type_name -> torpor.v1.TemplateStatus
-	13, // 7: torpor.v1.TemplateSpec.containers:type_name -> torpor.v1.Container
-	20, // 8: torpor.v1.TemplateSpec.volumes:type_name -> torpor.v1.Volume
-	21, // 9: torpor.v1.TemplateSpec.resources:type_name -> torpor.v1.Resources
-	22, // 10: torpor.v1.TemplateSpec.snapshot_policy:type_name -> torpor.v1.SnapshotPolicy
-	24, // 11: torpor.v1.TemplateSpec.idle_policy:type_name -> torpor.v1.IdlePolicy
-	14, // 12: torpor.v1.Container.env:type_name -> torpor.v1.EnvVar
-	15, // 13: torpor.v1.Container.readiness_probe:type_name -> torpor.v1.Probe
-	19, // 14: torpor.v1.Container.mounts:type_name -> torpor.v1.Mount
-	16, // 15: torpor.v1.Probe.http_get:type_name -> torpor.v1.HTTPGetAction
-	17, // 16: torpor.v1.Probe.tcp_socket:type_name -> torpor.v1.TCPSocketAction
-	18, // 17: torpor.v1.Probe.exec:type_name -> torpor.v1.ExecAction
-	0,  // 18: torpor.v1.Volume.kind:type_name -> torpor.v1.VolumeKind
-	1,  // 19: torpor.v1.SnapshotPolicy.on_pause:type_name -> torpor.v1.SnapshotScope
-	1,  // 20: torpor.v1.SnapshotPolicy.on_commit:type_name -> torpor.v1.SnapshotScope
-	23, // 21: torpor.v1.SnapshotPolicy.on_resume:type_name -> torpor.v1.OnResume
-	3,  // 22: torpor.v1.OnResume.from_data:type_name -> torpor.v1.FromData
-	4,  // 23: torpor.v1.IdlePolicy.action:type_name -> torpor.v1.IdleAction
-	25, // 24: torpor.v1.IdlePolicy.eviction:type_name -> torpor.v1.EvictionPolicy
-	5,  // 25: torpor.v1.TemplateStatus.phase:type_name -> torpor.v1.TemplatePhase
-	9,  // 26: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
-	28, // 27: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
-	30, // 28: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
-	41, // 29: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
-	6,  // 30: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
-	29, // 31: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
-	32, // 32: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
-	42, // 33: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
-	12, // 34: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
-	31, // 35: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
-	2,  // 36: torpor.v1.ActorStatus.restored_by:type_name -> torpor.v1.RestoreScope
-	7,  // 37: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
-	42, // 38: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
-	2,  // 39: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
-	1,  // 40: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
-	6,  // 41: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
-	9,  // 42: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
-	34, // 43: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
-	36, // 44: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
-	35, // 45: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
-	42, // 46: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
-	42, // 47: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
-	9,  // 48: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
-	1,  // 49: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
-	12, // 50: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
-	9,  // 51: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
-	8,  // 52: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
-	9,  // 53: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
-	42, // 54: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	45, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
+	45, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
+	43, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
+	10, // 3: torpor.v1.Space.metadata:type_name -> torpor.v1.ObjectMeta
+	10, // 4: torpor.v1.Template.metadata:type_name -> torpor.v1.ObjectMeta
+	13, // 5: torpor.v1.Template.spec:type_name -> torpor.v1.TemplateSpec
+	27, // 6: torpor.v1.Template.status:type_name -> torpor.v1.TemplateStatus
+	14, // 7: torpor.v1.TemplateSpec.containers:type_name -> torpor.v1.Container
+	21, // 8: torpor.v1.TemplateSpec.volumes:type_name -> torpor.v1.Volume
+	22, // 9: torpor.v1.TemplateSpec.resources:type_name -> torpor.v1.Resources
+	23, // 10: torpor.v1.TemplateSpec.snapshot_policy:type_name -> torpor.v1.SnapshotPolicy
+	25, // 11: torpor.v1.TemplateSpec.idle_policy:type_name -> torpor.v1.IdlePolicy
+	0,  // 12: torpor.v1.TemplateSpec.restart_policy:type_name -> torpor.v1.RestartPolicy
+	15, // 13: torpor.v1.Container.env:type_name -> torpor.v1.EnvVar
+	16, // 14: torpor.v1.Container.readiness_probe:type_name -> torpor.v1.Probe
+	20, // 15: torpor.v1.Container.mounts:type_name -> torpor.v1.Mount
+	17, // 16: torpor.v1.Probe.http_get:type_name -> torpor.v1.HTTPGetAction
+	18, // 17: torpor.v1.Probe.tcp_socket:type_name -> torpor.v1.TCPSocketAction
+	19, // 18: torpor.v1.Probe.exec:type_name -> torpor.v1.ExecAction
+	1,  // 19: torpor.v1.Volume.kind:type_name -> torpor.v1.VolumeKind
+	2,  // 20: torpor.v1.SnapshotPolicy.on_pause:type_name -> torpor.v1.SnapshotScope
+	2,  // 21: torpor.v1.SnapshotPolicy.on_commit:type_name -> torpor.v1.SnapshotScope
+	24, // 22: torpor.v1.SnapshotPolicy.on_resume:type_name -> torpor.v1.OnResume
+	4,  // 23: torpor.v1.OnResume.from_data:type_name -> torpor.v1.FromData
+	5,  // 24: torpor.v1.IdlePolicy.action:type_name -> torpor.v1.IdleAction
+	26, // 25: torpor.v1.IdlePolicy.eviction:type_name -> torpor.v1.EvictionPolicy
+	6,  // 26: torpor.v1.TemplateStatus.phase:type_name -> torpor.v1.TemplatePhase
+	10, // 27: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
+	29, // 28: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
+	31, // 29: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
+	44, // 30: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
+	7,  // 31: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
+	30, // 32: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
+	35, // 33: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
+	45, // 34: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
+	13, // 35: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
+	34, // 36: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
+	3,  // 37: torpor.v1.ActorStatus.restored_by:type_name -> torpor.v1.RestoreScope
+	32, // 38: torpor.v1.ActorStatus.exit:type_name -> torpor.v1.ContainerExit
+	45, // 39: torpor.v1.ActorStatus.next_restart_time:type_name -> google.protobuf.Timestamp
+	45, // 40: torpor.v1.ContainerExit.time:type_name -> google.protobuf.Timestamp
+	32, // 41: torpor.v1.WorkloadExited.exit:type_name -> torpor.v1.ContainerExit
+	45, // 42: torpor.v1.WorkloadExited.next_restart_time:type_name -> google.protobuf.Timestamp
+	0,  // 43: torpor.v1.WorkloadExited.restart_policy:type_name -> torpor.v1.RestartPolicy
+	8,  // 44: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
+	45, // 45: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
+	3,  // 46: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
+	2,  // 47: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
+	7,  // 48: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
+	10, // 49: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
+	37, // 50: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
+	39, // 51: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
+	38, // 52: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
+	45, // 53: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
+	45, // 54: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
+	10, // 55: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
+	2,  // 56: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
+	13, // 57: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
+	10, // 58: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
+	9,  // 59: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
+	10, // 60: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
+	45, // 61: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	62, // [62:62] is the sub-list for method output_type
+	62, // [62:62] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_resources_proto_init() }
@@ -3301,8 +3600,8 @@ func file_torpor_v1_resources_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_resources_proto_rawDesc), len(file_torpor_v1_resources_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   33,
+			NumEnums:      10,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

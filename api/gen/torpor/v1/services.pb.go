@@ -1584,7 +1584,13 @@ type ResumeActorRequest struct {
 	// The caller asks again for a request it parked after a refusal for
 	// lack of workers (a router does): a refusal of it is not counted
 	// again in the metrics, so they count refused requests, not attempts.
-	Repeat        bool `protobuf:"varint,6,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	Repeat bool `protobuf:"varint,6,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	// The caller resumes for traffic (a router does): an actor whose
+	// workload exited is then not started by this call but by its restart
+	// policy. The call fails at once, Unavailable while a restart is due
+	// and FailedPrecondition when the policy does not restart it, with a
+	// WorkloadExited detail.
+	OnDemand      bool `protobuf:"varint,7,opt,name=on_demand,json=onDemand,proto3" json:"on_demand,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1657,6 +1663,13 @@ func (x *ResumeActorRequest) GetAllowStateLoss() bool {
 func (x *ResumeActorRequest) GetRepeat() bool {
 	if x != nil {
 		return x.Repeat
+	}
+	return false
+}
+
+func (x *ResumeActorRequest) GetOnDemand() bool {
+	if x != nil {
+		return x.OnDemand
 	}
 	return false
 }
@@ -2892,14 +2905,15 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\vlast_active\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"lastActive\x12\x1b\n" +
 	"\tin_flight\x18\x04 \x01(\x05R\binFlight\"\x18\n" +
-	"\x16ReportActivityResponse\"\xb0\x01\n" +
+	"\x16ReportActivityResponse\"\xcd\x01\n" +
 	"\x12ResumeActorRequest\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04boot\x18\x03 \x01(\bR\x04boot\x12\x1a\n" +
 	"\bsnapshot\x18\x04 \x01(\tR\bsnapshot\x12(\n" +
 	"\x10allow_state_loss\x18\x05 \x01(\bR\x0eallowStateLoss\x12\x16\n" +
-	"\x06repeat\x18\x06 \x01(\bR\x06repeat\"\x98\x02\n" +
+	"\x06repeat\x18\x06 \x01(\bR\x06repeat\x12\x1b\n" +
+	"\ton_demand\x18\a \x01(\bR\bonDemand\"\x98\x02\n" +
 	"\n" +
 	"ActorEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x124\n" +

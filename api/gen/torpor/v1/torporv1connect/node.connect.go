@@ -40,6 +40,8 @@ const (
 	NodeServiceRegisterNodeProcedure = "/torpor.v1.NodeService/RegisterNode"
 	// NodeServiceHeartbeatProcedure is the fully-qualified name of the NodeService's Heartbeat RPC.
 	NodeServiceHeartbeatProcedure = "/torpor.v1.NodeService/Heartbeat"
+	// NodeServiceReportExitProcedure is the fully-qualified name of the NodeService's ReportExit RPC.
+	NodeServiceReportExitProcedure = "/torpor.v1.NodeService/ReportExit"
 	// NodeServiceGetNodeProcedure is the fully-qualified name of the NodeService's GetNode RPC.
 	NodeServiceGetNodeProcedure = "/torpor.v1.NodeService/GetNode"
 	// NodeServiceListNodesProcedure is the fully-qualified name of the NodeService's ListNodes RPC.
@@ -86,6 +88,11 @@ type NodeServiceClient interface {
 	// restarted agent re-registers and keeps its workers' uids).
 	RegisterNode(context.Context, *connect.Request[v1.RegisterNodeRequest]) (*connect.Response[v1.RegisterNodeResponse], error)
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
+	// ReportExit tells the control plane that the workload a worker of the
+	// node ran exited on its own; the node has freed the worker already.
+	// Idempotent: an exit of a workload the actor no longer runs is
+	// ignored.
+	ReportExit(context.Context, *connect.Request[v1.ReportExitRequest]) (*connect.Response[v1.ReportExitResponse], error)
 	GetNode(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Node], error)
 	ListNodes(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListNodesResponse], error)
 }
@@ -113,6 +120,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("Heartbeat")),
 			connect.WithClientOptions(opts...),
 		),
+		reportExit: connect.NewClient[v1.ReportExitRequest, v1.ReportExitResponse](
+			httpClient,
+			baseURL+NodeServiceReportExitProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ReportExit")),
+			connect.WithClientOptions(opts...),
+		),
 		getNode: connect.NewClient[v1.GetRequest, v1.Node](
 			httpClient,
 			baseURL+NodeServiceGetNodeProcedure,
@@ -132,6 +145,7 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 type nodeServiceClient struct {
 	registerNode *connect.Client[v1.RegisterNodeRequest, v1.RegisterNodeResponse]
 	heartbeat    *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
+	reportExit   *connect.Client[v1.ReportExitRequest, v1.ReportExitResponse]
 	getNode      *connect.Client[v1.GetRequest, v1.Node]
 	listNodes    *connect.Client[v1.ListRequest, v1.ListNodesResponse]
 }
@@ -144,6 +158,11 @@ func (c *nodeServiceClient) RegisterNode(ctx context.Context, req *connect.Reque
 // Heartbeat calls torpor.v1.NodeService.Heartbeat.
 func (c *nodeServiceClient) Heartbeat(ctx context.Context, req *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
 	return c.heartbeat.CallUnary(ctx, req)
+}
+
+// ReportExit calls torpor.v1.NodeService.ReportExit.
+func (c *nodeServiceClient) ReportExit(ctx context.Context, req *connect.Request[v1.ReportExitRequest]) (*connect.Response[v1.ReportExitResponse], error) {
+	return c.reportExit.CallUnary(ctx, req)
 }
 
 // GetNode calls torpor.v1.NodeService.GetNode.
@@ -162,6 +181,11 @@ type NodeServiceHandler interface {
 	// restarted agent re-registers and keeps its workers' uids).
 	RegisterNode(context.Context, *connect.Request[v1.RegisterNodeRequest]) (*connect.Response[v1.RegisterNodeResponse], error)
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
+	// ReportExit tells the control plane that the workload a worker of the
+	// node ran exited on its own; the node has freed the worker already.
+	// Idempotent: an exit of a workload the actor no longer runs is
+	// ignored.
+	ReportExit(context.Context, *connect.Request[v1.ReportExitRequest]) (*connect.Response[v1.ReportExitResponse], error)
 	GetNode(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Node], error)
 	ListNodes(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListNodesResponse], error)
 }
@@ -185,6 +209,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("Heartbeat")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceReportExitHandler := connect.NewUnaryHandler(
+		NodeServiceReportExitProcedure,
+		svc.ReportExit,
+		connect.WithSchema(nodeServiceMethods.ByName("ReportExit")),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceGetNodeHandler := connect.NewUnaryHandler(
 		NodeServiceGetNodeProcedure,
 		svc.GetNode,
@@ -203,6 +233,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceRegisterNodeHandler.ServeHTTP(w, r)
 		case NodeServiceHeartbeatProcedure:
 			nodeServiceHeartbeatHandler.ServeHTTP(w, r)
+		case NodeServiceReportExitProcedure:
+			nodeServiceReportExitHandler.ServeHTTP(w, r)
 		case NodeServiceGetNodeProcedure:
 			nodeServiceGetNodeHandler.ServeHTTP(w, r)
 		case NodeServiceListNodesProcedure:
@@ -222,6 +254,10 @@ func (UnimplementedNodeServiceHandler) RegisterNode(context.Context, *connect.Re
 
 func (UnimplementedNodeServiceHandler) Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeService.Heartbeat is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ReportExit(context.Context, *connect.Request[v1.ReportExitRequest]) (*connect.Response[v1.ReportExitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeService.ReportExit is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) GetNode(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Node], error) {
