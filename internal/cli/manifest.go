@@ -429,7 +429,8 @@ func (d *manifestDecoder) singular(n *yaml.Node, fd protoreflect.FieldDescriptor
 }
 
 // enum accepts a value's full name (SNAPSHOT_SCOPE_FULL) or its name
-// without the enum's prefix (FULL), in any case.
+// without the enum's prefix (FULL), in any case, with or without its
+// underscores (OnFailure, as Kubernetes writes ON_FAILURE).
 func (d *manifestDecoder) enum(n *yaml.Node, ed protoreflect.EnumDescriptor, path string) (any, error) {
 	var short []string
 	values := ed.Values()
@@ -444,6 +445,11 @@ func (d *manifestDecoder) enum(n *yaml.Node, ed protoreflect.EnumDescriptor, pat
 	for _, candidate := range []string{name, enum.Prefix(ed) + name} {
 		if v := values.ByName(protoreflect.Name(candidate)); v != nil {
 			return string(v.Name()), nil
+		}
+	}
+	for i, s := range short {
+		if strings.ReplaceAll(s, "_", "") == name {
+			return string(values.Get(i + 1).Name()), nil
 		}
 	}
 	return nil, d.errorAt(n.Line, path, "%q is not a valid %s (want %s)", n.Value, ed.Name(), want)

@@ -141,6 +141,13 @@ func TestLoadTemplates(t *testing.T) {
 			want: []*torporv1.Template{goodTemplateProto(pinned)},
 		},
 		{
+			name: "enum names as Kubernetes writes them",
+			doc:  minimal + "  restartPolicy: OnFailure\n",
+			want: []*torporv1.Template{{Metadata: &torporv1.ObjectMeta{Name: "small", Space: "default"}, Spec: &torporv1.TemplateSpec{
+				Containers: []*torporv1.Container{{Name: "main", Image: pinned}}, RestartPolicy: torporv1.RestartPolicy_RESTART_POLICY_ON_FAILURE,
+			}}},
+		},
+		{
 			name: "multiple documents, empty ones skipped",
 			doc:  "---\n" + minimal + "---\n" + strings.Replace(minimal, "name: small", "name: other", 1) + "---\n",
 			want: []*torporv1.Template{

@@ -32,10 +32,11 @@ func (m *slotMachine) Run(ctx context.Context, req *connect.Request[torporv1.Run
 		return nil, err
 	}
 	return operate(ctx, m, "Run", op, func(ctx context.Context, s *slot) (*torporv1.RunResponse, error) {
-		if _, err := m.start(ctx, s, op, w, noSource); err != nil {
+		st, err := m.start(ctx, s, op, w, noSource, req.Msg.GetCheckPort())
+		if err != nil {
 			return nil, err
 		}
-		return &torporv1.RunResponse{WorkerIp: s.rt.IP}, nil
+		return &torporv1.RunResponse{WorkerIp: s.rt.IP, Warnings: st.warnings}, nil
 	})
 }
 
@@ -52,7 +53,7 @@ func (m *slotMachine) Restore(ctx context.Context, req *connect.Request[torporv1
 	}
 	return operate(ctx, m, "Restore", op, func(ctx context.Context, s *slot) (*torporv1.RestoreResponse, error) {
 		began := time.Now()
-		started, err := m.start(ctx, s, op, w, func(ctx context.Context) (bootSource, func(bool), error) { return m.snapshots.source(ctx, msg) })
+		started, err := m.start(ctx, s, op, w, func(ctx context.Context) (bootSource, func(bool), error) { return m.snapshots.source(ctx, msg) }, false)
 		if err != nil {
 			return nil, err
 		}
@@ -170,15 +171,15 @@ func noSource(context.Context) (bootSource, func(started bool), error) {
 }
 
 // start claims the slot for the actor, boots it from source and waits for
-// it to be ready, reporting whether it started in a sandbox made ahead.
-// On failure the slot is left free (or, if its sandbox would not stop,
-// stopping).
-func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation, w *torporv1.Workload, source func(context.Context) (bootSource, func(started bool), error)) (started, error) {
+// it to be ready (with checkPort, accepting connections on its port too),
+// reporting whether it started in a sandbox made ahead. On failure the
+// slot is left free (or, if its sandbox would not stop, stopping).
+func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation, w *torporv1.Workload, source func(context.Context) (bootSource, func(started bool), error), checkPort bool) (started, error) {
 	claimed, err := m.claim(s, op, w)
 	if err != nil {
 		return started{}, err
 	}
-	st, err := m.boot(ctx, s, w, source)
+	st, err := m.boot(ctx, s, w, source, checkPort)
 	if err != nil {
 		ctx, cancel := cleanupContext(ctx)
 		defer cancel()
@@ -208,6 +209,8 @@ type started struct {
 	steps []*torporv1.StepDuration
 	// watch watches the started workload for its exit.
 	watch *exitWatch
+	// warnings: what a port check found (start's checkPort).
+	warnings []string
 }
 
 // warmStarts is a runtime that tells whether a slot's workload started
@@ -244,7 +247,7 @@ func (m *slotMachine) claim(s *slot, op *torporv1.Operation, w *torporv1.Workloa
 
 // boot starts w in s from source and waits for it to be ready. The
 // source's release says whether it did (snapshots.source).
-func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, source func(context.Context) (bootSource, func(started bool), error)) (_ started, err error) {
+func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, source func(context.Context) (bootSource, func(started bool), error), checkPort bool) (_ started, err error) {
 	steps := m.startSteps(ctx, "start")
 	rootfs, images, err := m.images.unpack(ctx, w)
 	if err != nil {
@@ -311,15 +314,23 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 	if ws, ok := m.rt.(warmStarts); ok {
 		warm = ws.StartedWarm(s.rt)
 	}
-	if err := m.probes.waitReady(ctx, s, w, watch.done); err != nil {
-		if errors.Is(err, errExited) {
-			return started{}, exitError(w.GetSpace(), w.GetActor(), m.describeExit(s, w.GetActorUid(), watch.exit))
+	err = m.probes.waitReady(ctx, s, w, watch.done)
+	var warnings []string
+	if err == nil && checkPort {
+		var warning string
+		if warning, err = m.probes.checkPort(ctx, s, w, watch.done); warning != "" {
+			warnings = append(warnings, warning)
 		}
+	}
+	if errors.Is(err, errExited) {
+		return started{}, exitError(w.GetSpace(), w.GetActor(), m.describeExit(s, w.GetActorUid(), watch.exit))
+	}
+	if err != nil {
 		return started{}, err
 	}
 	steps.done("ready")
 	m.log.Debug("start steps", append([]any{"worker", s.name(), "actor_uid", w.GetActorUid(), "restore", src.memory != "", "warm", warm}, steps.attrs...)...)
-	return started{warm: warm, steps: steps.steps, watch: watch}, nil
+	return started{warm: warm, steps: steps.steps, watch: watch, warnings: warnings}, nil
 }
 
 // cleanupContext gives the cleanup after a failure its own time: the

@@ -104,6 +104,9 @@ func TemplateSpec(at string, spec *torporv1.TemplateSpec, pinned ImagePinned) er
 	if ip.GetEviction().GetMinIdleSeconds() < 0 {
 		return fieldErr(at+".idlePolicy.eviction.minIdleSeconds", "must not be negative")
 	}
+	if _, ok := torporv1.RestartPolicy_name[int32(spec.GetRestartPolicy())]; !ok {
+		return fieldErr(at+".restartPolicy", "%d: want ALWAYS, ON_FAILURE or NEVER", spec.GetRestartPolicy())
+	}
 	if n := spec.GetWarmWorkers(); n < 0 || n > maxWarmWorkers {
 		return fieldErr(at+".warmWorkers", "%d: want 0 to %d (free workers kept warm for the template)", n, maxWarmWorkers)
 	}

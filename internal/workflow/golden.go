@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -94,7 +95,7 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 	t = building
 	ref := &torporv1.WorkerRef{Namespace: w.GetMetadata().GetSpace(), Name: w.GetMetadata().GetName(), Uid: w.GetMetadata().GetUid(), Node: w.GetSpec().GetNode()}
 	start := e.now()
-	snap, buildErr := e.runGolden(ctx, t, ref)
+	snap, warnings, buildErr := e.runGolden(ctx, t, ref)
 	e.metrics.observe("golden", start, buildErr)
 	if buildErr == nil {
 		e.metrics.snapshotBytes.WithLabelValues("golden").Add(float64(snap.GetSizeBytes()))
@@ -120,7 +121,7 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 				if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
 					return err
 				}
-				cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY, GoldenSnapshot: snap.GetMetadata().GetName(), Revision: rev}
+				cur.Status = &torporv1.TemplateStatus{Phase: torporv1.TemplatePhase_TEMPLATE_PHASE_READY, GoldenSnapshot: snap.GetMetadata().GetName(), Revision: rev, Message: strings.Join(warnings, "; ")}
 			}
 			_, err = tx.Revisions().Update(ctx, cur)
 			return err
@@ -134,24 +135,27 @@ func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 	return err
 }
 
-func (e *Engine) runGolden(ctx context.Context, t *torporv1.Template, w *torporv1.WorkerRef) (*torporv1.Snapshot, error) {
+// runGolden boots t on w, checking its port, and checkpoints it: the
+// golden snapshot, and what the boot warned of.
+func (e *Engine) runGolden(ctx context.Context, t *torporv1.Template, w *torporv1.WorkerRef) (*torporv1.Snapshot, []string, error) {
 	agent, err := e.agents.Agent(ctx, w.GetNode())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m := t.GetMetadata()
 	opID := newOperationID()
 	op := &torporv1.Operation{ActorUid: m.GetUid(), OperationId: opID, Worker: w.GetName()}
 	workload := &torporv1.Workload{Space: m.GetSpace(), Actor: goldenActorPrefix + m.GetName(), ActorUid: m.GetUid(), TemplateName: m.GetName(), TemplateUid: m.GetUid(), Template: t.GetSpec()}
 	cleanup := &torporv1.Operation{ActorUid: m.GetUid(), OperationId: opID + "-terminate", Worker: w.GetName()}
-	if _, err := agent.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: op, Workload: workload})); err != nil {
+	run, err := agent.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: op, Workload: workload, CheckPort: true}))
+	if err != nil {
 		e.terminateWorkload(ctx, agent, cleanup)
-		return nil, fmt.Errorf("boot template %s/%s: %w", m.GetSpace(), m.GetName(), err)
+		return nil, nil, fmt.Errorf("boot template %s/%s: %w", m.GetSpace(), m.GetName(), err)
 	}
 	name := newSnapshotName(e.now())
 	location, err := snapshot.Location(m.GetSpace(), m.GetUid(), name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	resp, err := agent.Checkpoint(ctx, connect.NewRequest(&torporv1.CheckpointRequest{
 		Op:       &torporv1.Operation{ActorUid: m.GetUid(), OperationId: opID + "-checkpoint", Worker: w.GetName()},
@@ -161,7 +165,7 @@ func (e *Engine) runGolden(ctx context.Context, t *torporv1.Template, w *torporv
 	}))
 	if err != nil {
 		e.terminateWorkload(ctx, agent, cleanup)
-		return nil, fmt.Errorf("checkpoint template %s/%s: %w", m.GetSpace(), m.GetName(), err)
+		return nil, nil, fmt.Errorf("checkpoint template %s/%s: %w", m.GetSpace(), m.GetName(), err)
 	}
 	return &torporv1.Snapshot{
 		Metadata:       &torporv1.ObjectMeta{Space: m.GetSpace(), Name: name},
@@ -174,7 +178,7 @@ func (e *Engine) runGolden(ctx context.Context, t *torporv1.Template, w *torporv
 		ManifestDigest: resp.Msg.GetManifestDigest(),
 		SizeBytes:      resp.Msg.GetSizeBytes(),
 		HasData:        resp.Msg.GetHasData(),
-	}, nil
+	}, run.Msg.GetWarnings(), nil
 }
 
 func (e *Engine) setTemplateStatus(ctx context.Context, t *torporv1.Template, phase torporv1.TemplatePhase, msg string) error {

@@ -828,9 +828,14 @@ func (x *Workload) GetForkedFrom() string {
 }
 
 type RunRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Op            *Operation             `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
-	Workload      *Workload              `protobuf:"bytes,2,opt,name=workload,proto3" json:"workload,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Op       *Operation             `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	Workload *Workload              `protobuf:"bytes,2,opt,name=workload,proto3" json:"workload,omitempty"`
+	// Check that the workload accepts connections on its port (the first
+	// container's, as routers reach it) before the start is done, as a
+	// golden build does: a port the template names must, within its
+	// readiness probe's timeout; the default one is only warned about.
+	CheckPort     bool `protobuf:"varint,3,opt,name=check_port,json=checkPort,proto3" json:"check_port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -879,9 +884,18 @@ func (x *RunRequest) GetWorkload() *Workload {
 	return nil
 }
 
+func (x *RunRequest) GetCheckPort() bool {
+	if x != nil {
+		return x.CheckPort
+	}
+	return false
+}
+
 type RunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerIp      string                 `protobuf:"bytes,1,opt,name=worker_ip,json=workerIp,proto3" json:"worker_ip,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerIp string                 `protobuf:"bytes,1,opt,name=worker_ip,json=workerIp,proto3" json:"worker_ip,omitempty"`
+	// What the start found wrong without failing (check_port).
+	Warnings      []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -921,6 +935,13 @@ func (x *RunResponse) GetWorkerIp() string {
 		return x.WorkerIp
 	}
 	return ""
+}
+
+func (x *RunResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
 }
 
 type CheckpointRequest struct {
@@ -1875,13 +1896,16 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\ftemplate_uid\x18\x05 \x01(\tR\vtemplateUid\x123\n" +
 	"\btemplate\x18\x06 \x01(\v2\x17.torpor.v1.TemplateSpecR\btemplate\x12\x1f\n" +
 	"\vforked_from\x18\a \x01(\tR\n" +
-	"forkedFrom\"c\n" +
+	"forkedFrom\"\x82\x01\n" +
 	"\n" +
 	"RunRequest\x12$\n" +
 	"\x02op\x18\x01 \x01(\v2\x14.torpor.v1.OperationR\x02op\x12/\n" +
-	"\bworkload\x18\x02 \x01(\v2\x13.torpor.v1.WorkloadR\bworkload\"*\n" +
+	"\bworkload\x18\x02 \x01(\v2\x13.torpor.v1.WorkloadR\bworkload\x12\x1d\n" +
+	"\n" +
+	"check_port\x18\x03 \x01(\bR\tcheckPort\"F\n" +
 	"\vRunResponse\x12\x1b\n" +
-	"\tworker_ip\x18\x01 \x01(\tR\bworkerIp\"\xdf\x01\n" +
+	"\tworker_ip\x18\x01 \x01(\tR\bworkerIp\x12\x1a\n" +
+	"\bwarnings\x18\x02 \x03(\tR\bwarnings\"\xdf\x01\n" +
 	"\x11CheckpointRequest\x12$\n" +
 	"\x02op\x18\x01 \x01(\v2\x14.torpor.v1.OperationR\x02op\x12.\n" +
 	"\x05scope\x18\x02 \x01(\x0e2\x18.torpor.v1.SnapshotScopeR\x05scope\x123\n" +
