@@ -197,10 +197,10 @@ func (m *slotMachine) describeExit(s *slot, actorUID string, exit runtime.Exit) 
 	return exits.New(exit.Container, exit.Status, last, time.Now())
 }
 
-// exitError is the error of a start or checkpoint of actor a workload
-// that exited: FailedPrecondition naming the exit, which it carries.
-func exitError(space, actor string, ce *torporv1.ContainerExit) error {
-	return exits.Error(connect.CodeFailedPrecondition, fmt.Sprintf("actor %s/%s: %s", space, actor, exits.Describe(ce)), &torporv1.WorkloadExited{Exit: ce})
+// exitError is the error of a start or checkpoint of a workload that
+// exited: FailedPrecondition naming the exit, which it carries.
+func exitError(ce *torporv1.ContainerExit) error {
+	return exits.Error(connect.CodeFailedPrecondition, exits.Describe(ce), &torporv1.WorkloadExited{Exit: ce})
 }
 
 // recordedExit is the error for an operation on actorUID's workload,
@@ -226,10 +226,11 @@ func (m *slotMachine) report(worker string, rec *exitRecord) {
 		ctx, cancel := context.WithTimeout(m.watching, controlPlaneTimeout)
 		_, err := m.exitReports.ReportExit(ctx, connect.NewRequest(req))
 		cancel()
-		switch connect.CodeOf(err) {
-		case 0:
+		if err == nil {
 			log.Info("exit reported to the control plane")
 			return
+		}
+		switch connect.CodeOf(err) {
 		case connect.CodeInvalidArgument, connect.CodePermissionDenied, connect.CodeFailedPrecondition, connect.CodeNotFound, connect.CodeUnimplemented:
 			log.Error("the control plane refused the exit report", "err", err)
 			return

@@ -17,7 +17,7 @@ import (
 // listener on the default port, which a template need not use (an actor
 // reached by exec only): long enough for a server that binds after it
 // started.
-const defaultPortGrace = 2 * time.Second
+const defaultPortGrace = time.Second
 
 // checkPort checks that something in s accepts connections on w's port
 // (validate.WorkloadPort), where routers send its traffic. A port the

@@ -323,7 +323,7 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 		}
 	}
 	if errors.Is(err, errExited) {
-		return started{}, exitError(w.GetSpace(), w.GetActor(), m.describeExit(s, w.GetActorUid(), watch.exit))
+		return started{}, exitError(m.describeExit(s, w.GetActorUid(), watch.exit))
 	}
 	if err != nil {
 		return started{}, err
@@ -486,7 +486,7 @@ func (m *slotMachine) checkpoint(ctx context.Context, s *slot, cur slotRecord, r
 			// A workload that exited cannot be captured: the exit is
 			// the failure.
 			if exit, ok := s.currentWatch().exitedWithin(exitSettle); ok {
-				return nil, exitError(w.GetSpace(), w.GetActor(), m.describeExit(s, cur.ActorUID, exit))
+				return nil, exitError(m.describeExit(s, cur.ActorUID, exit))
 			}
 			return nil, fmt.Errorf("checkpoint actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 		}
