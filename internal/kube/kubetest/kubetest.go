@@ -1,0 +1,290 @@
+// Package kubetest runs a real, minimal Kubernetes control plane on
+// loopback for tests, as envtest does: etcd, kube-apiserver (TLS under a
+// test CA, client-certificate and ServiceAccount-token authentication,
+// Node and RBAC authorization) and kwok, which makes fake Nodes report
+// Ready and the Pods bound to them Running. There is no kubelet,
+// scheduler or controller manager: no ServiceAccount "default" is made and
+// workload controllers make no Pods, so tests create the ServiceAccounts
+// they name and Pods with spec.nodeName set.
+package kubetest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+)
+
+// ServiceAccountIssuer is the issuer of the cluster's ServiceAccount
+// tokens, the one Kubernetes clusters conventionally use; it is also the
+// API server's audience.
+const ServiceAccountIssuer = "https://kubernetes.default.svc"
+
+// ServiceClusterIPRange is the range the API server allocates Service IPs
+// from.
+const ServiceClusterIPRange = "10.96.0.0/16"
+
+// Cluster is a running test control plane. Stop, registered with
+// t.Cleanup by Start, ends it.
+type Cluster struct {
+	// Kubeconfig is the path of a kubeconfig file of the cluster's admin
+	// (a client certificate in group system:masters).
+	Kubeconfig string
+	// REST is the admin's client configuration.
+	REST *rest.Config
+	// ServiceAccountIssuer is the "iss" of the cluster's ServiceAccount
+	// tokens.
+	ServiceAccountIssuer string
+	// Kubectl is the path of the kubectl binary built with the API server.
+	Kubectl string
+
+	t         testing.TB
+	dir       string // every file of the cluster, removed by Stop
+	pki       *pki
+	clientset kubernetes.Interface
+	procs     []*process // in start order
+	files     int        // kubeconfigs written by KubeconfigFor
+	mu        sync.Mutex // guards files
+	stopOnce  sync.Once
+}
+
+// startTimeout bounds the start of all three programs; a cold start on a
+// loaded 2-core machine takes a few seconds.
+const startTimeout = 2 * time.Minute
+
+// Start starts a test cluster from the binaries `make kube` builds into
+// the module's bin/ (or the paths in TORPOR_ETCD, TORPOR_KUBE_APISERVER,
+// TORPOR_KWOK and TORPOR_KUBECTL), returning once the API server is ready
+// and kwok manages Nodes. It fails the test if any of them is missing or
+// does not come up.
+func Start(t testing.TB) *Cluster {
+	t.Helper()
+	bins := findBinaries(t)
+	dir, err := os.MkdirTemp("", "kubetest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{ServiceAccountIssuer: ServiceAccountIssuer, Kubectl: bins.kubectl, t: t, dir: dir}
+	t.Cleanup(c.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := c.start(ctx, bins); err != nil {
+		t.Fatalf("start the test Kubernetes cluster (files in %s): %v", dir, err)
+	}
+	return c
+}
+
+type binaries struct{ etcd, apiserver, kwok, kubectl string }
+
+// findBinaries locates the cluster's programs, failing the test with what
+// to run when one is missing.
+func findBinaries(t testing.TB) binaries {
+	t.Helper()
+	root, err := runtimetest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	find := func(name, env string) string {
+		if p := os.Getenv(env); p != "" {
+			return p
+		}
+		p := filepath.Join(root, "bin", name)
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s not found at %s (%v): run `make kube`, or set %s", name, p, err, env)
+		}
+		return p
+	}
+	return binaries{
+		etcd:      find("etcd", "TORPOR_ETCD"),
+		apiserver: find("kube-apiserver", "TORPOR_KUBE_APISERVER"),
+		kwok:      find("kwok", "TORPOR_KWOK"),
+		kubectl:   find("kubectl", "TORPOR_KUBECTL"),
+	}
+}
+
+func (c *Cluster) start(ctx context.Context, bins binaries) error {
+	var err error
+	if c.pki, err = newPKI(c.dir); err != nil {
+		return err
+	}
+	stages, err := kwokStageFiles(bins.kwok, c.dir)
+	if err != nil {
+		return err
+	}
+	ports, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	etcdPort, etcdPeerPort, apiPort, kwokPort := ports[0], ports[1], ports[2], ports[3]
+
+	etcdURL := "http://127.0.0.1:" + etcdPort
+	peerURL := "http://127.0.0.1:" + etcdPeerPort
+	etcd, err := c.run("etcd", nil, bins.etcd,
+		"--name=kubetest",
+		"--data-dir="+filepath.Join(c.dir, "etcd"),
+		"--listen-client-urls="+etcdURL,
+		"--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=kubetest="+peerURL,
+		"--unsafe-no-fsync", // the data is thrown away with the test
+	)
+	if err != nil {
+		return err
+	}
+	if err := etcd.waitHealthy(ctx, plainHTTP, etcdURL+"/health"); err != nil {
+		return err
+	}
+
+	server := "https://127.0.0.1:" + apiPort
+	c.Kubeconfig = filepath.Join(c.dir, "admin.kubeconfig")
+	c.REST, err = writeKubeconfig(c.Kubeconfig, server, c.pki.caPEM, credentials{certPEM: c.pki.adminCertPEM, keyPEM: c.pki.adminKeyPEM})
+	if err != nil {
+		return err
+	}
+	apiserver, err := c.run("kube-apiserver", nil, bins.apiserver,
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port="+apiPort,
+		"--tls-cert-file="+c.pki.servingCertFile,
+		"--tls-private-key-file="+c.pki.servingKeyFile,
+		"--client-ca-file="+c.pki.caFile,
+		"--service-account-issuer="+ServiceAccountIssuer,
+		"--api-audiences="+ServiceAccountIssuer,
+		"--service-account-signing-key-file="+c.pki.serviceAccountKeyFile,
+		"--service-account-key-file="+c.pki.serviceAccountKeyFile,
+		"--authorization-mode=Node,RBAC",
+		"--service-cluster-ip-range="+ServiceClusterIPRange,
+		// Without it the API server keeps trying to publish its own
+		// address as the endpoint of Service "kubernetes", and validation
+		// refuses loopback addresses as endpoints.
+		"--endpoint-reconciler-type=none",
+		"--cert-dir="+filepath.Join(c.dir, "apiserver"),
+	)
+	if err != nil {
+		return err
+	}
+	probe := rest.CopyConfig(c.REST)
+	probe.Timeout = probeTimeout
+	admin, err := rest.HTTPClientFor(probe)
+	if err != nil {
+		return fmt.Errorf("the admin's client: %w", err)
+	}
+	if err := apiserver.waitHealthy(ctx, admin, server+"/readyz"); err != nil {
+		return err
+	}
+	if c.clientset, err = kubernetes.NewForConfig(c.REST); err != nil {
+		return fmt.Errorf("the admin's clientset: %w", err)
+	}
+
+	kwokArgs := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--manage-all-nodes=true",
+		// Its health endpoints, served once its controllers have started.
+		"--server-address=127.0.0.1:" + kwokPort,
+	}
+	for _, s := range stages {
+		kwokArgs = append(kwokArgs, "--config="+s)
+	}
+	// A HOME of its own: kwok also reads ~/.kwok/kwok.yaml.
+	kwok, err := c.run("kwok", []string{"HOME=" + filepath.Join(c.dir, "kwok")}, bins.kwok, kwokArgs...)
+	if err != nil {
+		return err
+	}
+	return kwok.waitHealthy(ctx, plainHTTP, "http://127.0.0.1:"+kwokPort+"/healthz")
+}
+
+// run starts one of the cluster's programs, its log in the cluster's
+// directory, and records it for Stop.
+func (c *Cluster) run(name string, env []string, bin string, args ...string) (*process, error) {
+	p, err := startProcess(name, filepath.Join(c.dir, name+".log"), env, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	return p, nil
+}
+
+// Stop kills the cluster's programs (their process groups) and removes
+// its files; on a failed test it logs the end of each program's output
+// first. It is safe to call more than once.
+func (c *Cluster) Stop() {
+	c.stopOnce.Do(func() {
+		for i := len(c.procs) - 1; i >= 0; i-- {
+			c.procs[i].stop()
+		}
+		if c.t.Failed() {
+			for _, p := range c.procs {
+				c.t.Logf("%s's log ends:\n%s", p.name, p.logTail())
+			}
+		}
+		if err := os.RemoveAll(c.dir); err != nil {
+			c.t.Errorf("remove the test cluster's files: %v", err)
+		}
+	})
+}
+
+// Clientset is a client of the cluster as its admin.
+func (c *Cluster) Clientset() kubernetes.Interface { return c.clientset }
+
+// nodeReadyTimeout bounds how long kwok takes to make a new Node Ready.
+const nodeReadyTimeout = time.Minute
+
+// AddNode creates a Node with labels, which kwok manages, and returns it
+// once it is Ready.
+func (c *Cluster) AddNode(name string, labels map[string]string) *corev1.Node {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), nodeReadyTimeout)
+	defer cancel()
+	nodes := c.clientset.CoreV1().Nodes()
+	if _, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		c.t.Fatalf("create Node %s: %v", name, err)
+	}
+	var node *corev1.Node
+	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var err error
+		node, err = nodes.Get(ctx, name, metav1.GetOptions{})
+		return err == nil && nodeReady(node), nil
+	})
+	if err != nil {
+		c.t.Fatalf("Node %s not Ready within %v (is kwok running? its log: %s): %v", name, nodeReadyTimeout, filepath.Join(c.dir, "kwok.log"), err)
+	}
+	return node
+}
+
+func nodeReady(node *corev1.Node) bool {
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// KubeconfigFor writes a kubeconfig of the cluster that authenticates
+// with the bearer token, for a component that runs as a ServiceAccount
+// (under that account's RBAC), and returns its path.
+func (c *Cluster) KubeconfigFor(token string) string {
+	c.t.Helper()
+	c.mu.Lock()
+	c.files++
+	path := filepath.Join(c.dir, "token-"+strconv.Itoa(c.files)+".kubeconfig")
+	c.mu.Unlock()
+	if _, err := writeKubeconfig(path, c.REST.Host, c.pki.caPEM, credentials{token: token}); err != nil {
+		c.t.Fatal(err)
+	}
+	return path
+}
