@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +17,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -179,9 +179,12 @@ func newActorLogsCommand(a *app) *cobra.Command {
 		Short: "Show the output of an actor's containers, across suspends, resumes and moves",
 		Long: "Show what the actor's containers wrote to standard output and error, each line\n" +
 			"with its time and container, and torpor's own lines (\"--\") where the actor was\n" +
-			"suspended, paused or resumed. The log is kept with the actor, bounded (see\n" +
-			"docs/operations.md). A suspended actor is resumed first. -f follows new output\n" +
-			"until the actor stops or the command is interrupted; -o json prints records.",
+			"suspended, paused, resumed or stopped. The log is kept with the actor, bounded\n" +
+			"(see docs/operations.md). It only reads: a suspended or crashed actor stays as it\n" +
+			"is (its log comes from its node or its latest snapshot, a crash's last output\n" +
+			"included), and asking is no activity. -f follows new output across suspends,\n" +
+			"resumes and moves until the actor is deleted or the command is interrupted;\n" +
+			"--tail counts lines; -o json prints records, one a line, their text as text.",
 		Example: "  torpor actor logs c1 --tail 20 -f\n  torpor actor logs c1 --since 10m -c counter",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -249,9 +252,23 @@ type logPrinter struct {
 	mid bool
 }
 
+// jsonLogRecord is a log record as -o json prints it: the text as text
+// (a line's bytes are text, invalid UTF-8 replaced), not base64 as
+// protojson prints bytes.
+type jsonLogRecord struct {
+	Time      string `json:"time"`
+	Container string `json:"container,omitempty"`
+	Stream    string `json:"stream"`
+	Text      string `json:"text"`
+	Partial   bool   `json:"partial,omitempty"`
+}
+
 func (p *logPrinter) print(r *torporv1.LogRecord) error {
 	if p.json {
-		b, err := protojson.Marshal(r)
+		b, err := json.Marshal(jsonLogRecord{
+			Time: r.GetTime().AsTime().UTC().Format(time.RFC3339Nano), Container: r.GetContainer(),
+			Stream: r.GetStream(), Text: string(r.GetText()), Partial: r.GetPartial(),
+		})
 		if err != nil {
 			return err
 		}

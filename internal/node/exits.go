@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/actorlog"
 	"github.com/torpor-dev/torpor/internal/exits"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
@@ -154,7 +155,7 @@ func (m *slotMachine) exited(s *slot, rec slotRecord, exit runtime.Exit) {
 	log := m.log.With("worker", s.name(), "actor_uid", cur.ActorUID, "operation", cur.Operation)
 	ce := m.describeExit(s, cur.ActorUID, exit)
 	log.Warn("workload exited", "exit", exits.Describe(ce))
-	m.logs.close(cur.ActorUID)
+	m.logs.keep(cur.ActorUID, "exited on node %s, worker %s: %s", m.node, s.name(), exits.Describe(ce))
 	ctx, cancel := cleanupContext(m.watching)
 	defer cancel()
 	if err := m.vacate(ctx, s, cur); err != nil {
@@ -179,7 +180,7 @@ func (m *slotMachine) exited(s *slot, rec slotRecord, exit runtime.Exit) {
 func (m *slotMachine) describeExit(s *slot, actorUID string, exit runtime.Exit) *torporv1.ContainerExit {
 	m.logs.detach(s.name())
 	var last []string
-	if recs, _, err := m.logs.read(actorUID, logFilter{container: exit.Container}, false); err == nil {
+	if recs, _, err := m.logs.read(actorUID, actorlog.Filter{Container: exit.Container}, false); err == nil {
 		for i := len(recs) - 1; i >= 0 && len(last) < exitOutputLines; i-- {
 			if recs[i].GetStream() == torporStream || len(recs[i].GetText()) == 0 {
 				continue

@@ -12,7 +12,6 @@ package node
 // started, resumed, paused or was suspended.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -23,7 +22,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -32,6 +30,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/actorlog"
 	"github.com/torpor-dev/torpor/internal/atomicfile"
 	"github.com/torpor-dev/torpor/internal/runtime"
 )
@@ -39,20 +38,19 @@ import (
 const (
 	// maxLogBytes bounds an actor's log (both files, records included).
 	maxLogBytes = 2 << 20
-	// maxLineBytes: a longer line is cut into partial records.
-	maxLineBytes = 16 << 10
-	// logsDir is where a snapshot's tree holds the actor's log.
-	logsDir = "logs"
 	// torporStream is the stream of the node's own records.
 	torporStream = "torpor"
 	// logBatch bounds the records of one Logs message.
 	logBatch = 500
+	// maxKeptLogs bounds the logs the node keeps of actors whose workload
+	// stopped here without a checkpoint to storage (a crash, a pause):
+	// past it the oldest go. Reading one of those then finds the log in
+	// the actor's snapshot.
+	maxKeptLogs = 64
 	// drainWait is how long a stopping reader waits for what a workload
 	// that just stopped left in its FIFOs.
 	drainWait = 100 * time.Millisecond
 )
-
-var logFiles = []string{"previous", "current"}
 
 // actorLogs keeps the logs of the actors on this node and reads the
 // slots' output into them.
@@ -117,7 +115,7 @@ func (a *actorLog) append(r *torporv1.LogRecord) error {
 	if a.f == nil {
 		return os.ErrClosed
 	}
-	line := encodeRecord(r)
+	line := actorlog.Encode(r)
 	if a.size+int64(len(line)) > maxLogBytes/2 && a.size > 0 {
 		if err := a.rotate(); err != nil {
 			return err
@@ -273,8 +271,8 @@ func readOutput(f io.Reader, a *actorLog, container, stream string) {
 		now := timestamppb.Now()
 		for len(chunk) > 0 {
 			line, rest, complete := bytes.Cut(chunk, []byte("\n"))
-			if len(line) > maxLineBytes {
-				line, rest, complete = line[:maxLineBytes], chunk[maxLineBytes:], false
+			if len(line) > actorlog.MaxLineBytes {
+				line, rest, complete = line[:actorlog.MaxLineBytes], chunk[actorlog.MaxLineBytes:], false
 			}
 			a.append(&torporv1.LogRecord{Time: now, Container: container, Stream: stream, Text: bytes.Clone(line), Partial: !complete})
 			chunk = rest
@@ -285,54 +283,9 @@ func readOutput(f io.Reader, a *actorLog, container, stream string) {
 	}
 }
 
-// encodeRecord is r as a line of a log file: time (Unix nanoseconds),
-// container ("-" for none), stream, F or P (partial), the text.
-func encodeRecord(r *torporv1.LogRecord) []byte {
-	container := r.GetContainer()
-	if container == "" {
-		container = "-"
-	}
-	flag := "F"
-	if r.GetPartial() {
-		flag = "P"
-	}
-	b := fmt.Appendf(nil, "%d %s %s %s ", r.GetTime().AsTime().UnixNano(), container, r.GetStream(), flag)
-	b = append(b, r.GetText()...)
-	return append(b, '\n')
-}
-
-func decodeRecord(line []byte) (*torporv1.LogRecord, bool) {
-	fields := bytes.SplitN(line, []byte(" "), 5)
-	if len(fields) != 5 {
-		return nil, false
-	}
-	ns, err := strconv.ParseInt(string(fields[0]), 10, 64)
-	if err != nil {
-		return nil, false
-	}
-	r := &torporv1.LogRecord{Time: timestamppb.New(time.Unix(0, ns)), Container: string(fields[1]), Stream: string(fields[2]), Partial: string(fields[3]) == "P", Text: fields[4]}
-	if r.Container == "-" {
-		r.Container = ""
-	}
-	return r, true
-}
-
-// logFilter is what a Logs call asks for.
-type logFilter struct {
-	container string
-	since     time.Time
-}
-
-func (f logFilter) match(r *torporv1.LogRecord) bool {
-	if f.container != "" && r.GetContainer() != f.container {
-		return false
-	}
-	return f.since.IsZero() || !r.GetTime().AsTime().Before(f.since)
-}
-
 // read returns the records of actor uid's log that match f, oldest
 // first, and with follow a channel of those appended from then on.
-func (l *actorLogs) read(uid string, f logFilter, follow bool) ([]*torporv1.LogRecord, chan *torporv1.LogRecord, error) {
+func (l *actorLogs) read(uid string, f actorlog.Filter, follow bool) ([]*torporv1.LogRecord, chan *torporv1.LogRecord, error) {
 	a, err := l.open(uid)
 	if err != nil {
 		return nil, nil, err
@@ -341,22 +294,9 @@ func (l *actorLogs) read(uid string, f logFilter, follow bool) ([]*torporv1.LogR
 	// neither.
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var recs []*torporv1.LogRecord
-	for _, name := range logFiles {
-		b, err := os.ReadFile(filepath.Join(a.dir, name))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		s := bufio.NewScanner(bytes.NewReader(b))
-		s.Buffer(nil, maxLineBytes+1024)
-		for s.Scan() {
-			if r, ok := decodeRecord(bytes.Clone(s.Bytes())); ok && f.match(r) {
-				recs = append(recs, r)
-			}
-		}
+	recs, err := readLogFiles(a.dir, f)
+	if err != nil {
+		return nil, nil, err
 	}
 	if !follow {
 		return recs, nil, nil
@@ -368,6 +308,39 @@ func (l *actorLogs) read(uid string, f logFilter, follow bool) ([]*torporv1.LogR
 	ch := make(chan *torporv1.LogRecord, 1024)
 	a.followers[ch] = true
 	return recs, ch, nil
+}
+
+// readKept returns the records that match f of the log this node keeps
+// of actor uid, whose workload stopped here; fs.ErrNotExist if it keeps
+// none.
+func (l *actorLogs) readKept(uid string, f actorlog.Filter) ([]*torporv1.LogRecord, error) {
+	dir := filepath.Join(l.dir, uid)
+	if _, err := os.Stat(dir); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	a := l.actors[uid]
+	l.mu.Unlock()
+	if a != nil {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+	}
+	return readLogFiles(dir, f)
+}
+
+func readLogFiles(dir string, f actorlog.Filter) ([]*torporv1.LogRecord, error) {
+	var recs []*torporv1.LogRecord
+	for _, name := range actorlog.Files {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		recs = actorlog.Parse(recs, b, f)
+	}
+	return recs, nil
 }
 
 // unfollow stops sending to ch.
@@ -395,13 +368,13 @@ func (l *actorLogs) capture(uid, tree string) error {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 	}
-	return copyLogFiles(filepath.Join(l.dir, uid), filepath.Join(tree, logsDir))
+	return copyLogFiles(filepath.Join(l.dir, uid), filepath.Join(tree, actorlog.Dir))
 }
 
 // restore replaces actor uid's log on this node with the one in a
 // snapshot tree, when it holds one.
 func (l *actorLogs) restore(uid, tree string) error {
-	from := filepath.Join(tree, logsDir)
+	from := filepath.Join(tree, actorlog.Dir)
 	if _, err := os.Stat(from); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -411,6 +384,51 @@ func (l *actorLogs) restore(uid, tree string) error {
 		return err
 	}
 	return copyLogFiles(from, to)
+}
+
+// keep closes actor uid's log after the node's record of why its
+// workload stopped, and keeps it for reading (readKept), within
+// maxKeptLogs.
+func (l *actorLogs) keep(uid, format string, args ...any) {
+	l.mark(uid, format, args...)
+	l.close(uid)
+	if err := l.prune(); err != nil {
+		l.log.Warn("actor logs: kept logs not pruned", "err", err)
+	}
+}
+
+// prune removes the oldest closed logs beyond maxKeptLogs.
+func (l *actorLogs) prune() error {
+	entries, err := os.ReadDir(l.dir)
+	if err != nil {
+		return err
+	}
+	type kept struct {
+		uid  string
+		time time.Time
+	}
+	var closed []kept
+	l.mu.Lock()
+	for _, e := range entries {
+		if l.actors[e.Name()] != nil {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(l.dir, e.Name(), "current"))
+		if err != nil {
+			continue
+		}
+		closed = append(closed, kept{e.Name(), fi.ModTime()})
+	}
+	l.mu.Unlock()
+	if len(closed) <= maxKeptLogs {
+		return nil
+	}
+	slices.SortFunc(closed, func(a, b kept) int { return b.time.Compare(a.time) })
+	var errs []error
+	for _, k := range closed[maxKeptLogs:] {
+		errs = append(errs, os.RemoveAll(filepath.Join(l.dir, k.uid)))
+	}
+	return errors.Join(errs...)
 }
 
 // remove deletes actor uid's log from this node.
@@ -423,7 +441,7 @@ func copyLogFiles(from, to string) error {
 	if err := os.MkdirAll(to, 0o700); err != nil {
 		return err
 	}
-	for _, name := range logFiles {
+	for _, name := range actorlog.Files {
 		b, err := os.ReadFile(filepath.Join(from, name))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -439,31 +457,43 @@ func copyLogFiles(from, to string) error {
 }
 
 // Logs streams the actor's log on this node: the records asked for (the
-// last tail of them), then with follow each new one until the actor
-// stops here or the caller leaves.
+// last tail lines of them), then with follow each new one until the actor
+// stops here or the caller leaves. Without a worker: the log this node
+// keeps of an actor whose workload stopped here.
 func (m *slotMachine) Logs(ctx context.Context, req *connect.Request[torporv1.LogsRequest], stream *connect.ServerStream[torporv1.GetActorLogsResponse]) error {
 	msg := req.Msg
-	s, err := m.slot(msg.GetWorker())
-	if err != nil {
-		return err
-	}
-	if err := hosts(s, s.current(), msg.GetActorUid()); err != nil {
-		return err
-	}
-	f := logFilter{container: msg.GetContainer()}
+	f := actorlog.Filter{Container: msg.GetContainer()}
 	if msg.GetSince() != nil {
-		f.since = msg.GetSince().AsTime()
+		f.Since = msg.GetSince().AsTime()
 	}
-	recs, follow, err := m.logs.read(msg.GetActorUid(), f, msg.GetFollow())
-	if err != nil {
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("worker %s: log of actor %s: %w", s.name(), msg.GetActorUid(), err))
+	var recs []*torporv1.LogRecord
+	var follow chan *torporv1.LogRecord
+	if msg.GetWorker() == "" {
+		var err error
+		recs, err = m.logs.readKept(msg.GetActorUid(), f)
+		if errors.Is(err, fs.ErrNotExist) {
+			return connect.NewError(connect.CodeNotFound, fmt.Errorf("node %s keeps no log of actor %s", m.node, msg.GetActorUid()))
+		}
+		if err != nil {
+			return connect.NewError(connect.CodeInternal, fmt.Errorf("node %s: log of actor %s: %w", m.node, msg.GetActorUid(), err))
+		}
+	} else {
+		s, err := m.slot(msg.GetWorker())
+		if err != nil {
+			return err
+		}
+		if err := hosts(s, s.current(), msg.GetActorUid()); err != nil {
+			return err
+		}
+		recs, follow, err = m.logs.read(msg.GetActorUid(), f, msg.GetFollow())
+		if err != nil {
+			return connect.NewError(connect.CodeInternal, fmt.Errorf("worker %s: log of actor %s: %w", s.name(), msg.GetActorUid(), err))
+		}
+		if follow != nil {
+			defer m.logs.unfollow(msg.GetActorUid(), follow)
+		}
 	}
-	if follow != nil {
-		defer m.logs.unfollow(msg.GetActorUid(), follow)
-	}
-	if n := int(msg.GetTail()); n > 0 && len(recs) > n {
-		recs = recs[len(recs)-n:]
-	}
+	recs = actorlog.LastLines(recs, int(msg.GetTail()))
 	for batch := range slices.Chunk(recs, logBatch) {
 		if err := stream.Send(&torporv1.GetActorLogsResponse{Records: batch}); err != nil {
 			return err
@@ -480,7 +510,7 @@ func (m *slotMachine) Logs(ctx context.Context, req *connect.Request[torporv1.Lo
 			if !ok {
 				return nil
 			}
-			if !f.match(r) {
+			if !f.Match(r) {
 				continue
 			}
 			if err := stream.Send(&torporv1.GetActorLogsResponse{Records: []*torporv1.LogRecord{r}}); err != nil {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/actorlog"
 	"github.com/torpor-dev/torpor/internal/runtime"
 )
 
@@ -41,7 +42,7 @@ func TestActorLogFromFIFOs(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.attach("w0", "actor-1", []string{"app", "side"})
-	_, follow, err := l.read("actor-1", logFilter{container: "app"}, true)
+	_, follow, err := l.read("actor-1", actorlog.Filter{Container: "app"}, true)
 	if err != nil || follow == nil {
 		t.Fatalf("follow: %v", err)
 	}
@@ -69,7 +70,7 @@ func TestActorLogFromFIFOs(t *testing.T) {
 	write(0, "out", "o\n")
 	l.detach("w0")
 	l.mark("actor-1", "suspended (checkpoint %s)", "op-1")
-	recs, _, err := l.read("actor-1", logFilter{}, false)
+	recs, _, err := l.read("actor-1", actorlog.Filter{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestActorLogFromFIFOs(t *testing.T) {
 	for r := range follow {
 		_ = r // the follower drains and ends with the log
 	}
-	if recs, _, _ := l.read("actor-1", logFilter{container: "side"}, false); len(recs) != 1 {
+	if recs, _, _ := l.read("actor-1", actorlog.Filter{Container: "side"}, false); len(recs) != 1 {
 		t.Fatalf("records of container side: %q", texts(recs))
 	}
 }
@@ -117,7 +118,7 @@ func TestActorLogBound(t *testing.T) {
 		}
 	}
 	var size int64
-	for _, name := range logFiles {
+	for _, name := range actorlog.Files {
 		fi, err := os.Stat(filepath.Join(root, "logs", "actor-1", name))
 		if err != nil {
 			t.Fatal(err)
@@ -127,11 +128,11 @@ func TestActorLogBound(t *testing.T) {
 	if size > maxLogBytes {
 		t.Fatalf("the log takes %d bytes, more than %d", size, maxLogBytes)
 	}
-	recs, _, err := l.read("actor-1", logFilter{since: start.Add((n - 10) * time.Millisecond)}, false)
+	recs, _, err := l.read("actor-1", actorlog.Filter{Since: start.Add((n - 10) * time.Millisecond)}, false)
 	if err != nil || len(recs) != 10 || !strings.HasPrefix(string(recs[9].GetText()), fmt.Sprint(n-1, " ")) {
 		t.Fatalf("the last 10 records: %d, %v", len(recs), err)
 	}
-	all, _, _ := l.read("actor-1", logFilter{}, false)
+	all, _, _ := l.read("actor-1", actorlog.Filter{}, false)
 	if len(all) < 1000 || len(all) == n {
 		t.Fatalf("%d records kept of %d", len(all), n)
 	}
@@ -144,7 +145,7 @@ func TestActorLogBound(t *testing.T) {
 	if err := other.restore("actor-1", tree); err != nil {
 		t.Fatal(err)
 	}
-	moved, _, err := other.read("actor-1", logFilter{}, false)
+	moved, _, err := other.read("actor-1", actorlog.Filter{}, false)
 	if err != nil || len(moved) != len(all) || !proto.Equal(moved[len(moved)-1], all[len(all)-1]) {
 		t.Fatalf("after a move: %d records (want %d), %v", len(moved), len(all), err)
 	}

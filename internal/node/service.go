@@ -83,23 +83,35 @@ func (m *slotMachine) Checkpoint(ctx context.Context, req *connect.Request[torpo
 	})
 }
 
-// Terminate stops the actor's workload and removes its volumes. A worker
-// that hosts another actor is left alone.
+// Terminate stops the actor's workload and removes its volumes; its log
+// is kept for reading (with what the workload wrote last) unless the
+// request drops it. A worker that hosts another actor is left alone.
 func (m *slotMachine) Terminate(ctx context.Context, req *connect.Request[torporv1.TerminateRequest]) (*connect.Response[torporv1.TerminateResponse], error) {
 	op := req.Msg.GetOp()
 	return operate(ctx, m, "Terminate", op, func(ctx context.Context, s *slot) (*torporv1.TerminateResponse, error) {
 		cur := s.current()
+		var dropLog error
+		if req.Msg.GetDropLog() {
+			dropLog = m.logs.remove(op.GetActorUid())
+		}
 		switch cur.ActorUID {
 		case "":
 			// Already stopped; its volumes may still be here.
 			m.warm.drop(ctx, s, op.GetActorUid())
-			return &torporv1.TerminateResponse{}, errors.Join(m.removeVolumes(op.GetActorUid()), m.logs.remove(op.GetActorUid()))
+			return &torporv1.TerminateResponse{}, errors.Join(m.removeVolumes(op.GetActorUid()), dropLog)
 		case op.GetActorUid():
 			m.warm.drop(ctx, s, op.GetActorUid())
 			if err := m.vacate(ctx, s, cur); err != nil {
 				return nil, err
 			}
-			return &torporv1.TerminateResponse{}, m.logs.remove(op.GetActorUid())
+			if req.Msg.GetDropLog() {
+				return &torporv1.TerminateResponse{}, m.logs.remove(op.GetActorUid())
+			}
+			m.logs.keep(op.GetActorUid(), "stopped on node %s, worker %s (no checkpoint)", m.node, s.name())
+			return &torporv1.TerminateResponse{}, nil
+		}
+		if dropLog != nil {
+			return nil, dropLog
 		}
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s, not %s: not terminating it", s.name(), cur.ActorUID, op.GetActorUid()))
 	})
@@ -625,5 +637,7 @@ func (m *slotMachine) settle(ctx context.Context, s *slot, running slotRecord, s
 	}
 	if err := m.vacate(ctx, s, running); err != nil {
 		m.log.Error("cleaning up after a failed checkpoint", "worker", s.name(), "actor_uid", running.ActorUID, "err", err)
+		return
 	}
+	m.logs.keep(running.ActorUID, "stopped on node %s, worker %s: the workload was gone at its checkpoint", m.node, s.name())
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 	"github.com/torpor-dev/torpor/internal/workflow"
@@ -20,6 +21,9 @@ type actorService struct {
 	engine   *workflow.Engine
 	agents   *nodeAgents
 	sessions *sessions
+	// objects: snapshot storage, where the logs of actors that do not
+	// run are read.
+	objects snapshot.ObjectStore
 }
 
 func (s *actorService) CreateActor(ctx context.Context, req *connect.Request[torporv1.CreateActorRequest]) (*connect.Response[torporv1.Actor], error) {

@@ -1,8 +1,9 @@
 package server
 
 // The data plane's calls reach inside an actor's sandbox through the node
-// agent that runs it: exec and logs resume the actor first, as a router's
-// request does, and keep it active while they last; stats only read.
+// agent that runs it: exec resumes the actor first, as a router's request
+// does, and keeps it active while it lasts; stats and logs (logs.go) only
+// read, and are no activity.
 
 import (
 	"context"
@@ -74,40 +75,6 @@ func (s *actorService) ExecActor(ctx context.Context, stream *connect.BidiStream
 			return err
 		}
 	}
-}
-
-// GetActorLogs relays the actor's log from the node agent holding it.
-func (s *actorService) GetActorLogs(ctx context.Context, req *connect.Request[torporv1.GetActorLogsRequest], stream *connect.ServerStream[torporv1.GetActorLogsResponse]) error {
-	m := req.Msg
-	if err := keyOf(m.GetSpace(), m.GetName(), true); err != nil {
-		return err
-	}
-	if m.GetTail() < 0 {
-		return invalidArgument("tail", "must not be negative")
-	}
-	end := s.sessions.begin(ctx, m.GetSpace(), m.GetName())
-	defer end()
-	a, agent, err := s.placed(ctx, m.GetSpace(), m.GetName())
-	if err != nil {
-		return err
-	}
-	logs, err := agent.Logs(ctx, connect.NewRequest(&torporv1.LogsRequest{
-		Worker: a.GetStatus().GetWorker().GetName(), ActorUid: a.GetMetadata().GetUid(),
-		Container: m.GetContainer(), Follow: m.GetFollow(), Since: m.GetSince(), Tail: m.GetTail(),
-	}))
-	if err != nil {
-		return dataPlaneError("logs of", a, err)
-	}
-	defer logs.Close()
-	for logs.Receive() {
-		if err := stream.Send(logs.Msg()); err != nil {
-			return err
-		}
-	}
-	if err := logs.Err(); err != nil {
-		return dataPlaneError("logs of", a, err)
-	}
-	return nil
 }
 
 // GetActorStats reports the actor's resource use (from its node, while it

@@ -153,7 +153,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store}, opts...))
 	mux.Handle(torporv1connect.NewTemplateServiceHandler(&templateService{store: s.store, engine: s.engine, created: s.wakeGoldens, images: s.opts.Images}, opts...))
-	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine, agents: s.agents, sessions: s.sessions}, opts...))
+	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine, agents: s.agents, sessions: s.sessions, objects: s.objects}, opts...))
 	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine}, opts...))

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -101,6 +102,25 @@ func Download(ctx context.Context, store ObjectStore, location, manifestDigest, 
 		return fmt.Errorf("snapshot %s: destination %s: %w", location, destDir, err)
 	}
 	return nil
+}
+
+// DownloadPart is Download of the part of the snapshot under the
+// directory prefix (a slash path, as in the manifest): what a reader of
+// one part needs (an actor's log), without its memory or volumes. A
+// snapshot without that part restores an empty destDir.
+func DownloadPart(ctx context.Context, store ObjectStore, location, manifestDigest, prefix, destDir string) error {
+	m, err := ReadManifest(ctx, store, location, manifestDigest)
+	if err != nil {
+		return err
+	}
+	part := *m
+	part.Entries = nil
+	for _, e := range m.Entries {
+		if e.Path == rootPath || e.Path == prefix || strings.HasPrefix(e.Path, prefix+"/") {
+			part.Entries = append(part.Entries, e)
+		}
+	}
+	return restoreTree(ctx, store, &part, destDir)
 }
 
 func restoreTree(ctx context.Context, store ObjectStore, m *Manifest, dir string) error {

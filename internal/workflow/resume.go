@@ -650,6 +650,9 @@ func (e *Engine) writeCrash(ctx context.Context, tx store.Tx, cur *torporv1.Acto
 	if err := e.setState(cur, torporv1.ActorState_ACTOR_STATE_CRASHED); err != nil {
 		return err
 	}
+	// Its node keeps the log, with the workload's last output (logs reads
+	// it there).
+	cur.Status.LastWorker = t.worker
 	if _, err := tx.Actors().Update(ctx, cur); err != nil {
 		return err
 	}

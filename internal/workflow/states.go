@@ -77,5 +77,9 @@ func (e *Engine) setState(a *torporv1.Actor, state torporv1.ActorState) error {
 	}
 	a.Status.State = state
 	a.Status.StateTime = timestamppb.New(e.now())
+	if from == torporv1.ActorState_ACTOR_STATE_CRASHED {
+		// Kept only while CRASHED (see ActorStatus.last_worker).
+		a.Status.LastWorker = nil
+	}
 	return nil
 }

@@ -986,6 +986,8 @@ func forBundle(pid, dir string) bool {
 // state is the part of `runsc state` output used here.
 type state struct {
 	Status string `json:"status"`
+	// The sandbox process (the sentry).
+	Pid int `json:"pid"`
 }
 
 func (r *Runtime) state(ctx context.Context, id string) (state, error) {
@@ -1003,12 +1005,6 @@ func (r *Runtime) state(ctx context.Context, id string) (state, error) {
 // events is the part of `runsc events --stats` output used here.
 type events struct {
 	Data struct {
-		CPU struct {
-			Usage struct {
-				// Nanoseconds.
-				Total int64 `json:"total"`
-			} `json:"usage"`
-		} `json:"cpu"`
 		Memory struct {
 			Usage struct {
 				Usage int64 `json:"usage"`
@@ -1060,11 +1056,17 @@ func (r *Runtime) Stats(ctx context.Context, slot runtime.Slot) (runtime.Stats, 
 	if !stats.Running {
 		return stats, nil
 	}
+	// Memory from the sentry's accounting; its CPU figure is the
+	// cgroup's, the host's without one (cpu.go).
 	if out, err := r.output(ctx, "events", "--stats", id); err == nil {
 		var ev events
 		if json.Unmarshal(out, &ev) == nil {
 			stats.MemoryBytes = ev.Data.Memory.Usage.Usage
-			stats.CPU = time.Duration(ev.Data.CPU.Usage.Total)
+		}
+	}
+	if st.Pid > 0 {
+		if cpu, err := treeCPU("/proc", st.Pid); err == nil {
+			stats.CPU = cpu
 		}
 	}
 	return stats, nil

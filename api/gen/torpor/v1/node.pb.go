@@ -499,13 +499,17 @@ func (x *ExecRequest) GetInput() *ExecInput {
 }
 
 type LogsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
-	Container     string                 `protobuf:"bytes,3,opt,name=container,proto3" json:"container,omitempty"`
-	Follow        bool                   `protobuf:"varint,4,opt,name=follow,proto3" json:"follow,omitempty"`
-	Since         *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
-	Tail          int32                  `protobuf:"varint,6,opt,name=tail,proto3" json:"tail,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker hosting the actor; empty: the log this node keeps of an
+	// actor whose workload stopped here (a crash, a pause), which cannot be
+	// followed.
+	Worker    string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid  string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	Container string                 `protobuf:"bytes,3,opt,name=container,proto3" json:"container,omitempty"`
+	Follow    bool                   `protobuf:"varint,4,opt,name=follow,proto3" json:"follow,omitempty"`
+	Since     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	// Only the last tail lines (0: all), before following.
+	Tail          int32 `protobuf:"varint,6,opt,name=tail,proto3" json:"tail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1372,8 +1376,12 @@ func (x *StepDuration) GetDurationUs() int64 {
 }
 
 type TerminateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Op            *Operation             `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Op    *Operation             `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	// Remove the actor's log from the node too (the actor is deleted);
+	// otherwise the node keeps it, with the stopped workload's last output,
+	// for reading.
+	DropLog       bool `protobuf:"varint,2,opt,name=drop_log,json=dropLog,proto3" json:"drop_log,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1413,6 +1421,13 @@ func (x *TerminateRequest) GetOp() *Operation {
 		return x.Op
 	}
 	return nil
+}
+
+func (x *TerminateRequest) GetDropLog() bool {
+	if x != nil {
+		return x.DropLog
+	}
+	return false
 }
 
 type TerminateResponse struct {
@@ -1938,9 +1953,10 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\fStepDuration\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vduration_us\x18\x02 \x01(\x03R\n" +
-	"durationUs\"8\n" +
+	"durationUs\"S\n" +
 	"\x10TerminateRequest\x12$\n" +
-	"\x02op\x18\x01 \x01(\v2\x14.torpor.v1.OperationR\x02op\"\x13\n" +
+	"\x02op\x18\x01 \x01(\v2\x14.torpor.v1.OperationR\x02op\x12\x19\n" +
+	"\bdrop_log\x18\x02 \x01(\bR\adropLog\"\x13\n" +
 	"\x11TerminateResponse\"3\n" +
 	"\x15DropCheckpointRequest\x12\x1a\n" +
 	"\blocation\x18\x01 \x01(\tR\blocation\"\x18\n" +

@@ -2043,7 +2043,11 @@ type ActorStatus struct {
 	NextRestartTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=next_restart_time,json=nextRestartTime,proto3" json:"next_restart_time,omitempty"`
 	// The operation of the resume that made the actor RUNNING (output only;
 	// kept until the next resume): an exit the node reports names it.
-	RunOperation  string `protobuf:"bytes,16,opt,name=run_operation,json=runOperation,proto3" json:"run_operation,omitempty"`
+	RunOperation string `protobuf:"bytes,16,opt,name=run_operation,json=runOperation,proto3" json:"run_operation,omitempty"`
+	// The worker the actor ran on when its workload ended without a
+	// checkpoint (a crash), kept while it is CRASHED: that worker's node
+	// keeps the workload's log with its last output (output only).
+	LastWorker    *WorkerRef `protobuf:"bytes,17,opt,name=last_worker,json=lastWorker,proto3" json:"last_worker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2188,6 +2192,13 @@ func (x *ActorStatus) GetRunOperation() string {
 		return x.RunOperation
 	}
 	return ""
+}
+
+func (x *ActorStatus) GetLastWorker() *WorkerRef {
+	if x != nil {
+		return x.LastWorker
+	}
+	return nil
 }
 
 // ContainerExit is how a container's main process ended on its own (not
@@ -3293,7 +3304,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x0e\n" +
 	"\x02ip\x18\x05 \x01(\tR\x02ip\x12\x12\n" +
-	"\x04gate\x18\x06 \x01(\tR\x04gate\"\xbc\x06\n" +
+	"\x04gate\x18\x06 \x01(\tR\x04gate\"\xf3\x06\n" +
 	"\vActorStatus\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.torpor.v1.ActorStateR\x05state\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.torpor.v1.WorkerRefR\x06worker\x12'\n" +
@@ -3313,7 +3324,9 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x04exit\x18\r \x01(\v2\x18.torpor.v1.ContainerExitR\x04exit\x12\x1a\n" +
 	"\brestarts\x18\x0e \x01(\x05R\brestarts\x12F\n" +
 	"\x11next_restart_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextRestartTime\x12#\n" +
-	"\rrun_operation\x18\x10 \x01(\tR\frunOperation\"\xda\x01\n" +
+	"\rrun_operation\x18\x10 \x01(\tR\frunOperation\x125\n" +
+	"\vlast_worker\x18\x11 \x01(\v2\x14.torpor.v1.WorkerRefR\n" +
+	"lastWorker\"\xda\x01\n" +
 	"\rContainerExit\x12\x1c\n" +
 	"\tcontainer\x18\x01 \x01(\tR\tcontainer\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
@@ -3561,33 +3574,34 @@ var file_torpor_v1_resources_proto_depIdxs = []int32{
 	3,  // 37: torpor.v1.ActorStatus.restored_by:type_name -> torpor.v1.RestoreScope
 	32, // 38: torpor.v1.ActorStatus.exit:type_name -> torpor.v1.ContainerExit
 	45, // 39: torpor.v1.ActorStatus.next_restart_time:type_name -> google.protobuf.Timestamp
-	45, // 40: torpor.v1.ContainerExit.time:type_name -> google.protobuf.Timestamp
-	32, // 41: torpor.v1.WorkloadExited.exit:type_name -> torpor.v1.ContainerExit
-	45, // 42: torpor.v1.WorkloadExited.next_restart_time:type_name -> google.protobuf.Timestamp
-	0,  // 43: torpor.v1.WorkloadExited.restart_policy:type_name -> torpor.v1.RestartPolicy
-	8,  // 44: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
-	45, // 45: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
-	3,  // 46: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
-	2,  // 47: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
-	7,  // 48: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
-	10, // 49: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
-	37, // 50: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
-	39, // 51: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
-	38, // 52: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
-	45, // 53: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
-	45, // 54: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
-	10, // 55: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
-	2,  // 56: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
-	13, // 57: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
-	10, // 58: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
-	9,  // 59: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
-	10, // 60: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
-	45, // 61: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	62, // [62:62] is the sub-list for method output_type
-	62, // [62:62] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	30, // 40: torpor.v1.ActorStatus.last_worker:type_name -> torpor.v1.WorkerRef
+	45, // 41: torpor.v1.ContainerExit.time:type_name -> google.protobuf.Timestamp
+	32, // 42: torpor.v1.WorkloadExited.exit:type_name -> torpor.v1.ContainerExit
+	45, // 43: torpor.v1.WorkloadExited.next_restart_time:type_name -> google.protobuf.Timestamp
+	0,  // 44: torpor.v1.WorkloadExited.restart_policy:type_name -> torpor.v1.RestartPolicy
+	8,  // 45: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
+	45, // 46: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
+	3,  // 47: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
+	2,  // 48: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
+	7,  // 49: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
+	10, // 50: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
+	37, // 51: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
+	39, // 52: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
+	38, // 53: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
+	45, // 54: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
+	45, // 55: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
+	10, // 56: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
+	2,  // 57: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
+	13, // 58: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
+	10, // 59: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
+	9,  // 60: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
+	10, // 61: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
+	45, // 62: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	63, // [63:63] is the sub-list for method output_type
+	63, // [63:63] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_resources_proto_init() }

@@ -141,8 +141,14 @@ type DeleteRequest struct {
 	Space string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
 	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// Optional preconditions: when set, the delete happens only if they match.
-	Uid           string `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
-	Version       int64  `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	Uid     string `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Version int64  `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	// Actors: stop a running (or resuming, suspending, pausing) actor's
+	// workload without a snapshot and delete it in one call.
+	Force bool `protobuf:"varint,5,opt,name=force,proto3" json:"force,omitempty"`
+	// Spaces: delete the space's actors (as force does) and templates
+	// first.
+	Cascade       bool `protobuf:"varint,6,opt,name=cascade,proto3" json:"cascade,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -203,6 +209,20 @@ func (x *DeleteRequest) GetVersion() int64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *DeleteRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *DeleteRequest) GetCascade() bool {
+	if x != nil {
+		return x.Cascade
+	}
+	return false
 }
 
 type DeleteResponse struct {
@@ -1097,7 +1117,7 @@ type GetActorLogsRequest struct {
 	Follow bool `protobuf:"varint,4,opt,name=follow,proto3" json:"follow,omitempty"`
 	// Only records from this time on.
 	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
-	// Only the last tail records (0: all), before following.
+	// Only the last tail lines (0: all), before following.
 	Tail          int32 `protobuf:"varint,6,opt,name=tail,proto3" json:"tail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2809,12 +2829,14 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"e\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x95\x01\n" +
 	"\rDeleteRequest\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\x03R\aversion\"\x10\n" +
+	"\aversion\x18\x04 \x01(\x03R\aversion\x12\x14\n" +
+	"\x05force\x18\x05 \x01(\bR\x05force\x12\x18\n" +
+	"\acascade\x18\x06 \x01(\bR\acascade\"\x10\n" +
 	"\x0eDeleteResponse\"<\n" +
 	"\x12CreateSpaceRequest\x12&\n" +
 	"\x05space\x18\x01 \x01(\v2\x10.torpor.v1.SpaceR\x05space\"f\n" +
