@@ -127,6 +127,7 @@ func TestReadsNeverWake(t *testing.T) {
 	c.createActor("d1", "dier")
 	c.mustResume("d1")
 	cli("actor", "exec", "d1", "--", "/bin/sh", "-c", ": > /tmp/die")
+	c.waitFor("d1's last words", func() bool { return strings.Contains(cli("actor", "logs", "d1"), " app fatal: told to die") })
 	// The exit is noticed by itself, or at the latest by a suspend,
 	// which finds the workload gone.
 	c.waitFor("d1 crashed", func() bool {
