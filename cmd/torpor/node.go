@@ -46,8 +46,9 @@ func newNodeCommand() *cobra.Command {
 	var logs logFlags
 	var traces traceFlags
 	cmd := &cobra.Command{
-		Use:   "node",
-		Short: "Run the node agent: this host's worker slots, their sandboxes and snapshots",
+		Use:     "node",
+		Example: "  torpor node --name node-b --server https://api.example.com:7070 --join-token T --ca-fingerprint sha256:... --workers 8\n  torpor node --cleanup --name node-b --state-dir /var/lib/torpor/node",
+		Short:   "Run the node agent: this host's worker slots, their sandboxes and snapshots",
 		Long: `Run the node agent: it makes --workers worker slots (each with its own
 network namespace on the node bridge), registers them with the control plane
 and runs, checkpoints and restores actors in them. Stopping the agent leaves
@@ -70,7 +71,7 @@ sandboxes go. With no actor left running on the node, nothing of it stays:
 no process, mount, network namespace, veth, bridge or nftables table.
 
 For a node stopped for good, suspend its actors first (torpor actor
-suspend, or drain the node through the control plane), stop the agent,
+suspend NAME...; torpor worker list shows which run on it), stop the agent,
 then run 'torpor node --cleanup' with the same --name, --state-dir,
 --bridge and --cidr: it removes every sandbox, mount, network namespace,
 veth, bridge and nftables table of the node, says what it removed, and

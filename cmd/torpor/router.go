@@ -29,8 +29,9 @@ func newRouterCommand() *cobra.Command {
 		traces        traceFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "router",
-		Short: "Run the HTTP ingress: route requests to actors, resuming them on demand",
+		Use:     "router",
+		Example: "  torpor router --name edge --server https://api.example.com:7070 --join-token T --ca-fingerprint sha256:... --listen 0.0.0.0:80",
+		Short:   "Run the HTTP ingress: route requests to actors, resuming them on demand",
 		Long: `Run the HTTP ingress. A request reaches actor <space>/<actor> by its host
 name, <actor>.<space>.<domain> (any port), or by the header
 Torpor-Actor: <space>/<actor>, which wins. An actor that is not running is

@@ -21,8 +21,9 @@ func newServerCommand() *cobra.Command {
 	var logs logFlags
 	var traces traceFlags
 	cmd := &cobra.Command{
-		Use:   "server",
-		Short: "Run the control plane API (any number of replicas may share a PostgreSQL store)",
+		Use:     "server",
+		Example: "  torpor server --store postgres://torpor@db/torpor --snapshots s3://torpor-snapshots --listen 0.0.0.0:7070",
+		Short:   "Run the control plane API (any number of replicas may share a PostgreSQL store)",
 		Long: `Run the control plane API over TLS (HTTP/2 and HTTP/1.1), with a certificate
 from the installation's CA, which the first server creates in the store.
 

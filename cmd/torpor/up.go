@@ -54,8 +54,9 @@ type upFlags struct {
 func newUpCommand() *cobra.Command {
 	var f upFlags
 	cmd := &cobra.Command{
-		Use:   "up",
-		Short: "Run Torpor on this machine: server, one node agent and the router in one process",
+		Use:     "up",
+		Example: "  torpor up\n  torpor up --workers 8 --router-listen 127.0.0.1:8080 --allow-image-dir ./examples",
+		Short:   "Run Torpor on this machine: server, one node agent and the router in one process",
 		Long: `Run Torpor on this machine: the control plane on SQLite, one node agent with
 --workers worker slots and the router, in one process, all state under
 --data-dir. The client settings (API URL, CA certificate and admin token) are

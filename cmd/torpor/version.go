@@ -10,9 +10,10 @@ import (
 
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version, commit, commit time and Go version of this binary",
-		Args:  cobra.NoArgs,
+		Use:     "version",
+		Example: "  torpor version",
+		Short:   "Print the version, commit, commit time and Go version of this binary",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprint(cmd.OutOrStdout(), version.Get().Long())
 			return err

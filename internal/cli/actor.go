@@ -15,6 +15,7 @@ import (
 var actorKind = &kind[*torporv1.Actor]{
 	name:   "actor",
 	plural: "actors",
+	sample: "c1",
 	spaced: true,
 	columns: []column[*torporv1.Actor]{
 		{"TEMPLATE", func(a *torporv1.Actor) string {
@@ -81,8 +82,9 @@ func newActorCreateCommand(a *app) *cobra.Command {
 	var labels map[string]string
 	var fork forkFlags
 	cmd := &cobra.Command{
-		Use:   "create NAME (--template TEMPLATE[@REV] | --from ACTOR | --from-tag [SPACE/]TAG)",
-		Short: "Create an actor (it starts suspended and resumes on its first request)",
+		Use:     "create NAME (--template TEMPLATE[@REV] | --from ACTOR | --from-tag [SPACE/]TAG)",
+		Example: "  torpor actor create c1 --template counter\n  torpor actor create c2 --template counter@3 -l team=a\n  torpor actor create c1-copy --from c1",
+		Short:   "Create an actor (it starts suspended and resumes on its first request)",
 		Long: "Create an actor on a template revision (default: the latest). It stays on that\n" +
 			"revision until moved. A revision whose golden build failed is refused; one still\n" +
 			"building is accepted, and its actors cold-boot until the golden snapshot is ready\n" +
@@ -146,8 +148,9 @@ func newActorUpdateCommand(a *app) *cobra.Command {
 	var tf templateFlag
 	var allowStateLoss bool
 	cmd := &cobra.Command{
-		Use:   "update NAME [--selector k=v,...] [--template TEMPLATE[@REV] [--allow-state-loss]]",
-		Short: "Change an actor's worker selector or template revision",
+		Use:     "update NAME [--selector k=v,...] [--template TEMPLATE[@REV] [--allow-state-loss]]",
+		Example: "  torpor actor update c1 --template counter@4\n  torpor actor update c1 --selector gpu=true",
+		Short:   "Change an actor's worker selector or template revision",
 		Long: "Change an actor's worker selector or template revision (TEMPLATE alone: its\n" +
 			"latest). Only the fields given are sent. The template can change only while the\n" +
 			"actor is suspended or crashed. The next resume discards the actor's process\n" +

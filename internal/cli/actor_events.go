@@ -14,9 +14,10 @@ import (
 func newActorEventsCommand(a *app) *cobra.Command {
 	var watch bool
 	cmd := &cobra.Command{
-		Use:   "events NAME [-w]",
-		Short: "Show an actor's state history",
-		Args:  cobra.ExactArgs(1),
+		Use:     "events NAME [-w]",
+		Example: "  torpor actor events c1\n  torpor actor events c1 -w",
+		Short:   "Show an actor's state history",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.clients()
 			if err != nil {

@@ -20,8 +20,9 @@ func newActorResumeCommand(a *app) *cobra.Command {
 	var flags torporv1.ResumeActorRequest
 	var wait waitFlags
 	cmd := &cobra.Command{
-		Use:   "resume NAME... [--wait [--timeout 5m]]",
-		Short: "Bring actors to RUNNING on free workers (normally the router does this on demand)",
+		Use:     "resume NAME... [--wait [--timeout 5m]]",
+		Example: "  torpor actor resume c1\n  torpor actor resume c1 c2 --wait --timeout 2m",
+		Short:   "Bring actors to RUNNING on free workers (normally the router does this on demand)",
 		Long: "Bring each actor to RUNNING on a free worker; one already RUNNING stays as it is\n" +
 			"(and counts as active). A resume that finds no free worker, and no idle actor to\n" +
 			"evict, fails at once; with --wait it is tried again until a worker frees or\n" +
@@ -47,8 +48,9 @@ func newActorCheckpointCommand(a *app, verb, past, short string, rpc func(*clien
 	done := map[string]torporv1.ActorState{"suspended": torporv1.ActorState_ACTOR_STATE_SUSPENDED, "paused": torporv1.ActorState_ACTOR_STATE_PAUSED}[past]
 	var wait waitFlags
 	cmd := &cobra.Command{
-		Use:   verb + " NAME... [--wait [--timeout 5m]]",
-		Short: short,
+		Use:     verb + " NAME... [--wait [--timeout 5m]]",
+		Example: "  torpor actor " + verb + " c1\n  torpor actor " + verb + " c1 c2 --wait",
+		Short:   short,
 		Long: short + ". The call returns once the checkpoint is written; an actor still\n" +
 			"resuming is first waited for. With --wait, a call the control plane could not\n" +
 			"take (restarting, or a concurrent change) is tried again until --timeout passes.",

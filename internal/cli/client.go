@@ -16,10 +16,11 @@ import (
 
 func newClientCommand(a *app) *cobra.Command {
 	noun := &cobra.Command{
-		Use:   "client",
-		Short: "List and delete the API clients that joined with a certificate (admin only)",
+		Use:     "client",
+		Example: "  torpor client list\n  torpor client delete edge-router",
+		Short:   "List and delete the API clients that joined with a certificate (admin only)",
 	}
-	list := identityList(a, "List API clients: routers, users and admins with certificates",
+	list := identityList(a, "List API clients: routers, users and admins with certificates", "  torpor client list",
 		func(c torporv1connect.IdentityServiceClient) listRPC[torporv1.ListClientsRequest, torporv1.ListClientsResponse] {
 			return c.ListClients
 		},
@@ -36,9 +37,10 @@ func newClientCommand(a *app) *cobra.Command {
 			return rows
 		})
 	del := &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Revoke an API client: its certificates stop working with its next call",
-		Args:  cobra.ExactArgs(1),
+		Use:     "delete NAME",
+		Example: "  torpor client delete edge-router",
+		Short:   "Revoke an API client: its certificates stop working with its next call",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.clients()
 			if err != nil {
@@ -59,12 +61,13 @@ type listRPC[Req, Resp any] = func(context.Context, *connect.Request[Req]) (*con
 
 // identityList is a `list` verb over one IdentityService call: a table of
 // headers and rows, or the whole response with -o json|yaml.
-func identityList[Req, Resp any](a *app, short string, rpc func(torporv1connect.IdentityServiceClient) listRPC[Req, Resp],
+func identityList[Req, Resp any](a *app, short, example string, rpc func(torporv1connect.IdentityServiceClient) listRPC[Req, Resp],
 	headers []string, rows func(*Resp, time.Time) [][]string) *cobra.Command {
 	return &cobra.Command{
-		Use:   "list",
-		Short: short,
-		Args:  cobra.NoArgs,
+		Use:     "list",
+		Example: example,
+		Short:   short,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.clients()
 			if err != nil {

@@ -306,8 +306,9 @@ func (p *logPrinter) end() error {
 
 func newActorStatsCommand(a *app) *cobra.Command {
 	return &cobra.Command{
-		Use:   "stats NAME",
-		Short: "Show an actor's CPU and memory use (while it runs) and its snapshots' sizes",
+		Use:     "stats NAME",
+		Example: "  torpor actor stats c1\n  torpor actor stats c1 -o json",
+		Short:   "Show an actor's CPU and memory use (while it runs) and its snapshots' sizes",
 		Long: "Show the CPU time and memory of the actor's sandbox while it runs, and the size of\n" +
 			"its latest snapshot and of all its snapshots. It only reads: a suspended actor\n" +
 			"stays suspended, and asking is no activity.",

@@ -49,8 +49,9 @@ func newActorRevertCommand(a *app) *cobra.Command {
 	var to string
 	var yes bool
 	cmd := &cobra.Command{
-		Use:   "revert NAME [--to SNAPSHOT] [--yes]",
-		Short: "Bring an actor back to one of its snapshots, discarding newer state",
+		Use:     "revert NAME [--to SNAPSHOT] [--yes]",
+		Example: "  torpor actor revert c1\n  torpor actor revert c1 --to s-20260102-030405-ab12 --yes",
+		Short:   "Bring an actor back to one of its snapshots, discarding newer state",
 		Long: "Bring a RUNNING, PAUSED, CRASHED or SUSPENDED actor back to one of its snapshots\n" +
 			"in snapshot storage (default: the latest; torpor snapshot list shows them) and\n" +
 			"resume it from there. Newer state is discarded: a running workload is stopped\n" +
@@ -89,6 +90,7 @@ func newActorRevertCommand(a *app) *cobra.Command {
 var tagKind = &kind[*torporv1.SnapshotTag]{
 	name:   "tag",
 	plural: "tags",
+	sample: "before-migration",
 	spaced: true,
 	columns: []column[*torporv1.SnapshotTag]{
 		{"SNAPSHOT", (*torporv1.SnapshotTag).GetSnapshot},
@@ -105,8 +107,9 @@ var tagKind = &kind[*torporv1.SnapshotTag]{
 func newSnapshotTagCommands(a *app) []*cobra.Command {
 	var publish bool
 	tag := &cobra.Command{
-		Use:   "tag SNAPSHOT NAME [--publish]",
-		Short: "Name a snapshot; retention keeps it until untagged, and actors can be forked from it",
+		Use:     "tag SNAPSHOT NAME [--publish]",
+		Example: "  torpor snapshot tag s-20260102-030405-ab12 before-migration\n  torpor snapshot tag s-20260102-030405-ab12 base --publish",
+		Short:   "Name a snapshot; retention keeps it until untagged, and actors can be forked from it",
 		Long: "Name an actor's snapshot in snapshot storage (torpor snapshot list). A tagged\n" +
 			"snapshot is kept by retention, and by deleting its actor, until untagged.\n" +
 			"torpor actor create NEW --from-tag NAME forks an actor from it; with --publish,\n" +
@@ -130,11 +133,12 @@ func newSnapshotTagCommands(a *app) []*cobra.Command {
 	}
 	tag.Flags().BoolVar(&publish, "publish", false, "make the tag usable from every space")
 	tags := tagKind.listCommand(a)
-	tags.Use, tags.Short = "tags", "List snapshot tags"
+	tags.Use, tags.Short, tags.Example = "tags", "List snapshot tags", "  torpor snapshot tags\n  torpor snapshot tags -A"
 	untag := &cobra.Command{
-		Use:   "untag NAME...",
-		Short: "Remove snapshot tags (retention may then collect the snapshots; a deleted actor's go at once)",
-		Args:  cobra.MinimumNArgs(1),
+		Use:     "untag NAME...",
+		Example: "  torpor snapshot untag before-migration",
+		Short:   "Remove snapshot tags (retention may then collect the snapshots; a deleted actor's go at once)",
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			c, err := a.clients()
 			if err != nil {

@@ -14,8 +14,8 @@ import (
 
 func newImageCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "image",
-		Short: "Make images for templates without a container engine",
+		Use:     "image",
+		Short:   "Make images for templates without a container engine",
 		Example: "  torpor image build ./rootfs --entrypoint '/usr/bin/python3 /app/main.py' -o ~/.local/share/torpor/images/app",
 	}
 	cmd.AddCommand(newImageBuildCommand())
@@ -25,7 +25,7 @@ func newImageCommand() *cobra.Command {
 func newImageBuildCommand() *cobra.Command {
 	var (
 		out, tag, workdir, user, entrypoint, command string
-		env                                        []string
+		env                                          []string
 	)
 	cmd := &cobra.Command{
 		Use:   "build ROOTFS -o LAYOUT",

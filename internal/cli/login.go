@@ -20,8 +20,9 @@ import (
 func newLoginCommand(a *app) *cobra.Command {
 	var name, fingerprint, joinToken string
 	cmd := &cobra.Command{
-		Use:   "login --name NAME --join-token T (--ca-fingerprint F | --ca FILE)",
-		Short: "Log the CLI in as an API client: a certificate instead of a token",
+		Use:     "login --name NAME --join-token T (--ca-fingerprint F | --ca FILE)",
+		Example: "  torpor login --name alice --join-token T --ca-fingerprint sha256:... --server https://api.example.com:7070",
+		Short:   "Log the CLI in as an API client: a certificate instead of a token",
 		Long: `Log the CLI in as API client NAME: spend a client join token an admin made
 (torpor token create --client NAME --role user|admin [--spaces A,B]) on a
 certificate, trusting only a server of the CA that --ca-fingerprint (or the

@@ -33,6 +33,8 @@ type column[T object] struct {
 type kind[T object] struct {
 	name   string // singular, as printed in "actor/NAME created"
 	plural string
+	// sample is a name of one, for the verbs' examples.
+	sample string
 	spaced bool // lives in a space (every kind but spaces themselves)
 	// defaultSpace, when set, replaces the --space default for this kind.
 	defaultSpace string
@@ -60,6 +62,7 @@ func (k *kind[T]) nounCommand(a *app, short string) *cobra.Command {
 		Use:     k.name,
 		Aliases: []string{k.plural},
 		Short:   short,
+		Example: k.example("list", "get %s -o yaml", "describe %s"),
 		// Runnable with no arguments, so a mistyped verb is an error
 		// rather than a help page and exit status 0.
 		Args: cobra.NoArgs,
@@ -67,6 +70,16 @@ func (k *kind[T]) nounCommand(a *app, short string) *cobra.Command {
 	}
 	noun.AddCommand(k.getCommand(a), k.listCommand(a), k.describeCommand(a), k.deleteCommand(a))
 	return noun
+}
+
+// example is the help's example lines `torpor <kind> <verb...>`, %s in
+// each standing for the kind's sample name.
+func (k *kind[T]) example(lines ...string) string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = "  torpor " + k.name + " " + strings.ReplaceAll(l, "%s", k.sample)
+	}
+	return strings.Join(out, "\n")
 }
 
 func (k *kind[T]) space(a *app) string {
@@ -81,8 +94,9 @@ func (k *kind[T]) space(a *app) string {
 
 func (k *kind[T]) getCommand(a *app) *cobra.Command {
 	return &cobra.Command{
-		Use:   "get [NAME...]",
-		Short: fmt.Sprintf("Show %s (all of them without names)", k.plural),
+		Use:     "get [NAME...]",
+		Short:   fmt.Sprintf("Show %s (all of them without names)", k.plural),
+		Example: k.example("get %s", "get %s -o yaml", "get -o jsonpath='{.items[*].metadata.name}'"),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			c, err := a.clients()
 			if err != nil {
@@ -111,9 +125,10 @@ func (k *kind[T]) listCommand(a *app) *cobra.Command {
 		watch     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List " + k.plural,
-		Args:  cobra.NoArgs,
+		Use:     "list",
+		Short:   "List " + k.plural,
+		Example: k.example("list", "list -l team=a -o wide", "list -w"),
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sel, err := parseSelector(labels)
 			if err != nil {
@@ -151,9 +166,10 @@ func (k *kind[T]) listCommand(a *app) *cobra.Command {
 
 func (k *kind[T]) describeCommand(a *app) *cobra.Command {
 	return &cobra.Command{
-		Use:   "describe NAME...",
-		Short: fmt.Sprintf("Show %s in detail", k.plural),
-		Args:  cobra.MinimumNArgs(1),
+		Use:     "describe NAME...",
+		Short:   fmt.Sprintf("Show %s in detail", k.plural),
+		Example: k.example("describe %s"),
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			c, err := a.clients()
 			if err != nil {
@@ -177,9 +193,10 @@ func (k *kind[T]) describeCommand(a *app) *cobra.Command {
 
 func (k *kind[T]) deleteCommand(a *app) *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete NAME...",
-		Short: "Delete " + k.plural + " (each one named; a failure does not stop the others)",
-		Args:  cobra.MinimumNArgs(1),
+		Use:     "delete NAME...",
+		Short:   "Delete " + k.plural + " (each one named; a failure does not stop the others)",
+		Example: k.example("delete %s"),
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			c, err := a.clients()
 			if err != nil {

@@ -77,6 +77,7 @@ func NewRoot() *cobra.Command {
 	a := &app{}
 	root := &cobra.Command{
 		Use:           "torpor",
+		Example:       "  torpor template apply -f examples/counter/template.yaml --wait\n  torpor actor create c1 --template counter\n  torpor actor get c1 -o jsonpath='{.status.state}'",
 		Short:         "Run many stateful, sandboxed actors on a few warm workers",
 		SilenceErrors: true,
 		SilenceUsage:  true,

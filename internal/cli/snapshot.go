@@ -12,6 +12,7 @@ import (
 var snapshotKind = &kind[*torporv1.Snapshot]{
 	name:   "snapshot",
 	plural: "snapshots",
+	sample: "s-20260102-030405-ab12",
 	spaced: true,
 	columns: []column[*torporv1.Snapshot]{
 		{"KIND", snapshotKindOf},

@@ -11,6 +11,7 @@ import (
 var spaceKind = &kind[*torporv1.Space]{
 	name:   "space",
 	plural: "spaces",
+	sample: "team-a",
 	get: func(ctx context.Context, c *clients, req *torporv1.GetRequest) (*torporv1.Space, error) {
 		return call(ctx, c.spaces.GetSpace, req)
 	},
@@ -27,9 +28,10 @@ var spaceKind = &kind[*torporv1.Space]{
 func newSpaceCommand(a *app) *cobra.Command {
 	noun := spaceKind.nounCommand(a, "Manage spaces, the tenants actors and templates live in")
 	noun.AddCommand(&cobra.Command{
-		Use:   "create NAME",
-		Short: "Create a space",
-		Args:  cobra.ExactArgs(1),
+		Use:     "create NAME",
+		Example: "  torpor space create team-a",
+		Short:   "Create a space",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.clients()
 			if err != nil {

@@ -21,6 +21,7 @@ import (
 var templateKind = &kind[*torporv1.Template]{
 	name:   "template",
 	plural: "templates",
+	sample: "counter",
 	spaced: true,
 	columns: []column[*torporv1.Template]{
 		{"REVISION", func(t *torporv1.Template) string { return strconv.FormatInt(t.GetStatus().GetRevision(), 10) }},
@@ -58,6 +59,7 @@ func newTemplateApplyCommand(a *app) *cobra.Command {
 	var wait waitFlags
 	cmd := &cobra.Command{
 		Use:     "apply -f FILE",
+		Example: "  torpor template apply -f examples/counter/template.yaml --wait\n  torpor template get counter -o yaml | torpor template apply -f -",
 		Aliases: []string{"create"},
 		Short:   "Create the templates of YAML files, or new revisions of them",
 		Long: "Create the templates of YAML files. Image tags are pinned by digest and every\n" +
@@ -237,9 +239,10 @@ func waitForGolden(ctx context.Context, out io.Writer, c *clients, t *torporv1.T
 
 func newTemplateHistoryCommand(a *app) *cobra.Command {
 	return &cobra.Command{
-		Use:   "history NAME",
-		Short: "List a template's revisions and how many actors use each",
-		Args:  cobra.ExactArgs(1),
+		Use:     "history NAME",
+		Example: "  torpor template history counter",
+		Short:   "List a template's revisions and how many actors use each",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.clients()
 			if err != nil {
@@ -270,8 +273,9 @@ func newTemplateHistoryCommand(a *app) *cobra.Command {
 func newTemplateRolloutCommand(a *app) *cobra.Command {
 	var req torporv1.RolloutTemplateRequest
 	cmd := &cobra.Command{
-		Use:   "rollout NAME [--allow-state-loss]",
-		Short: "Move every actor on an older revision of a template to its latest",
+		Use:     "rollout NAME [--allow-state-loss]",
+		Example: "  torpor template rollout counter",
+		Short:   "Move every actor on an older revision of a template to its latest",
 		Long: "Move every actor on an older revision of a template to its latest revision, as\n" +
 			"torpor actor update NAME --template T would, one actor at a time. Actors that\n" +
 			"cannot move stay where they are and are listed with the reason: one that is not\n" +
@@ -323,9 +327,10 @@ func newTemplateRolloutCommand(a *app) *cobra.Command {
 func newTemplateRebuildCommand(a *app) *cobra.Command {
 	var wait waitFlags
 	cmd := &cobra.Command{
-		Use:   "rebuild NAME[@REV]",
-		Short: "Build the golden snapshot of a FAILED template revision again (default: the latest)",
-		Args:  cobra.ExactArgs(1),
+		Use:     "rebuild NAME[@REV]",
+		Example: "  torpor template rebuild counter\n  torpor template rebuild counter@2",
+		Short:   "Build the golden snapshot of a FAILED template revision again (default: the latest)",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.clients()
 			if err != nil {

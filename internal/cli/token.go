@@ -15,8 +15,9 @@ import (
 
 func newTokenCommand(a *app) *cobra.Command {
 	noun := &cobra.Command{
-		Use:   "token",
-		Short: "Make, list and revoke tokens: join tokens for nodes and clients, API tokens for spaces (admin only)",
+		Use:     "token",
+		Example: "  torpor token create --node node-b\n  torpor token list",
+		Short:   "Make, list and revoke tokens: join tokens for nodes and clients, API tokens for spaces (admin only)",
 	}
 	noun.AddCommand(newTokenCreateCommand(a), newTokenListCommand(a), newTokenRevokeCommand(a))
 	return noun
@@ -36,8 +37,9 @@ func newTokenCreateCommand(a *app) *cobra.Command {
 		ttl                time.Duration
 	)
 	create := &cobra.Command{
-		Use:   "create (--node NAME | --client NAME --role ROLE [--spaces A,B] | --spaces A,B) [--ttl DURATION]",
-		Short: "Create a join token or an API token and print it",
+		Use:     "create (--node NAME | --client NAME --role ROLE [--spaces A,B] | --spaces A,B) [--ttl DURATION]",
+		Example: "  torpor token create --node node-b\n  torpor token create --client edge --role router\n  torpor token create --spaces team-a --ttl 24h",
+		Short:   "Create a join token or an API token and print it",
 		Long: `Create a token and print it; the server keeps only its hash, so this is the
 only time it is shown.
 
@@ -123,7 +125,7 @@ Join tokens last 1h by default, API tokens 24h.`,
 }
 
 func newTokenListCommand(a *app) *cobra.Command {
-	return identityList(a, "List the tokens that are neither used nor expired (never their secrets)",
+	return identityList(a, "List the tokens that are neither used nor expired (never their secrets)", "  torpor token list",
 		func(c torporv1connect.IdentityServiceClient) listRPC[torporv1.ListTokensRequest, torporv1.ListTokensResponse] {
 			return c.ListTokens
 		},
@@ -145,9 +147,10 @@ func shortID(id string) string { return id[:min(len(id), 12)] }
 
 func newTokenRevokeCommand(a *app) *cobra.Command {
 	return &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Revoke a token before it is used or expires (ID as torpor token list shows it)",
-		Args:  cobra.ExactArgs(1),
+		Use:     "revoke ID",
+		Example: "  torpor token revoke 3f2a9c0d1e4b",
+		Short:   "Revoke a token before it is used or expires (ID as torpor token list shows it)",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.clients()
 			if err != nil {

@@ -14,6 +14,7 @@ import (
 var workerKind = &kind[*torporv1.Worker]{
 	name:   "worker",
 	plural: "workers",
+	sample: "node-a-w0",
 	spaced: true,
 	// Node agents register their workers in one namespace.
 	defaultSpace: validate.WorkerNamespace,
@@ -67,9 +68,10 @@ func newWorkerCreateCommand(a *app) *cobra.Command {
 		labels map[string]string
 	)
 	cmd := &cobra.Command{
-		Use:   "create NAME --node NODE --ip IP",
-		Short: "Register a worker",
-		Args:  cobra.ExactArgs(1),
+		Use:     "create NAME --node NODE --ip IP",
+		Example: "  torpor worker create node-a-w9 --node node-a --ip 10.213.0.11",
+		Short:   "Register a worker",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.clients()
 			if err != nil {
