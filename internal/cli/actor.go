@@ -58,6 +58,7 @@ func newActorCommand(a *app) *cobra.Command {
 		newActorLogsCommand(a),
 		newActorStatsCommand(a),
 		newActorRevertCommand(a),
+		newActorWaitCommand(a),
 	)
 	return noun
 }

@@ -528,7 +528,7 @@ func TestErrors(t *testing.T) {
 		want string // prefix of stderr
 	}{
 		{"unreachable server", []string{"--server", "http://127.0.0.1:1", "space", "list"}, "Error: unavailable: "},
-		{"bad output format", []string{"space", "list", "-o", "xml"}, "Error: -o \"xml\": want table, wide, name, json or yaml\n"},
+		{"bad output format", []string{"space", "list", "-o", "xml"}, "Error: -o \"xml\": want table, wide, name, json, yaml or jsonpath=TEMPLATE\n"},
 		{"unknown command", []string{"spaces", "frobnicate"}, "Error: unknown command \"frobnicate\""},
 		{"missing file", []string{"template", "apply", "-f", "/nonexistent.yaml"}, "Error: read templates: open /nonexistent.yaml: no such file or directory\n"},
 		{"missing name", []string{"actor", "describe"}, "Error: requires at least 1 arg(s)"},

@@ -50,6 +50,9 @@ func printMessages(w io.Writer, format string, msgs []proto.Message, asList bool
 		}
 		doc = b
 	}
+	if template, ok := strings.CutPrefix(format, formatJSONPath); ok {
+		return printJSONPath(w, template, doc)
+	}
 	if format == formatYAML {
 		y, err := yaml.JSONToYAML(doc)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -23,6 +24,9 @@ const (
 	// KIND/NAME alone; other output shows them as a table.
 	formatWide = "wide"
 	formatName = "name"
+	// formatJSONPath prefixes -o jsonpath=TEMPLATE: the JSON form, then
+	// the template (kubectl's JSONPath) applied to it.
+	formatJSONPath = "jsonpath="
 )
 
 // app holds what the global flags select, read when a command runs (after
@@ -92,7 +96,11 @@ func NewRoot() *cobra.Command {
 				a.style, a.output = a.output, formatTable
 				return nil
 			}
-			return fmt.Errorf("-o %q: want table, wide, name, json or yaml", a.output)
+			if template, ok := strings.CutPrefix(a.output, formatJSONPath); ok {
+				_, err := parseJSONPath(template)
+				return err
+			}
+			return fmt.Errorf("-o %q: want table, wide, name, json, yaml or jsonpath=TEMPLATE", a.output)
 		},
 	}
 	flags := root.PersistentFlags()
@@ -100,19 +108,57 @@ func NewRoot() *cobra.Command {
 	flags.StringVar(&a.caFlag, "ca", "", "file of the CA certificate (PEM) the server's certificate must chain to (default: $TORPOR_CA, else ca: in the client config file, else the system's roots)")
 	flags.StringVar(&a.tokenFlag, "token", "", "API token (default: $TORPOR_TOKEN, else token: in the client config file)")
 	flags.StringVar(&a.space, "space", "default", "space of the objects to act on")
-	flags.StringVarP(&a.output, "output", "o", formatTable, "output format: table, wide (more columns), name (KIND/NAME lines), json or yaml")
+	flags.StringVarP(&a.output, "output", "o", formatTable, "output format: table, wide (more columns), name (KIND/NAME lines), json, yaml, or jsonpath=TEMPLATE (kubectl's JSONPath over the JSON form: -o jsonpath='{.status.state}')")
+	spaces, templates, actors, workers, snapshots := newSpaceCommand(a), newTemplateCommand(a), newActorCommand(a), newWorkerCommand(a), newSnapshotCommand(a)
+	completeObjectNames(spaces, a, spaceKind)
+	completeObjectNames(templates, a, templateKind)
+	completeObjectNames(actors, a, actorKind)
+	completeObjectNames(workers, a, workerKind)
+	if untag, _, err := snapshots.Find([]string{"untag"}); err == nil {
+		untag.ValidArgsFunction = tagKind.completeNames(a, true) // its names are tags'
+	}
+	completeObjectNames(snapshots, a, snapshotKind)
 	root.AddCommand(
-		newSpaceCommand(a),
-		newTemplateCommand(a),
-		newActorCommand(a),
-		newWorkerCommand(a),
-		newSnapshotCommand(a),
+		spaces,
+		templates,
+		actors,
+		workers,
+		snapshots,
 		newTokenCommand(a),
 		newClientCommand(a),
 		newLoginCommand(a),
 		newImageCommand(),
 	)
+	for _, noun := range root.Commands() {
+		refuseUnknownVerbs(noun)
+	}
 	return root
+}
+
+// refuseUnknownVerbs makes a command with subcommands, and those below it,
+// refuse an unknown subcommand with kubectl's "did you mean" (cobra
+// suggests only below the root) instead of showing help with status 0.
+func refuseUnknownVerbs(cmd *cobra.Command) {
+	if !cmd.HasSubCommands() {
+		return
+	}
+	cmd.SuggestionsMinimumDistance = 2 // cobra's default, which it sets only on the root
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if suggestions := cmd.SuggestionsFor(args[0]); len(suggestions) > 0 {
+			msg += "\n\nDid you mean this?\n\t" + strings.Join(suggestions, "\n\t")
+		}
+		return fmt.Errorf("%s\n\nRun '%s --help' for its commands", msg, cmd.CommandPath())
+	}
+	if cmd.RunE == nil && cmd.Run == nil {
+		cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
+	for _, sub := range cmd.Commands() {
+		refuseUnknownVerbs(sub)
+	}
 }
 
 // Execute runs root with args and returns the process exit code. Errors go
