@@ -39,6 +39,11 @@ var actorKind = &kind[*torporv1.Actor]{
 		_, err := call(ctx, c.actors.DeleteActor, req)
 		return err
 	},
+	deleteFlag: &deleteFlag{
+		name:  "force",
+		usage: "delete a running (or resuming, suspending, pausing) actor too: its workload is stopped without a snapshot, its state since the latest one lost",
+		set:   func(req *torporv1.DeleteRequest) { req.Force = true },
+	},
 }
 
 func newActorCommand(a *app) *cobra.Command {

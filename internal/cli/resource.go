@@ -44,6 +44,15 @@ type kind[T object] struct {
 	get    func(context.Context, *clients, *torporv1.GetRequest) (T, error)
 	list   func(context.Context, *clients, *torporv1.ListRequest) (items []T, nextPage string, err error)
 	delete func(context.Context, *clients, *torporv1.DeleteRequest) error
+	// deleteFlag, when set, is the kind's own flag of delete.
+	deleteFlag *deleteFlag
+}
+
+// deleteFlag is a boolean flag of a kind's delete and what it sets in
+// the request.
+type deleteFlag struct {
+	name, usage string
+	set         func(*torporv1.DeleteRequest)
 }
 
 // call runs one unary RPC and unwraps its response.
@@ -192,10 +201,15 @@ func (k *kind[T]) describeCommand(a *app) *cobra.Command {
 }
 
 func (k *kind[T]) deleteCommand(a *app) *cobra.Command {
-	return &cobra.Command{
+	var flag bool
+	examples := []string{"delete %s"}
+	if k.deleteFlag != nil {
+		examples = append(examples, "delete %s --"+k.deleteFlag.name)
+	}
+	cmd := &cobra.Command{
 		Use:     "delete NAME...",
 		Short:   "Delete " + k.plural + " (each one named; a failure does not stop the others)",
-		Example: k.example("delete %s"),
+		Example: k.example(examples...),
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			c, err := a.clients()
@@ -203,7 +217,11 @@ func (k *kind[T]) deleteCommand(a *app) *cobra.Command {
 				return err
 			}
 			return eachName(cmd, k.name, k.plural, names, func(name string) error {
-				if err := k.delete(cmd.Context(), c, &torporv1.DeleteRequest{Space: k.space(a), Name: name}); err != nil {
+				req := &torporv1.DeleteRequest{Space: k.space(a), Name: name}
+				if flag {
+					k.deleteFlag.set(req)
+				}
+				if err := k.delete(cmd.Context(), c, req); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s/%s deleted\n", k.name, name)
@@ -211,6 +229,10 @@ func (k *kind[T]) deleteCommand(a *app) *cobra.Command {
 			})
 		},
 	}
+	if k.deleteFlag != nil {
+		cmd.Flags().BoolVar(&flag, k.deleteFlag.name, false, k.deleteFlag.usage)
+	}
+	return cmd
 }
 
 func (k *kind[T]) getEach(ctx context.Context, c *clients, space string, names []string) ([]T, error) {

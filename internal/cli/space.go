@@ -23,6 +23,11 @@ var spaceKind = &kind[*torporv1.Space]{
 		_, err := call(ctx, c.spaces.DeleteSpace, req)
 		return err
 	},
+	deleteFlag: &deleteFlag{
+		name:  "cascade",
+		usage: "delete what the space holds first: its actors (running ones stopped without a snapshot), snapshot tags and templates",
+		set:   func(req *torporv1.DeleteRequest) { req.Cascade = true },
+	},
 }
 
 func newSpaceCommand(a *app) *cobra.Command {

@@ -126,13 +126,19 @@ func (m *slotMachine) Terminate(ctx context.Context, req *connect.Request[torpor
 // of it answering from its recorded result.
 func (m *slotMachine) DropCheckpoint(ctx context.Context, req *connect.Request[torporv1.DropCheckpointRequest]) (*connect.Response[torporv1.DropCheckpointResponse], error) {
 	location := req.Msg.GetLocation()
-	if _, _, _, err := snapshot.ParseLocation(location); err != nil {
+	_, actorUID, _, err := snapshot.ParseLocation(location)
+	if err != nil {
 		return nil, invalid("location", "%v", err)
 	}
 	if err := m.snapshots.removeLocal(ctx, location); err != nil {
 		return nil, err
 	}
 	m.snapshots.cache.Forget(location)
+	// The log a pause left here goes with its checkpoint, unless the
+	// actor runs here again (restored from it).
+	if err := m.removeLog(actorUID); err != nil {
+		m.log.Warn("actor log not removed with its local checkpoint", "actor_uid", actorUID, "err", err)
+	}
 	return connect.NewResponse(&torporv1.DropCheckpointResponse{}), nil
 }
 
@@ -400,6 +406,19 @@ func (t *stepTimer) done(step string) {
 	t.seconds.WithLabelValues(t.operation, step).Observe(now.Sub(t.last).Seconds())
 	tracing.Phase(t.ctx, "node."+step, t.last, now)
 	t.last = now
+}
+
+// removeLog deletes the log this node keeps of the actor, unless the
+// actor occupies a slot of this node.
+func (m *slotMachine) removeLog(actorUID string) error {
+	m.placing.Lock()
+	defer m.placing.Unlock()
+	for _, s := range m.slots {
+		if s.current().ActorUID == actorUID {
+			return nil
+		}
+	}
+	return m.logs.remove(actorUID)
 }
 
 // removeVolumes deletes the actor's volume directories, unless the actor

@@ -119,7 +119,9 @@ func (s *actorService) UpdateActor(ctx context.Context, req *connect.Request[tor
 	return connect.NewResponse(updated), nil
 }
 
-// DeleteActor removes an actor that holds no worker, with its snapshots.
+// DeleteActor removes an actor that holds no worker, with its snapshots;
+// with force, a running one too (its workload stopped without a
+// snapshot).
 func (s *actorService) DeleteActor(ctx context.Context, req *connect.Request[torporv1.DeleteRequest]) (*connect.Response[torporv1.DeleteResponse], error) {
 	m := req.Msg
 	if err := keyOf(m.GetSpace(), m.GetName(), true); err != nil {
@@ -134,7 +136,7 @@ func (s *actorService) DeleteActor(ctx context.Context, req *connect.Request[tor
 			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("actor %s/%s does not match the given uid or version", m.GetSpace(), m.GetName()))
 		}
 	}
-	if err := s.engine.Delete(ctx, m.GetSpace(), m.GetName()); err != nil {
+	if err := s.engine.Delete(ctx, m.GetSpace(), m.GetName(), workflow.DeleteOptions{Force: m.GetForce()}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&torporv1.DeleteResponse{}), nil

@@ -151,7 +151,7 @@ func (s *Server) Handler() http.Handler {
 		connect.WithInterceptors(tracing.Interceptor(), edgeErrors(s.log), &gate{identity: s.identity, admin: &s.admin, log: s.log}),
 	}, strictJSONCodecs()...)
 	mux := http.NewServeMux()
-	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store}, opts...))
+	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewTemplateServiceHandler(&templateService{store: s.store, engine: s.engine, created: s.wakeGoldens, images: s.opts.Images}, opts...))
 	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine, agents: s.agents, sessions: s.sessions, objects: s.objects}, opts...))
 	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store, engine: s.engine}, opts...))

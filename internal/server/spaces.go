@@ -8,9 +8,13 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
+	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
-type spaceService struct{ store store.Store }
+type spaceService struct {
+	store  store.Store
+	engine *workflow.Engine
+}
 
 func (s *spaceService) CreateSpace(ctx context.Context, req *connect.Request[torporv1.CreateSpaceRequest]) (*connect.Response[torporv1.Space], error) {
 	sp := req.Msg.GetSpace()
@@ -44,11 +48,20 @@ func (s *spaceService) ListSpaces(ctx context.Context, req *connect.Request[torp
 }
 
 // DeleteSpace removes an empty space; a space still holding templates,
-// actors or snapshot tags is refused so nothing is orphaned.
+// actors or snapshot tags is refused so nothing is orphaned, unless the
+// request cascades: what it holds is deleted first.
 func (s *spaceService) DeleteSpace(ctx context.Context, req *connect.Request[torporv1.DeleteRequest]) (*connect.Response[torporv1.DeleteResponse], error) {
 	name := req.Msg.GetName()
 	if err := keyOf("", name, false); err != nil {
 		return nil, err
+	}
+	if req.Msg.GetCascade() {
+		if _, err := s.store.Spaces().Get(ctx, "", name); err != nil {
+			return nil, err
+		}
+		if err := s.engine.EmptySpace(ctx, name); err != nil {
+			return nil, err
+		}
 	}
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
 		if _, err := tx.Spaces().Get(ctx, "", name); err != nil {
@@ -63,7 +76,7 @@ func (s *spaceService) DeleteSpace(ctx context.Context, req *connect.Request[tor
 			return err
 		}
 		if len(actors)+len(templates) > 0 {
-			return failedPrecondition("space %q is not empty: delete its actors and templates first", name)
+			return failedPrecondition("space %q is not empty: delete its actors and templates first, or delete it with cascade", name)
 		}
 		// A tag outlives its actor, and keeps its snapshot.
 		tags, _, err := tx.Tags().List(ctx, store.ListOptions{Space: name, PageSize: 1})

@@ -19,7 +19,7 @@ import (
 // route goes on.
 func TestLocalCheckpointFilesGoWithTheirRecord(t *testing.T) {
 	deleteActor := func(e *env, durable *torporv1.Snapshot) {
-		if err := e.engine.Delete(e.ctx, "default", "c1"); err != nil {
+		if err := e.engine.Delete(e.ctx, "default", "c1", DeleteOptions{}); err != nil {
 			e.t.Fatal(err)
 		}
 		if _, err := e.store.Actors().Get(e.ctx, "default", "c1"); !errors.Is(err, store.ErrNotFound) {

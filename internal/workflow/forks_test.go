@@ -101,7 +101,7 @@ func TestTagKeepsSnapshotFromRetention(t *testing.T) {
 
 	last := e.snapshot("default", e.actor("c1").GetStatus().GetLatestSnapshot())
 	e.tag("default", "final", last.GetMetadata().GetName(), torporv1.SnapshotTagScope_SNAPSHOT_TAG_SCOPE_PUBLISHED)
-	if err := e.engine.Delete(e.ctx, "default", "c1"); err != nil {
+	if err := e.engine.Delete(e.ctx, "default", "c1", DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !e.snapshotExists("default", last.GetMetadata().GetName()) || e.filesDeleted(last.GetLocation()) {
@@ -182,7 +182,7 @@ func TestForkSharesTheSourceSnapshot(t *testing.T) {
 	for _, f := range []string{"f1", "f2"} {
 		e.cycle(f)
 	}
-	if err := e.engine.Delete(e.ctx, "default", "f3"); err != nil {
+	if err := e.engine.Delete(e.ctx, "default", "f3", DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !e.filesDeleted(src.GetLocation()) {

@@ -20,14 +20,16 @@ var transitions = map[torporv1.ActorState][]torporv1.ActorState{
 	torporv1.ActorState_ACTOR_STATE_SUSPENDED: {torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_DELETING},
 	torporv1.ActorState_ACTOR_STATE_PAUSED:    {torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_DELETING, torporv1.ActorState_ACTOR_STATE_SUSPENDED},
 	torporv1.ActorState_ACTOR_STATE_CRASHED:   {torporv1.ActorState_ACTOR_STATE_RESUMING, torporv1.ActorState_ACTOR_STATE_DELETING, torporv1.ActorState_ACTOR_STATE_SUSPENDED},
-	torporv1.ActorState_ACTOR_STATE_RESUMING:  {torporv1.ActorState_ACTOR_STATE_RUNNING, torporv1.ActorState_ACTOR_STATE_CRASHED},
-	torporv1.ActorState_ACTOR_STATE_RUNNING:   {torporv1.ActorState_ACTOR_STATE_SUSPENDING, torporv1.ActorState_ACTOR_STATE_PAUSING, torporv1.ActorState_ACTOR_STATE_CRASHED},
+	// A forced delete stops a workload that runs or is in a step
+	// (DELETING then holds the worker until the workload is gone).
+	torporv1.ActorState_ACTOR_STATE_RESUMING: {torporv1.ActorState_ACTOR_STATE_RUNNING, torporv1.ActorState_ACTOR_STATE_CRASHED, torporv1.ActorState_ACTOR_STATE_DELETING},
+	torporv1.ActorState_ACTOR_STATE_RUNNING:  {torporv1.ActorState_ACTOR_STATE_SUSPENDING, torporv1.ActorState_ACTOR_STATE_PAUSING, torporv1.ActorState_ACTOR_STATE_CRASHED, torporv1.ActorState_ACTOR_STATE_DELETING},
 	// A checkpoint that fails with the workload still running, or an idle
 	// stop cancelled before the node was called, returns to RUNNING. A
 	// revert of a RUNNING actor stops its workload through SUSPENDING
 	// without a checkpoint (OPERATION_KIND_REVERT).
-	torporv1.ActorState_ACTOR_STATE_SUSPENDING: {torporv1.ActorState_ACTOR_STATE_SUSPENDED, torporv1.ActorState_ACTOR_STATE_RUNNING, torporv1.ActorState_ACTOR_STATE_CRASHED},
-	torporv1.ActorState_ACTOR_STATE_PAUSING:    {torporv1.ActorState_ACTOR_STATE_PAUSED, torporv1.ActorState_ACTOR_STATE_RUNNING, torporv1.ActorState_ACTOR_STATE_CRASHED},
+	torporv1.ActorState_ACTOR_STATE_SUSPENDING: {torporv1.ActorState_ACTOR_STATE_SUSPENDED, torporv1.ActorState_ACTOR_STATE_RUNNING, torporv1.ActorState_ACTOR_STATE_CRASHED, torporv1.ActorState_ACTOR_STATE_DELETING},
+	torporv1.ActorState_ACTOR_STATE_PAUSING:    {torporv1.ActorState_ACTOR_STATE_PAUSED, torporv1.ActorState_ACTOR_STATE_RUNNING, torporv1.ActorState_ACTOR_STATE_CRASHED, torporv1.ActorState_ACTOR_STATE_DELETING},
 	// DELETING ends with the record's removal, not another state.
 	torporv1.ActorState_ACTOR_STATE_DELETING: nil,
 }
@@ -72,13 +74,16 @@ func (e *Engine) setState(a *torporv1.Actor, state torporv1.ActorState) error {
 	if !allowed(from, state) {
 		return fmt.Errorf("actor %s: no transition from %s to %s", actorKey(a), enum.Name(from), enum.Name(state))
 	}
-	if placed := a.GetStatus().GetWorker() != nil; placed != holdsWorker(state) {
+	// DELETING holds the worker of a forced delete until the workload is
+	// gone, and none otherwise.
+	if placed := a.GetStatus().GetWorker() != nil; placed != holdsWorker(state) && state != torporv1.ActorState_ACTOR_STATE_DELETING {
 		return fmt.Errorf("actor %s: %s with worker %q", actorKey(a), enum.Name(state), a.GetStatus().GetWorker().GetName())
 	}
 	a.Status.State = state
 	a.Status.StateTime = timestamppb.New(e.now())
-	if from == torporv1.ActorState_ACTOR_STATE_CRASHED {
-		// Kept only while CRASHED (see ActorStatus.last_worker).
+	if from == torporv1.ActorState_ACTOR_STATE_CRASHED && state != torporv1.ActorState_ACTOR_STATE_DELETING {
+		// Kept only while CRASHED (see ActorStatus.last_worker), and for
+		// its delete to remove the log that node keeps.
 		a.Status.LastWorker = nil
 	}
 	return nil

@@ -38,6 +38,8 @@ func TestTransitions(t *testing.T) {
 		{running, suspending}: true, {running, pausing}: true, {running, crashed}: true,
 		{suspending, suspended}: true, {suspending, running}: true, {suspending, crashed}: true,
 		{pausing, paused}: true, {pausing, running}: true, {pausing, crashed}: true,
+		// A forced delete.
+		{resuming, deleting}: true, {running, deleting}: true, {suspending, deleting}: true, {pausing, deleting}: true,
 	}
 	e := &Engine{now: func() time.Time { return time.Unix(1000, 0) }}
 	for _, from := range allStates {

@@ -437,7 +437,7 @@ func TestRetentionKeepsLastK(t *testing.T) {
 	if len(e.objects.deleted) != 2 {
 		t.Fatalf("removed files of %d snapshots, want 2", len(e.objects.deleted))
 	}
-	if err := e.engine.Delete(e.ctx, "default", "c1"); err != nil {
+	if err := e.engine.Delete(e.ctx, "default", "c1", DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if len(e.objects.deleted) != 4 {
