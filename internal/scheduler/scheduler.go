@@ -102,7 +102,7 @@ func Fits(workers []*torporv1.Worker, live func(node string) bool, req Request) 
 		what string
 		keep func(*torporv1.Worker) bool
 	}{
-		{"none is on a live node", func(w *torporv1.Worker) bool { return live(w.GetSpec().GetNode()) }},
+		{"none is on a live node that takes actors (not lost, not cordoned)", func(w *torporv1.Worker) bool { return live(w.GetSpec().GetNode()) }},
 		{fmt.Sprintf("none has sandbox class %q", req.SandboxClass), func(w *torporv1.Worker) bool {
 			return w.GetSpec().GetSandboxClass() == req.SandboxClass
 		}},

@@ -165,7 +165,7 @@ func (e *Engine) keepHeadroom(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	live, err := e.liveNodes(ctx)
+	live, err := e.placeableNodes(ctx)
 	if err != nil {
 		return err
 	}

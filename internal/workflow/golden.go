@@ -38,7 +38,7 @@ func (e *Engine) BuildGoldens(ctx context.Context) error {
 func (e *Engine) buildGolden(ctx context.Context, t *torporv1.Template) error {
 	key := t.GetMetadata().GetSpace() + "/" + t.GetMetadata().GetName()
 	log := e.log.With("template", key)
-	live, err := e.liveNodes(ctx)
+	live, err := e.placeableNodes(ctx)
 	if err != nil {
 		return err
 	}

@@ -9,16 +9,6 @@ import (
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
-// liveNodes reads node heartbeats from the store (never a cache: a
-// decision must see what is committed, invariant 4).
-func (e *Engine) liveNodes(ctx context.Context) (func(string) bool, error) {
-	nodes, err := store.ListAll(ctx, e.store.Nodes(), store.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	return e.liveIn(nodes), nil
-}
-
 // liveIn tells which of the nodes, as read, are alive.
 func (e *Engine) liveIn(nodes []*torporv1.Node) func(string) bool {
 	live := map[string]bool{}
@@ -26,6 +16,30 @@ func (e *Engine) liveIn(nodes []*torporv1.Node) func(string) bool {
 		live[n.GetMetadata().GetName()] = e.alive(n)
 	}
 	return func(node string) bool { return live[node] }
+}
+
+// placeableNodes reads which nodes may take new actors, alive and not
+// cordoned, from the store (never a cache: a decision must see what is
+// committed, invariant 4).
+func (e *Engine) placeableNodes(ctx context.Context) (func(string) bool, error) {
+	nodes, err := store.ListAll(ctx, e.store.Nodes(), store.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return e.placeableIn(nodes, ""), nil
+}
+
+// placeableIn tells which of the nodes, as read, may take an actor: alive
+// and not cordoned, except that the node holding the actor's local
+// checkpoint (requireNode) takes it even cordoned, since its newest state
+// is only there (a drain resumes paused actors there to suspend them).
+func (e *Engine) placeableIn(nodes []*torporv1.Node, requireNode string) func(string) bool {
+	ok := map[string]bool{}
+	for _, n := range nodes {
+		name := n.GetMetadata().GetName()
+		ok[name] = e.alive(n) && (!n.GetCordoned() || name == requireNode)
+	}
+	return func(node string) bool { return ok[node] }
 }
 
 func (e *Engine) alive(n *torporv1.Node) bool {

@@ -233,8 +233,9 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, reads *resu
 		plan.Scope == torporv1.RestoreScope_RESTORE_SCOPE_DATA && tmpl.GetSpec().GetSnapshotPolicy().GetOnResume().GetFromData() == torporv1.FromData_FROM_DATA_GOLDEN) {
 		src.note = joinNotes(src.note, fmt.Sprintf("cold boot: the golden snapshot of %s is not ready (%s)", revision, phaseName(tmpl.GetStatus().GetPhase())))
 	}
+	placeable := e.placeableIn(nodes, src.requireNode)
 	w, picked, err := e.claiming.pick(func(claiming func(*torporv1.Worker) bool) (*torporv1.Worker, error) {
-		return scheduler.Pick(free, live, scheduler.Request{
+		return scheduler.Pick(free, placeable, scheduler.Request{
 			SandboxClass: tmpl.GetSpec().GetSandboxClass(),
 			Selector:     a.GetSpec().GetWorkerSelector(),
 			RequireNode:  src.requireNode,
@@ -247,7 +248,7 @@ func (e *Engine) claimResume(ctx context.Context, a *torporv1.Actor, reads *resu
 	})
 	var noWorker *scheduler.NoWorkerError
 	if errors.As(err, &noWorker) {
-		return nil, nil, &noFreeWorker{live: live, req: scheduler.Request{
+		return nil, nil, &noFreeWorker{live: placeable, req: scheduler.Request{
 			SandboxClass: tmpl.GetSpec().GetSandboxClass(), Selector: a.GetSpec().GetWorkerSelector(), RequireNode: src.requireNode,
 		}, cause: err, err: errdefs.Errorf(errdefs.ErrResourceExhausted, "actor %s: %v", actorKey(a), err)}
 	}

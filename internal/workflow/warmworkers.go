@@ -65,7 +65,7 @@ func (e *Engine) keepWarm(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	live, err := e.liveNodes(ctx)
+	live, err := e.placeableNodes(ctx)
 	if err != nil {
 		return err
 	}

@@ -143,9 +143,16 @@ type JoinRequest struct {
 	// only that name.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// PKCS#10 certificate request (DER), signed by the member's key.
-	Csr           []byte `protobuf:"bytes,3,opt,name=csr,proto3" json:"csr,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Csr []byte `protobuf:"bytes,3,opt,name=csr,proto3" json:"csr,omitempty"`
+	// Instead of token, on Kubernetes: the projected ServiceAccount token
+	// of the member's pod (audience: the control plane's
+	// --kubernetes-audience). The control plane verifies it with the API
+	// server (TokenReview) and admits a pod of the node agents' DaemonSet
+	// as the node its pod is bound to, or a pod of the routers'
+	// Deployment as a router client named after the pod.
+	KubernetesToken string `protobuf:"bytes,4,opt,name=kubernetes_token,json=kubernetesToken,proto3" json:"kubernetes_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *JoinRequest) Reset() {
@@ -197,6 +204,13 @@ func (x *JoinRequest) GetCsr() []byte {
 		return x.Csr
 	}
 	return nil
+}
+
+func (x *JoinRequest) GetKubernetesToken() string {
+	if x != nil {
+		return x.KubernetesToken
+	}
+	return ""
 }
 
 type RenewCertificateRequest struct {
@@ -1216,11 +1230,12 @@ var File_torpor_v1_identity_proto protoreflect.FileDescriptor
 
 const file_torpor_v1_identity_proto_rawDesc = "" +
 	"\n" +
-	"\x18torpor/v1/identity.proto\x12\ttorpor.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"I\n" +
+	"\x18torpor/v1/identity.proto\x12\ttorpor.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"t\n" +
 	"\vJoinRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
-	"\x03csr\x18\x03 \x01(\fR\x03csr\"+\n" +
+	"\x03csr\x18\x03 \x01(\fR\x03csr\x12)\n" +
+	"\x10kubernetes_token\x18\x04 \x01(\tR\x0fkubernetesToken\"+\n" +
 	"\x17RenewCertificateRequest\x12\x10\n" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\"\xbd\x01\n" +
 	"\x11IssuedCertificate\x12+\n" +

@@ -3126,8 +3126,18 @@ type Node struct {
 	Address        string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	HeartbeatTime  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=heartbeat_time,json=heartbeatTime,proto3" json:"heartbeat_time,omitempty"`
 	SandboxClasses []string               `protobuf:"bytes,4,rep,name=sandbox_classes,json=sandboxClasses,proto3" json:"sandbox_classes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set while no new actor may be placed on the node (its Kubernetes
+	// Node is cordoned, or drained); cordon_reason says why. An actor
+	// whose only newest state is a local checkpoint there may still resume
+	// there.
+	Cordoned     bool   `protobuf:"varint,5,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	CordonReason string `protobuf:"bytes,6,opt,name=cordon_reason,json=cordonReason,proto3" json:"cordon_reason,omitempty"`
+	// Set while the node's actors are being moved off it: running ones
+	// suspended to snapshot storage, paused ones resumed there and
+	// suspended (a drain).
+	Draining      bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -3186,6 +3196,27 @@ func (x *Node) GetSandboxClasses() []string {
 		return x.SandboxClasses
 	}
 	return nil
+}
+
+func (x *Node) GetCordoned() bool {
+	if x != nil {
+		return x.Cordoned
+	}
+	return false
+}
+
+func (x *Node) GetCordonReason() string {
+	if x != nil {
+		return x.CordonReason
+	}
+	return ""
+}
+
+func (x *Node) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
 }
 
 var File_torpor_v1_resources_proto protoreflect.FileDescriptor
@@ -3408,12 +3439,15 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\tR\bsnapshot\x12\x14\n" +
 	"\x05actor\x18\x03 \x01(\tR\x05actor\x121\n" +
-	"\x05scope\x18\x04 \x01(\x0e2\x1b.torpor.v1.SnapshotTagScopeR\x05scope\"\xbf\x01\n" +
+	"\x05scope\x18\x04 \x01(\x0e2\x1b.torpor.v1.SnapshotTagScopeR\x05scope\"\x9c\x02\n" +
 	"\x04Node\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12A\n" +
 	"\x0eheartbeat_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rheartbeatTime\x12'\n" +
-	"\x0fsandbox_classes\x18\x04 \x03(\tR\x0esandboxClasses*\x83\x01\n" +
+	"\x0fsandbox_classes\x18\x04 \x03(\tR\x0esandboxClasses\x12\x1a\n" +
+	"\bcordoned\x18\x05 \x01(\bR\bcordoned\x12#\n" +
+	"\rcordon_reason\x18\x06 \x01(\tR\fcordonReason\x12\x1a\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining*\x83\x01\n" +
 	"\rRestartPolicy\x12\x1e\n" +
 	"\x1aRESTART_POLICY_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15RESTART_POLICY_ALWAYS\x10\x01\x12\x1d\n" +
