@@ -23,6 +23,7 @@ type joinFlags struct {
 	tokenFile     string
 	caFingerprint string
 	caFile        string
+	kubeTokenFile string
 }
 
 // register adds the flags; made names the command that makes the token.
@@ -34,6 +35,22 @@ func (f *joinFlags) register(flags *pflag.FlagSet, made string) {
 	// TORPOR_CA is also the CLI's setting: exported for it, it must not
 	// stand against a --ca-fingerprint given here.
 	flagconfig.Alternatives(flags, "ca", "ca-fingerprint")
+	flags.StringVar(&f.kubeTokenFile, "kubernetes-token-file", "", "on Kubernetes, instead of a join token: the pod's projected ServiceAccount token file (audience torpor.dev), read at every join")
+}
+
+// kubernetesToken reads the pod's ServiceAccount token at every join
+// (the kubelet rotates the file); nil without --kubernetes-token-file.
+func (f *joinFlags) kubernetesToken() func(context.Context) (string, error) {
+	if f.kubeTokenFile == "" {
+		return nil
+	}
+	return func(context.Context) (string, error) {
+		data, err := os.ReadFile(f.kubeTokenFile)
+		if err != nil {
+			return "", fmt.Errorf("--kubernetes-token-file: %w", err)
+		}
+		return strings.TrimSpace(string(data)), nil
+	}
 }
 
 // resolve returns the CA fingerprint to pin (given, or the certificate

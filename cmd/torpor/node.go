@@ -224,6 +224,7 @@ func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) err
 	if cfg.CAFingerprint, cfg.JoinToken, err = f.join.resolve(); err != nil {
 		return err
 	}
+	cfg.KubernetesToken = f.join.kubernetesToken()
 	labels, err := parseLabels(f.labels)
 	if err != nil {
 		return err

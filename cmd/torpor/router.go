@@ -74,6 +74,7 @@ revokes it.`,
 			if member.CAFingerprint, member.JoinToken, err = join.resolve(); err != nil {
 				return err
 			}
+			member.KubernetesToken = join.kubernetesToken()
 			if stateDir == "" {
 				dir, err := cli.DataDir()
 				if err != nil {

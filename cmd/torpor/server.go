@@ -20,6 +20,7 @@ func newServerCommand() *cobra.Command {
 	var images imageFlags
 	var logs logFlags
 	var traces traceFlags
+	var kubernetes kubeFlags
 	cmd := &cobra.Command{
 		Use:     "server",
 		Example: "  torpor server --store postgres://torpor@db/torpor --snapshots s3://torpor-snapshots --listen 0.0.0.0:7070",
@@ -65,6 +66,9 @@ or put server, ca and token in the client config file
 			if opts.Logger, err = logs.logger(cmd.ErrOrStderr()); err != nil {
 				return err
 			}
+			if opts.Kubernetes, err = kubernetes.cluster(); err != nil {
+				return err
+			}
 			stop, err := traces.start("torpor-server", opts.Logger)
 			if err != nil {
 				return err
@@ -87,6 +91,7 @@ or put server, ca and token in the client config file
 	flags.StringVar(&opts.CAFile, "ca-file", "", "where to write the CA certificate clients verify the server with (default <data dir>/ca.pem)")
 	flags.StringToIntVar(&opts.Headroom, "headroom", nil, "per worker pool, workers to keep free by evicting idle actors early, so a resume rarely waits for an eviction (POOL=N,...)")
 	images.register(flags)
+	kubernetes.register(flags)
 	logs.register(cmd.PersistentFlags(), "info")
 	traces.register(cmd.PersistentFlags())
 	return cmd

@@ -56,6 +56,9 @@ type Client struct {
 	Role    Role      `json:"role"`
 	Spaces  []string  `json:"spaces,omitempty"`
 	Created time.Time `json:"created"`
+	// Pod, for a client that joined with its Kubernetes pod's token, is
+	// that pod (NAMESPACE/NAME/UID): the client goes when the pod does.
+	Pod string `json:"pod,omitempty"`
 }
 
 // checkRole checks that role is one and that spaces suit it.
@@ -102,8 +105,9 @@ func ClientFromCertificate(cert *x509.Certificate, trustDomain string) (name, ui
 // replaceClient records a new client name (a new UID), replacing any
 // client of that name. Of concurrent joins of one name, the first to
 // store its record wins and the others fail.
-func (a *Authority) replaceClient(ctx context.Context, name string, role Role, spaces []string) (Client, error) {
-	c := Client{Name: name, UID: uuid.NewString(), Role: role, Spaces: spaces, Created: a.cfg.Now().UTC()}
+func (a *Authority) replaceClient(ctx context.Context, c Client) (Client, error) {
+	name := c.Name
+	c.UID, c.Created = uuid.NewString(), a.cfg.Now().UTC()
 	data, err := json.Marshal(c)
 	if err != nil {
 		return Client{}, err
@@ -119,6 +123,25 @@ func (a *Authority) replaceClient(ctx context.Context, name string, role Role, s
 		return Client{}, fmt.Errorf("%w: a concurrent join of client %s won", ErrInvalidToken, name)
 	}
 	return c, nil
+}
+
+// JoinPodClient records client name with role (every space) for a
+// caller that proved to be Kubernetes pod (NAMESPACE/NAME/UID) by its
+// ServiceAccount token, replacing any client of that name, and issues
+// its certificate for csr.
+func (a *Authority) JoinPodClient(ctx context.Context, name string, role Role, pod string, csr []byte) (*Issued, error) {
+	if err := validate.Name("name", name); err != nil {
+		return nil, err
+	}
+	pub, err := csrKey(csr)
+	if err != nil {
+		return nil, err
+	}
+	c, err := a.replaceClient(ctx, Client{Name: name, Role: role, Pod: pod})
+	if err != nil {
+		return nil, err
+	}
+	return a.issueClient(c, pub)
 }
 
 // AuthenticateClient returns the client a verified client certificate

@@ -67,6 +67,11 @@ type Member struct {
 	// JoinToken returns a join token for Name. It is called only when
 	// there is no usable saved certificate.
 	JoinToken func(ctx context.Context) (string, error)
+	// KubernetesToken, instead of JoinToken on Kubernetes, returns the
+	// member's pod's projected ServiceAccount token (read afresh for
+	// every join: the kubelet rotates it), which the control plane
+	// verifies with the API server.
+	KubernetesToken func(ctx context.Context) (string, error)
 	// JoinRetryMax caps the wait between attempts to reach a control plane
 	// that does not answer yet (default DefaultJoinRetryMax).
 	JoinRetryMax time.Duration
@@ -134,8 +139,8 @@ func (m *Member) Credentials(ctx context.Context) (*Credentials, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		m.log().Warn("the saved certificate is not usable; joining again", "file", m.File, "err", err)
 	}
-	if m.JoinToken == nil || m.CAFingerprint == "" {
-		return nil, fmt.Errorf("%s %s has no usable certificate (%v): join it with a join token and the CA fingerprint (torpor token create --%s %s)", m.Kind, m.Name, err, m.Kind, m.Name)
+	if !m.canJoin() {
+		return nil, fmt.Errorf("%s %s has no usable certificate (%v): join it with a join token and the CA fingerprint (torpor token create --%s %s), or on Kubernetes with its pod's ServiceAccount token", m.Kind, m.Name, err, m.Kind, m.Name)
 	}
 	return m.Join(ctx)
 }
@@ -190,16 +195,34 @@ func (m *Member) check(key crypto.Signer, chain, bundle [][]byte) (*Credentials,
 	return &Credentials{keypair: NewKeypair(cert), roots: roots, bundle: bundle, trustDomain: td}, nil
 }
 
-// Join spends a join token on a new certificate for the member, replacing
-// any saved one. A control plane that cannot be reached yet is retried
-// until ctx ends; a refusal is final.
-func (m *Member) Join(ctx context.Context) (*Credentials, error) {
-	if m.JoinToken == nil || m.CAFingerprint == "" {
-		return nil, fmt.Errorf("%s %s: joining needs a join token and the CA fingerprint", m.Kind, m.Name)
+// canJoin: the member has a token to join with and a CA to pin.
+func (m *Member) canJoin() bool {
+	return (m.JoinToken != nil || m.KubernetesToken != nil) && m.CAFingerprint != ""
+}
+
+// joinRequest is the request that joins the member with its token.
+func (m *Member) joinRequest(ctx context.Context, csr []byte) (*torporv1.JoinRequest, error) {
+	req := &torporv1.JoinRequest{Name: m.Name, Csr: csr}
+	var err error
+	if m.JoinToken != nil {
+		if req.Token, err = m.JoinToken(ctx); err != nil {
+			return nil, fmt.Errorf("%s %s: join token: %w", m.Kind, m.Name, err)
+		}
+		return req, nil
 	}
-	token, err := m.JoinToken(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: join token: %w", m.Kind, m.Name, err)
+	if req.KubernetesToken, err = m.KubernetesToken(ctx); err != nil {
+		return nil, fmt.Errorf("%s %s: Kubernetes ServiceAccount token: %w", m.Kind, m.Name, err)
+	}
+	return req, nil
+}
+
+// Join spends a join token (or presents the pod's ServiceAccount token)
+// on a new certificate for the member, replacing any saved one. A control
+// plane that cannot be reached yet is retried until ctx ends; a refusal
+// is final.
+func (m *Member) Join(ctx context.Context) (*Credentials, error) {
+	if !m.canJoin() {
+		return nil, fmt.Errorf("%s %s: joining needs a join token (or a Kubernetes ServiceAccount token) and the CA fingerprint", m.Kind, m.Name)
 	}
 	key, csr, err := NewCSR()
 	if err != nil {
@@ -218,8 +241,12 @@ func (m *Member) Join(ctx context.Context) (*Credentials, error) {
 		m.serverURL())
 	b := retry.Policy{Initial: 100 * time.Millisecond, Max: cmp.Or(m.JoinRetryMax, DefaultJoinRetryMax)}.Start()
 	for {
+		req, err := m.joinRequest(ctx, csr)
+		if err != nil {
+			return nil, err
+		}
 		callCtx, cancel := context.WithTimeout(ctx, cmp.Or(m.CallTimeout, DefaultCallTimeout))
-		resp, err := client.Join(callCtx, connect.NewRequest(&torporv1.JoinRequest{Token: token, Name: m.Name, Csr: csr}))
+		resp, err := client.Join(callCtx, connect.NewRequest(req))
 		cancel()
 		if err == nil {
 			creds, err := m.check(key, resp.Msg.GetCertificateChain(), resp.Msg.GetTrustBundle())

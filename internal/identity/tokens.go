@@ -294,7 +294,7 @@ func (a *Authority) Join(ctx context.Context, secret, name string, csr []byte) (
 	if rec.Purpose == PurposeNodeJoin {
 		return a.issueNode(name, pub)
 	}
-	client, err := a.replaceClient(ctx, name, rec.Role, rec.Spaces)
+	client, err := a.replaceClient(ctx, Client{Name: name, Role: rec.Role, Spaces: rec.Spaces})
 	if err != nil {
 		return nil, err
 	}

@@ -82,7 +82,11 @@ type Config struct {
 	// state directory holds no usable certificate of this node, so a
 	// restarted node needs none. See credentials.go.
 	JoinToken func(ctx context.Context) (string, error)
-	Logger    *slog.Logger
+	// KubernetesToken, instead of JoinToken on Kubernetes, returns the
+	// agent's pod's projected ServiceAccount token: the control plane
+	// admits a pod of its node agents' DaemonSet as the Node it runs on.
+	KubernetesToken func(ctx context.Context) (string, error)
+	Logger          *slog.Logger
 	// HeartbeatInterval defaults to 3 s.
 	HeartbeatInterval time.Duration
 	// CacheBytes bounds the snapshot cache: the unpacked trees of

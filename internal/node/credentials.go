@@ -26,15 +26,16 @@ const credentialsFile = "node-credentials.json"
 // the state directory.
 func nodeMember(cfg Config, log *slog.Logger) *identity.Member {
 	return &identity.Member{
-		Kind:          identity.MemberNode,
-		Name:          cfg.Name,
-		ServerURL:     cfg.ServerURL,
-		File:          filepath.Join(cfg.StateDir, credentialsFile),
-		CAFingerprint: cfg.CAFingerprint,
-		JoinToken:     cfg.JoinToken,
-		JoinRetryMax:  cfg.HeartbeatInterval,
-		CallTimeout:   controlPlaneTimeout,
-		Logger:        log,
+		Kind:            identity.MemberNode,
+		Name:            cfg.Name,
+		ServerURL:       cfg.ServerURL,
+		File:            filepath.Join(cfg.StateDir, credentialsFile),
+		CAFingerprint:   cfg.CAFingerprint,
+		JoinToken:       cfg.JoinToken,
+		KubernetesToken: cfg.KubernetesToken,
+		JoinRetryMax:    cfg.HeartbeatInterval,
+		CallTimeout:     controlPlaneTimeout,
+		Logger:          log,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/kube"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
@@ -25,10 +26,12 @@ type identityService struct {
 	store     store.Store
 	authority *identity.Loader
 	log       *slog.Logger
+	// kube verifies Kubernetes tokens; nil off Kubernetes.
+	kube *kube.Cluster
 }
 
 func (s *Server) newIdentityService() *identityService {
-	return &identityService{store: s.store, authority: s.identity, log: s.log}
+	return &identityService{store: s.store, authority: s.identity, log: s.log, kube: s.opts.Kubernetes}
 }
 
 // identityConfig is the trust domain and JWT issuer of Options: by
@@ -89,7 +92,19 @@ func (i *identityService) Join(ctx context.Context, req *connect.Request[torporv
 		return nil, i.failure(ctx, "join", err)
 	}
 	name := req.Msg.GetName()
-	issued, err := a.Join(ctx, req.Msg.GetToken(), name, req.Msg.GetCsr())
+	var issued *identity.Issued
+	if req.Msg.GetKubernetesToken() != "" {
+		if req.Msg.GetToken() != "" {
+			return nil, invalidArgument("token", "give a join token or a Kubernetes token, not both")
+		}
+		issued, err = i.joinByKubernetes(ctx, a, req.Msg)
+	} else {
+		issued, err = a.Join(ctx, req.Msg.GetToken(), name, req.Msg.GetCsr())
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return nil, err
+	}
 	if errors.Is(err, identity.ErrInvalidToken) {
 		i.log.WarnContext(ctx, "join refused", "member", name, "reason", err)
 		return nil, errTokenRefused()

@@ -9,6 +9,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/kube"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 	"github.com/torpor-dev/torpor/internal/workflow"
@@ -17,6 +18,8 @@ import (
 type nodeService struct {
 	store  store.Store
 	engine *workflow.Engine
+	// kube, on Kubernetes, says which Nodes exist: only they register.
+	kube *kube.Cluster
 }
 
 // RegisterNode records a node and its workers (Engine.RegisterNode). It is
@@ -40,6 +43,15 @@ func (s *nodeService) RegisterNode(ctx context.Context, req *connect.Request[tor
 		}
 		if w.GetSpec().GetNode() != name {
 			return nil, invalidArgument(fmt.Sprintf("workers[%d].spec.node", i), "%q is not the registering node %q", w.GetSpec().GetNode(), name)
+		}
+	}
+	if s.kube != nil {
+		exists, err := s.kube.NodeExists(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if !exists {
+			return nil, failedPrecondition("node %s: the cluster has no Kubernetes Node of that name (a node agent registers as the Node its pod runs on)", name)
 		}
 	}
 	node, workers, err := s.engine.RegisterNode(ctx, n, req.Msg.GetWorkers())

@@ -20,6 +20,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/image"
+	"github.com/torpor-dev/torpor/internal/kube"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/tracing"
@@ -78,6 +79,11 @@ type Options struct {
 	// apply) and how the server reads them for the command check; nil
 	// allows none.
 	Images *image.Policy
+	// Kubernetes, when set, is the cluster the installation runs on:
+	// members may join with their pods' ServiceAccount tokens, only its
+	// Nodes register as nodes, and their cordons, drains and deletions
+	// drive the nodes' lifecycle (kubernetes.go).
+	Kubernetes *kube.Cluster
 }
 
 // Server is the control plane over one store.
@@ -156,7 +162,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine, agents: s.agents, sessions: s.sessions, objects: s.objects}, opts...))
 	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store, engine: s.engine}, opts...))
-	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine}, opts...))
+	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine, kube: s.opts.Kubernetes}, opts...))
 	mux.Handle(torporv1connect.NewPlacementServiceHandler(&placementService{store: s.store}, opts...))
 	ids := s.newIdentityService()
 	mux.Handle(ids.handler(opts...))

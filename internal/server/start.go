@@ -99,6 +99,9 @@ func Start(ctx context.Context, opts Options) (r *Running, err error) {
 		r.Server.RunBackground(ctx)
 		return nil
 	})
+	if opts.Kubernetes != nil {
+		r.group.Go("Kubernetes", r.Server.RunKubernetes)
+	}
 	opts.Logger.Info("serving API", "listen", ln.Addr().String(), "store", opts.Store, "snapshots", opts.Snapshots,
 		"admin_token_file", opts.AdminTokenFile, "ca_file", opts.CAFile)
 	return r, nil
