@@ -5,11 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
@@ -23,18 +26,31 @@ type manifests struct {
 	services    map[string]*corev1.Service
 	deployments map[string]*appsv1.Deployment
 	daemonSets  map[string]*appsv1.DaemonSet
+	// The rest is decoded strictly and kept by kind/name.
+	others map[string]bool
+}
+
+// userSecret is the Secret docs/deploy.md has the user create (it holds
+// passwords, so it is not a manifest): its name and keys.
+var userSecret = &corev1.Secret{
+	ObjectMeta: metav1.ObjectMeta{Name: "torpor-server", Namespace: "torpor"},
+	StringData: map[string]string{"PGPASSWORD": "", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""},
+}
+
+// publishedConfigMap is the ConfigMap the control plane writes its CA into
+// (torpor server --kubernetes-ca-configmap).
+var publishedConfigMap = &corev1.ConfigMap{
+	ObjectMeta: metav1.ObjectMeta{Name: "torpor-ca", Namespace: "torpor"},
+	Data:       map[string]string{"ca.pem": ""},
 }
 
 // readManifests decodes every document strictly into its Kubernetes type:
 // a field the type does not have, or a value of the wrong type, fails.
 func readManifests(t *testing.T) manifests {
 	t.Helper()
-	m := manifests{map[string]*corev1.Namespace{}, map[string]*corev1.ConfigMap{}, map[string]*corev1.Secret{},
-		map[string]*corev1.Service{}, map[string]*appsv1.Deployment{}, map[string]*appsv1.DaemonSet{}}
-	files, err := filepath.Glob(filepath.Join("kubernetes", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests: %v", err)
-	}
+	m := manifests{map[string]*corev1.Namespace{}, map[string]*corev1.ConfigMap{"torpor-ca": publishedConfigMap}, map[string]*corev1.Secret{"torpor-server": userSecret},
+		map[string]*corev1.Service{}, map[string]*appsv1.Deployment{}, map[string]*appsv1.DaemonSet{}, map[string]bool{}}
+	files := kustomizationResources(t)
 	for _, file := range files {
 		data, err := os.ReadFile(file)
 		if err != nil {
@@ -61,6 +77,18 @@ func readManifests(t *testing.T) manifests {
 				obj, keep = decodeInto(m.deployments)
 			case "apps/v1 DaemonSet":
 				obj, keep = decodeInto(m.daemonSets)
+			case "v1 ServiceAccount":
+				obj, keep = decodeOther[corev1.ServiceAccount](m.others, tm.Kind)
+			case "rbac.authorization.k8s.io/v1 ClusterRole":
+				obj, keep = decodeOther[rbacv1.ClusterRole](m.others, tm.Kind)
+			case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
+				obj, keep = decodeOther[rbacv1.ClusterRoleBinding](m.others, tm.Kind)
+			case "rbac.authorization.k8s.io/v1 Role":
+				obj, keep = decodeOther[rbacv1.Role](m.others, tm.Kind)
+			case "rbac.authorization.k8s.io/v1 RoleBinding":
+				obj, keep = decodeOther[rbacv1.RoleBinding](m.others, tm.Kind)
+			case "policy/v1 PodDisruptionBudget":
+				obj, keep = decodeOther[policyv1.PodDisruptionBudget](m.others, tm.Kind)
 			default:
 				t.Fatalf("%s: unexpected %s %s", where, tm.APIVersion, tm.Kind)
 			}
@@ -71,6 +99,52 @@ func readManifests(t *testing.T) manifests {
 		}
 	}
 	return m
+}
+
+// kustomizationResources are the files kustomization.yaml lists, which
+// must be every other manifest of the directory.
+func kustomizationResources(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("kubernetes", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		APIVersion string   `json:"apiVersion"`
+		Kind       string   `json:"kind"`
+		Namespace  string   `json:"namespace"`
+		Resources  []string `json:"resources"`
+	}
+	if err := yaml.UnmarshalStrict(data, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	if k.Kind != "Kustomization" || k.Namespace != "torpor" {
+		t.Fatalf("kustomization.yaml: kind %q namespace %q, want a Kustomization of namespace torpor", k.Kind, k.Namespace)
+	}
+	all, err := filepath.Glob(filepath.Join("kubernetes", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, r := range k.Resources {
+		files = append(files, filepath.Join("kubernetes", r))
+	}
+	for _, f := range all {
+		if filepath.Base(f) != "kustomization.yaml" && !slices.Contains(files, f) {
+			t.Errorf("%s is not among kustomization.yaml's resources", f)
+		}
+	}
+	return files
+}
+
+// decodeOther returns a new T to decode into and what records it by kind
+// and name once decoded.
+func decodeOther[T any, P interface {
+	*T
+	GetName() string
+}](others map[string]bool, kind string) (any, func()) {
+	obj := P(new(T))
+	return obj, func() { others[kind+"/"+obj.GetName()] = true }
 }
 
 // decodeInto returns a new object to decode into and what stores it in
@@ -185,8 +259,26 @@ func TestKubernetesManifests(t *testing.T) {
 	if !node.HostNetwork || node.Containers[0].SecurityContext == nil || node.Containers[0].SecurityContext.Privileged == nil || !*node.Containers[0].SecurityContext.Privileged {
 		t.Error("DaemonSet torpor-node: want hostNetwork and a privileged container")
 	}
-	if !m.deployments["torpor-router"].Spec.Template.Spec.HostNetwork {
-		t.Error("Deployment torpor-router: want hostNetwork (it reaches workers on the node's bridge)")
+	// Routers reach workloads through the nodes' slot gates, so they run
+	// anywhere; node agents join as their Node with their pod's token.
+	if m.deployments["torpor-router"].Spec.Template.Spec.HostNetwork {
+		t.Error("Deployment torpor-router: hostNetwork, want the pod network (it reaches every node's slot gate)")
+	}
+	if args := strings.Join(node.Containers[0].Args, " "); !strings.Contains(args, "--gate-listen=$(NODE_IP):") || !strings.Contains(args, "--kubernetes-token-file=") {
+		t.Errorf("DaemonSet torpor-node: args %q, want --gate-listen on the node's address and --kubernetes-token-file", args)
+	}
+	for _, want := range []string{"ServiceAccount/torpor-server", "ServiceAccount/torpor-node", "ServiceAccount/torpor-router", "ClusterRole/torpor-server",
+		"ClusterRoleBinding/torpor-server", "Role/torpor-server", "RoleBinding/torpor-server", "PodDisruptionBudget/torpor-server", "PodDisruptionBudget/torpor-router"} {
+		if !m.others[want] {
+			t.Errorf("no %s among the manifests", want)
+		}
+	}
+	for _, w := range workloads {
+		for _, c := range w.pod.Spec.Containers {
+			if c.ReadinessProbe == nil || c.LivenessProbe == nil || c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
+				t.Errorf("%s %s container %s: want readiness and liveness probes and CPU and memory requests", w.kind, w.name, c.Name)
+			}
+		}
 	}
 }
 
