@@ -29,7 +29,7 @@ type joinFlags struct {
 // register adds the flags; made names the command that makes the token.
 func (f *joinFlags) register(flags *pflag.FlagSet, made string) {
 	flags.StringVar(&f.token, "join-token", "", "join token for the first start (default $TORPOR_JOIN_TOKEN; see "+made+")")
-	flags.StringVar(&f.tokenFile, "join-token-file", "", "file holding the join token, read when no --join-token is given; a missing file is no token (a Kubernetes Secret with one key per node)")
+	flags.StringVar(&f.tokenFile, "join-token-file", "", "file holding the join token, read when no --join-token is given; a missing file is no token")
 	flags.StringVar(&f.caFingerprint, "ca-fingerprint", "", "sha256:<hex> of the control plane's CA, printed with the join token")
 	flags.StringVar(&f.caFile, "ca", "", "file of the control plane's CA certificate (PEM), instead of --ca-fingerprint")
 	// TORPOR_CA is also the CLI's setting: exported for it, it must not
