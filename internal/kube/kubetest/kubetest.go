@@ -10,7 +10,9 @@ package kubetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -54,6 +56,7 @@ type Cluster struct {
 	dir       string // every file of the cluster, removed by Stop
 	pki       *pki
 	clientset kubernetes.Interface
+	spawner   *spawner
 	procs     []*process // in start order
 	files     int        // kubeconfigs written by KubeconfigFor
 	mu        sync.Mutex // guards files
@@ -76,7 +79,7 @@ func Start(t testing.TB) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{ServiceAccountIssuer: ServiceAccountIssuer, Kubectl: bins.kubectl, t: t, dir: dir}
+	c := &Cluster{ServiceAccountIssuer: ServiceAccountIssuer, Kubectl: bins.kubectl, t: t, dir: dir, spawner: newSpawner()}
 	t.Cleanup(c.Stop)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
@@ -123,99 +126,135 @@ func (c *Cluster) start(ctx context.Context, bins binaries) error {
 	if err != nil {
 		return err
 	}
-	ports, err := freePorts(4)
-	if err != nil {
-		return err
-	}
-	etcdPort, etcdPeerPort, apiPort, kwokPort := ports[0], ports[1], ports[2], ports[3]
 
-	etcdURL := "http://127.0.0.1:" + etcdPort
-	peerURL := "http://127.0.0.1:" + etcdPeerPort
-	etcd, err := c.run("etcd", nil, bins.etcd,
-		"--name=kubetest",
-		"--data-dir="+filepath.Join(c.dir, "etcd"),
-		"--listen-client-urls="+etcdURL,
-		"--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=kubetest="+peerURL,
-		"--unsafe-no-fsync", // the data is thrown away with the test
-	)
+	etcdPorts, err := c.serve(ctx, program{
+		name: "etcd", bin: bins.etcd, ports: 2, client: plainHTTP,
+		args: func(ports []string) []string {
+			client, peer := "http://127.0.0.1:"+ports[0], "http://127.0.0.1:"+ports[1]
+			return []string{
+				"--name=kubetest",
+				"--data-dir=" + filepath.Join(c.dir, "etcd"),
+				"--listen-client-urls=" + client,
+				"--advertise-client-urls=" + client,
+				"--listen-peer-urls=" + peer,
+				"--initial-advertise-peer-urls=" + peer,
+				"--initial-cluster=kubetest=" + peer,
+				"--unsafe-no-fsync", // the data is thrown away with the test
+			}
+		},
+		health: func(ports []string) string { return "http://127.0.0.1:" + ports[0] + "/health" },
+	})
 	if err != nil {
-		return err
-	}
-	if err := etcd.waitHealthy(ctx, plainHTTP, etcdURL+"/health"); err != nil {
 		return err
 	}
 
-	server := "https://127.0.0.1:" + apiPort
-	c.Kubeconfig = filepath.Join(c.dir, "admin.kubeconfig")
-	c.REST, err = writeKubeconfig(c.Kubeconfig, server, c.pki.caPEM, credentials{certPEM: c.pki.adminCertPEM, keyPEM: c.pki.adminKeyPEM})
-	if err != nil {
-		return err
-	}
-	apiserver, err := c.run("kube-apiserver", nil, bins.apiserver,
-		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		"--secure-port="+apiPort,
-		"--tls-cert-file="+c.pki.servingCertFile,
-		"--tls-private-key-file="+c.pki.servingKeyFile,
-		"--client-ca-file="+c.pki.caFile,
-		"--service-account-issuer="+ServiceAccountIssuer,
-		"--api-audiences="+ServiceAccountIssuer,
-		"--service-account-signing-key-file="+c.pki.serviceAccountKeyFile,
-		"--service-account-key-file="+c.pki.serviceAccountKeyFile,
-		"--authorization-mode=Node,RBAC",
-		"--service-cluster-ip-range="+ServiceClusterIPRange,
-		// Without it the API server keeps trying to publish its own
-		// address as the endpoint of Service "kubernetes", and validation
-		// refuses loopback addresses as endpoints.
-		"--endpoint-reconciler-type=none",
-		"--cert-dir="+filepath.Join(c.dir, "apiserver"),
-	)
-	if err != nil {
-		return err
-	}
-	probe := rest.CopyConfig(c.REST)
-	probe.Timeout = probeTimeout
-	admin, err := rest.HTTPClientFor(probe)
+	admin := credentials{certPEM: c.pki.adminCertPEM, keyPEM: c.pki.adminKeyPEM}
+	adminHTTP, err := rest.HTTPClientFor(&rest.Config{Timeout: probeTimeout, TLSClientConfig: rest.TLSClientConfig{
+		CAData: c.pki.caPEM, CertData: admin.certPEM, KeyData: admin.keyPEM,
+	}})
 	if err != nil {
 		return fmt.Errorf("the admin's client: %w", err)
 	}
-	if err := apiserver.waitHealthy(ctx, admin, server+"/readyz"); err != nil {
+	apiPorts, err := c.serve(ctx, program{
+		name: "kube-apiserver", bin: bins.apiserver, ports: 1, client: adminHTTP,
+		args: func(ports []string) []string {
+			return []string{
+				"--etcd-servers=http://127.0.0.1:" + etcdPorts[0],
+				"--bind-address=127.0.0.1",
+				"--advertise-address=127.0.0.1",
+				"--secure-port=" + ports[0],
+				"--tls-cert-file=" + c.pki.servingCertFile,
+				"--tls-private-key-file=" + c.pki.servingKeyFile,
+				"--client-ca-file=" + c.pki.caFile,
+				"--service-account-issuer=" + ServiceAccountIssuer,
+				"--api-audiences=" + ServiceAccountIssuer,
+				"--service-account-signing-key-file=" + c.pki.serviceAccountKeyFile,
+				"--service-account-key-file=" + c.pki.serviceAccountKeyFile,
+				"--authorization-mode=Node,RBAC",
+				"--service-cluster-ip-range=" + ServiceClusterIPRange,
+				// Without it the API server keeps trying to publish its own
+				// address as the endpoint of Service "kubernetes", and
+				// validation refuses loopback addresses as endpoints.
+				"--endpoint-reconciler-type=none",
+				"--cert-dir=" + filepath.Join(c.dir, "apiserver"),
+			}
+		},
+		health: func(ports []string) string { return "https://127.0.0.1:" + ports[0] + "/readyz" },
+	})
+	if err != nil {
+		return err
+	}
+	c.Kubeconfig = filepath.Join(c.dir, "admin.kubeconfig")
+	if c.REST, err = writeKubeconfig(c.Kubeconfig, "https://127.0.0.1:"+apiPorts[0], c.pki.caPEM, admin); err != nil {
 		return err
 	}
 	if c.clientset, err = kubernetes.NewForConfig(c.REST); err != nil {
 		return fmt.Errorf("the admin's clientset: %w", err)
 	}
 
-	kwokArgs := []string{
-		"--kubeconfig=" + c.Kubeconfig,
-		"--manage-all-nodes=true",
-		// Its health endpoints, served once its controllers have started.
-		"--server-address=127.0.0.1:" + kwokPort,
-	}
-	for _, s := range stages {
-		kwokArgs = append(kwokArgs, "--config="+s)
-	}
-	// A HOME of its own: kwok also reads ~/.kwok/kwok.yaml.
-	kwok, err := c.run("kwok", []string{"HOME=" + filepath.Join(c.dir, "kwok")}, bins.kwok, kwokArgs...)
-	if err != nil {
-		return err
-	}
-	return kwok.waitHealthy(ctx, plainHTTP, "http://127.0.0.1:"+kwokPort+"/healthz")
+	_, err = c.serve(ctx, program{
+		name: "kwok", bin: bins.kwok, ports: 1, client: plainHTTP,
+		// A HOME of its own: kwok also reads ~/.kwok/kwok.yaml.
+		env: []string{"HOME=" + filepath.Join(c.dir, "kwok")},
+		args: func(ports []string) []string {
+			args := []string{
+				"--kubeconfig=" + c.Kubeconfig,
+				"--manage-all-nodes=true",
+				// Its health endpoints, served once its controllers have
+				// started.
+				"--server-address=127.0.0.1:" + ports[0],
+			}
+			for _, s := range stages {
+				args = append(args, "--config="+s)
+			}
+			return args
+		},
+		health: func(ports []string) string { return "http://127.0.0.1:" + ports[0] + "/healthz" },
+	})
+	return err
 }
 
-// run starts one of the cluster's programs, its log in the cluster's
-// directory, and records it for Stop.
-func (c *Cluster) run(name string, env []string, bin string, args ...string) (*process, error) {
-	p, err := startProcess(name, filepath.Join(c.dir, name+".log"), env, bin, args...)
-	if err != nil {
-		return nil, err
+// program is one of the cluster's programs, as serve starts it.
+type program struct {
+	name, bin string
+	env       []string
+	ports     int // how many loopback ports it listens on
+	args      func(ports []string) []string
+	health    func(ports []string) string // a URL that answers 200 once it is up
+	client    *http.Client                // for health
+}
+
+// portAttempts is how many times serve starts a program that keeps losing
+// its ports.
+const portAttempts = 3
+
+// serve starts prog on fresh loopback ports and returns them once the
+// program is healthy. A program that exits because another process took
+// one of its ports between freePorts and its bind is started again on
+// others. Each start is recorded for Stop, its log in the cluster's
+// directory.
+func (c *Cluster) serve(ctx context.Context, prog program) ([]string, error) {
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(prog.ports)
+		if err != nil {
+			return nil, err
+		}
+		logFile := filepath.Join(c.dir, prog.name+".log")
+		if attempt > 1 {
+			logFile = filepath.Join(c.dir, prog.name+"-"+strconv.Itoa(attempt)+".log")
+		}
+		p, err := c.spawner.startProcess(prog.name, logFile, prog.env, prog.bin, prog.args(ports)...)
+		if err != nil {
+			return nil, err
+		}
+		c.procs = append(c.procs, p)
+		err = p.waitHealthy(ctx, prog.client, prog.health(ports))
+		var exited *exitError
+		if errors.As(err, &exited) && exited.lostPort() && attempt < portAttempts {
+			continue
+		}
+		return ports, err
 	}
-	c.procs = append(c.procs, p)
-	return p, nil
 }
 
 // Stop kills the cluster's programs (their process groups) and removes
@@ -226,6 +265,7 @@ func (c *Cluster) Stop() {
 		for i := len(c.procs) - 1; i >= 0; i-- {
 			c.procs[i].stop()
 		}
+		c.spawner.close()
 		if c.t.Failed() {
 			for _, p := range c.procs {
 				c.t.Logf("%s's log ends:\n%s", p.name, p.logTail())

@@ -8,10 +8,48 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
+
+// spawner starts the cluster's programs from one OS thread that lives
+// until close. The kernel sends Pdeathsig when the thread that forked a
+// child exits, not the process, and Go ends threads: a goroutine that
+// exits while locked to its thread (as network-namespace code does) takes
+// the thread with it. A program forked from a shared thread could thus be
+// killed in the middle of a test.
+type spawner struct {
+	starts chan func()
+	done   chan struct{}
+}
+
+func newSpawner() *spawner {
+	s := &spawner{starts: make(chan func()), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		runtime.LockOSThread() // never unlocked: the thread ends with close, after the programs
+		for start := range s.starts {
+			start()
+		}
+	}()
+	return s
+}
+
+// start runs cmd.Start on the spawner's thread.
+func (s *spawner) start(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	s.starts <- func() { errc <- cmd.Start() }
+	return <-errc
+}
+
+// close ends the spawner's goroutine and its thread.
+func (s *spawner) close() {
+	close(s.starts)
+	<-s.done
+}
 
 // process is one program of the test cluster, run in a process group of
 // its own so that stopping it reaches anything it started, with its
@@ -25,9 +63,9 @@ type process struct {
 }
 
 // startProcess runs bin with args, its output into logFile. The program
-// is killed if the test process dies first (Pdeathsig), so a crashed test
-// leaves none behind either.
-func startProcess(name, logFile string, env []string, bin string, args ...string) (*process, error) {
+// is killed if the test process dies first (Pdeathsig), so a crashed or
+// timed-out test leaves none behind either.
+func (s *spawner) startProcess(name, logFile string, env []string, bin string, args ...string) (*process, error) {
 	out, err := os.Create(logFile)
 	if err != nil {
 		return nil, fmt.Errorf("create the log of %s: %w", name, err)
@@ -37,7 +75,7 @@ func startProcess(name, logFile string, env []string, bin string, args ...string
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := s.start(cmd); err != nil {
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
 	p := &process{name: name, logFile: logFile, cmd: cmd, exited: make(chan struct{})}
@@ -101,13 +139,27 @@ func (p *process) waitHealthy(ctx context.Context, client *http.Client, url stri
 		last = err
 		select {
 		case <-p.exited:
-			return fmt.Errorf("%s exited (%v) before %s answered; its log (%s) ends:\n%s", p.name, p.waitErr, url, p.logFile, p.logTail())
+			return &exitError{name: p.name, url: url, err: p.waitErr, logFile: p.logFile, log: p.logTail()}
 		case <-ctx.Done():
 			return fmt.Errorf("%s not healthy at %s (%w: %v); its log (%s) ends:\n%s", p.name, url, ctx.Err(), last, p.logFile, p.logTail())
 		case <-tick.C:
 		}
 	}
 }
+
+// exitError says a program exited before it was healthy.
+type exitError struct {
+	name, url, logFile, log string
+	err                     error
+}
+
+func (e *exitError) Error() string {
+	return fmt.Sprintf("%s exited (%v) before %s answered; its log (%s) ends:\n%s", e.name, e.err, e.url, e.logFile, e.log)
+}
+
+// lostPort tells whether the program exited because a port it was given
+// was taken between freePorts and its bind.
+func (e *exitError) lostPort() bool { return strings.Contains(e.log, "address already in use") }
 
 // freePorts returns n distinct loopback ports free at the time of the
 // call, for programs that cannot report the port they bound.
