@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -21,7 +22,7 @@ var actorKind = &kind[*torporv1.Actor]{
 		{"TEMPLATE", func(a *torporv1.Actor) string {
 			return validate.RevisionName(a.GetSpec().GetTemplate(), a.GetSpec().GetTemplateRevision())
 		}},
-		{"STATE", func(a *torporv1.Actor) string { return enumName(a.GetStatus().GetState()) }},
+		{"STATE", actorState},
 		{"WORKER", func(a *torporv1.Actor) string { return a.GetStatus().GetWorker().GetName() }},
 	},
 	wide: []column[*torporv1.Actor]{
@@ -44,6 +45,29 @@ var actorKind = &kind[*torporv1.Actor]{
 		usage: "delete a running (or resuming, suspending, pausing) actor too: its workload is stopped without a snapshot, its state since the latest one lost",
 		set:   func(req *torporv1.DeleteRequest) { req.Force = true },
 	},
+}
+
+// actorState is an actor's state as a table shows it: with, for one its
+// workload's exit crashed, how it ended and its restart, as kubectl
+// shows a CrashLoopBackOff ("CRASHED (exit 1, restart 3 in 4s)").
+func actorState(a *torporv1.Actor) string {
+	st := a.GetStatus()
+	state := enumName(st.GetState())
+	exit := st.GetExit()
+	if exit == nil {
+		return state
+	}
+	how := fmt.Sprintf("exit %d", exit.GetExitCode())
+	switch {
+	case exit.GetStatusUnknown():
+		how = "exited"
+	case exit.GetSignal() != "":
+		how = exit.GetSignal()
+	}
+	if next := st.GetNextRestartTime(); next != nil {
+		return fmt.Sprintf("%s (%s, restart %d in %s)", state, how, st.GetRestarts(), max(time.Until(next.AsTime()), 0).Round(time.Second))
+	}
+	return fmt.Sprintf("%s (%s, not restarted)", state, how)
 }
 
 func newActorCommand(a *app) *cobra.Command {
