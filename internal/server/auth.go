@@ -66,6 +66,10 @@ const (
 	accessNode
 	// accessMember: a node or client certificate (its own renewal).
 	accessMember
+	// accessOwnSpaces: the admin token, or an API token or client, which
+	// sees the spaces it gives access to only (ListSpaces: what a tenant's
+	// dashboard lists).
+	accessOwnSpaces
 	// accessRouter: the admin token, or a router client's certificate for
 	// the actors of its spaces (ReportActivity, whose batch may name
 	// several spaces: each is checked).
@@ -104,6 +108,7 @@ var accessRules = func() map[string]access {
 			rules["/"+service+"/"+string(m.Name())] = a
 		}
 	}
+	rules[torporv1connect.SpaceServiceListSpacesProcedure] = accessOwnSpaces
 	rules[torporv1connect.ActorServiceReportActivityProcedure] = accessRouter
 	rules[torporv1connect.PlacementServiceWatchPlacementsProcedure] = accessRouter
 	return rules
@@ -160,10 +165,11 @@ type gate struct {
 
 func (g *gate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if err := g.check(ctx, req.Spec().Procedure, req.Header(), req.Any()); err != nil {
+		p, err := g.checkAs(ctx, req.Spec().Procedure, req.Header(), req.Any())
+		if err != nil {
 			return nil, err
 		}
-		return next(ctx, req)
+		return next(withVisibleSpaces(ctx, p), req)
 	}
 }
 
@@ -228,8 +234,8 @@ func (g *gate) check(ctx context.Context, procedure string, header http.Header, 
 	return err
 }
 
-// visibleSpacesKey carries into a stream's handler the spaces its caller
-// may see, for streams that name no space (a router's placement watch).
+// visibleSpacesKey carries into a handler the spaces its caller may see,
+// for calls that name no space (a router's placement watch, ListSpaces).
 type visibleSpacesKey struct{}
 
 func withVisibleSpaces(ctx context.Context, p principal) context.Context {
@@ -309,6 +315,10 @@ func (g *gate) decide(ctx context.Context, procedure string, header http.Header,
 			return deny("the token gives access to spaces %s only: name one (--space)", strings.Join(p.spaces, ", "))
 		case !slices.Contains(p.spaces, space):
 			return deny("the token gives no access to space %q", space)
+		}
+	case accessOwnSpaces:
+		if !p.admin && p.spaces == nil {
+			return deny("%s needs an API token", procedure)
 		}
 	case accessRouter:
 		if p.admin {

@@ -272,7 +272,7 @@ func TestAPIAccess(t *testing.T) {
 		{"space a", "resume in b", resume("b"), denied},
 		{"space a", "delete snapshot in b", deleteSnapshot("b"), denied},
 		{"space a", "get its space", getSpace, denied},
-		{"space a", "list spaces", listSpaces, denied},
+		{"space a", "list spaces", listSpaces, ok}, // its own only: below
 		{"space a", "list workers", listWorkers, denied},
 		{"spaces a, b", "get in b", get("b"), ok},
 		{"spaces a, b", "list every space", list(""), denied},
@@ -293,13 +293,29 @@ func TestAPIAccess(t *testing.T) {
 		{"user of a", "create in a", create("a"), ok},
 		{"user of a", "list a", list("a"), ok},
 		{"user of a", "get in b", get("b"), denied},
-		{"user of a", "list spaces", listSpaces, denied},
+		{"user of a", "list spaces", listSpaces, ok},
 		{"admin cert", "list every space", list(""), ok},
 		{"admin cert", "list workers", listWorkers, ok},
 		{"admin", "get in b", get("b"), ok},
 		{"admin", "list every space", list(""), ok},
 		{"admin", "list spaces", listSpaces, ok},
 		{"admin", "list workers", listWorkers, ok},
+	}
+	// A token or client of some spaces lists those only (a tenant's
+	// dashboard starts there).
+	for caller, want := range map[string]string{"space a": "a", "user of a": "a", "spaces a, b": "a b"} {
+		resp, err := callers[caller].spaces.ListSpaces(ctx, connect.NewRequest(&torporv1.ListRequest{}))
+		if err != nil {
+			t.Errorf("%s lists spaces: %v", caller, err)
+			continue
+		}
+		var got []string
+		for _, sp := range resp.Msg.GetSpaces() {
+			got = append(got, sp.GetMetadata().GetName())
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("%s lists spaces %q, want %q", caller, got, want)
+		}
 	}
 	for _, tc := range cases {
 		t.Run(tc.caller+"/"+tc.what, func(t *testing.T) {

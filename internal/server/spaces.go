@@ -39,7 +39,22 @@ func (s *spaceService) GetSpace(ctx context.Context, req *connect.Request[torpor
 	return connect.NewResponse(sp), nil
 }
 
+// ListSpaces lists the spaces; a caller limited to some sees those only.
 func (s *spaceService) ListSpaces(ctx context.Context, req *connect.Request[torporv1.ListRequest]) (*connect.Response[torporv1.ListSpacesResponse], error) {
+	if visible, ok := visibleSpaces(ctx); ok && visible != nil {
+		var items []*torporv1.Space
+		for _, name := range visible {
+			sp, err := s.store.Spaces().Get(ctx, "", name)
+			if isNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			items = append(items, sp)
+		}
+		return connect.NewResponse(&torporv1.ListSpacesResponse{Spaces: items}), nil
+	}
 	items, next, err := list(ctx, s.store.Spaces(), &torporv1.ListRequest{PageSize: req.Msg.GetPageSize(), PageToken: req.Msg.GetPageToken()})
 	if err != nil {
 		return nil, err
