@@ -217,7 +217,11 @@ func TestLoginAgainstRealServer(t *testing.T) {
 	if r := torpor(t, url, "actor", "list"); r.code != 0 || r.stderr != "No actors found.\n" {
 		t.Errorf("the client's space: exit %d, stderr %q", r.code, r.stderr)
 	}
-	for _, args := range [][]string{{"actor", "list", "--space", "other"}, {"space", "list"}, {"token", "list"}} {
+	// Its own spaces only.
+	if out := ok(t, url, "space", "list"); len(strings.Split(strings.TrimSpace(out), "\n")) != 2 || !strings.HasPrefix(strings.Split(out, "\n")[1], "default ") {
+		t.Errorf("space list as a user client of default:\n%s", out)
+	}
+	for _, args := range [][]string{{"actor", "list", "--space", "other"}, {"token", "list"}} {
 		if msg := fails(t, url, args...); !strings.HasPrefix(msg, "Error: permission_denied: ") {
 			t.Errorf("%v as a user client: %q", args, msg)
 		}
