@@ -475,21 +475,29 @@ type nodeProcess struct {
 // subnet (outside the range addNode draws from) and waits until its
 // workers are registered.
 func (c *cluster) startNodeProcess(workers int) *nodeProcess {
+	c.t.Helper()
+	name := "e2p-" + randomHex(3)
+	// The token joins the first start only: a restart (same arguments)
+	// must use the certificate the node saved.
+	token, fingerprint := c.joinToken(name)
+	return c.startNodeProcessAs(name, workers, "--join-token", token, "--ca-fingerprint", fingerprint)
+}
+
+// startNodeProcessAs starts node agent name with the join arguments
+// given (a join token, or a Kubernetes token file) and waits until its
+// workers are registered.
+func (c *cluster) startNodeProcessAs(name string, workers int, join ...string) *nodeProcess {
 	t := c.t
 	t.Helper()
 	suffix := randomHex(3)
 	n := &nodeProcess{
-		name: "e2p-" + suffix, stateDir: shortTempDir(t), workers: workers,
-		network: netns.Config{Bridge: "tp" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 248+mrand.IntN(4), mrand.IntN(256))},
+		name: name, stateDir: shortTempDir(t), workers: workers,
+		network: netns.Config{Node: name, Bridge: "tp" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 248+mrand.IntN(4), mrand.IntN(256))},
 	}
-	n.network.Node = n.name
-	// The token joins the first start only: a restart (same arguments)
-	// must use the certificate the node saved.
-	token, fingerprint := c.joinToken(n.name)
-	n.args = []string{"node",
-		"--server", c.api, "--join-token", token, "--ca-fingerprint", fingerprint, "--name", n.name, "--workers", strconv.Itoa(workers),
+	n.args = append([]string{"node",
+		"--server", c.api, "--name", n.name, "--workers", strconv.Itoa(workers),
 		"--listen", freeAddr(t), "--state-dir", n.stateDir, "--snapshots", c.snapshotStorage,
-		"--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)}
+		"--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)}, join...)
 	n.args = append(n.args, allowExamples(t)...)
 	n.process = startProcess(t, "node-"+n.name, n.args...)
 	t.Cleanup(func() { n.removeLeftovers(t) })

@@ -103,8 +103,9 @@ func (c *Cluster) VerifyMember(ctx context.Context, token string) (Member, error
 	owner := metav1.GetControllerOf(pod)
 	switch {
 	case owner != nil && owner.Kind == "DaemonSet" && owner.Name == c.cfg.NodeDaemonSet:
-		if err := c.checkOwner(ctx, owner, func(ctx context.Context) (metav1.Object, error) {
-			return c.client.AppsV1().DaemonSets(ns).Get(ctx, owner.Name, metav1.GetOptions{})
+		if err := c.checkOwner(ctx, owner, sa, func(ctx context.Context) (metav1.Object, string, error) {
+			ds, err := c.client.AppsV1().DaemonSets(ns).Get(ctx, owner.Name, metav1.GetOptions{})
+			return ds, ds.Spec.Template.Spec.ServiceAccountName, err
 		}); err != nil {
 			return Member{}, err
 		}
@@ -131,8 +132,9 @@ func (c *Cluster) VerifyMember(ctx context.Context, token string) (Member, error
 		if dep == nil || dep.Kind != "Deployment" || dep.Name != c.cfg.RouterDeployment {
 			return Member{}, refused("pod %s/%s belongs to ReplicaSet %s, which is not of Deployment %s", ns, podName, rs.Name, c.cfg.RouterDeployment)
 		}
-		if err := c.checkOwner(ctx, dep, func(ctx context.Context) (metav1.Object, error) {
-			return c.client.AppsV1().Deployments(ns).Get(ctx, dep.Name, metav1.GetOptions{})
+		if err := c.checkOwner(ctx, dep, sa, func(ctx context.Context) (metav1.Object, string, error) {
+			d, err := c.client.AppsV1().Deployments(ns).Get(ctx, dep.Name, metav1.GetOptions{})
+			return d, d.Spec.Template.Spec.ServiceAccountName, err
 		}); err != nil {
 			return Member{}, err
 		}
@@ -144,9 +146,10 @@ func (c *Cluster) VerifyMember(ctx context.Context, token string) (Member, error
 }
 
 // checkOwner refuses an owner reference whose object is gone or replaced
-// (another uid): a reference names an object by uid, not by name.
-func (c *Cluster) checkOwner(ctx context.Context, ref *metav1.OwnerReference, get func(context.Context) (metav1.Object, error)) error {
-	obj, err := get(ctx)
+// (another uid: a reference names an object by uid, not by name), and a
+// token of another ServiceAccount than the owner's pods run as.
+func (c *Cluster) checkOwner(ctx context.Context, ref *metav1.OwnerReference, sa string, get func(context.Context) (metav1.Object, string, error)) error {
+	obj, podSA, err := get(ctx)
 	if apierrors.IsNotFound(err) {
 		return refused("%s %s no longer exists", ref.Kind, ref.Name)
 	}
@@ -155,6 +158,9 @@ func (c *Cluster) checkOwner(ctx context.Context, ref *metav1.OwnerReference, ge
 	}
 	if obj.GetUID() != ref.UID {
 		return refused("the pod's %s %s was replaced by another of that name", ref.Kind, ref.Name)
+	}
+	if podSA != sa {
+		return refused("the token is of ServiceAccount %s, but %s %s runs its pods as %s", sa, ref.Kind, ref.Name, podSA)
 	}
 	return nil
 }

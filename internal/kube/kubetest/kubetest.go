@@ -171,6 +171,8 @@ func (c *Cluster) start(ctx context.Context, bins binaries) error {
 				"--service-account-signing-key-file=" + c.pki.serviceAccountKeyFile,
 				"--service-account-key-file=" + c.pki.serviceAccountKeyFile,
 				"--authorization-mode=Node,RBAC",
+				// As clusters that run node agents do: they are privileged pods.
+				"--allow-privileged=true",
 				"--service-cluster-ip-range=" + ServiceClusterIPRange,
 				// Without it the API server keeps trying to publish its own
 				// address as the endpoint of Service "kubernetes", and
