@@ -290,4 +290,3 @@ func edgeErrors(logger *slog.Logger) connect.UnaryInterceptorFunc {
 		}
 	}
 }
-
