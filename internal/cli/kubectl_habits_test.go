@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/server"
 )
 
 // TestJSONPath: -o jsonpath=TEMPLATE applies kubectl's JSONPath to the
@@ -109,4 +112,46 @@ func TestCompletion(t *testing.T) {
 			t.Errorf("completion of %q: %q, want %q", args, got, want)
 		}
 	}
+}
+
+// TestGetOutputApplies: what `template get -o yaml` (or -o json) prints
+// applies again as it is, server-set fields and all: unchanged, or a new
+// revision once edited; several templates print as a List, which applies
+// too.
+func TestGetOutputApplies(t *testing.T) {
+	isolate(t)
+	_, url := realServer(t, server.Options{})
+	dir, _ := imageDir(t)
+	file := filepath.Join(dir, "counter.yaml")
+	if err := os.WriteFile(file, []byte(goodTemplate), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, url, "template", "apply", "-f", file)
+	other := filepath.Join(dir, "other.yaml")
+	if err := os.WriteFile(other, []byte(strings.Replace(goodTemplate, "name: counter", "name: other", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, url, "template", "apply", "-f", other)
+	apply := func(what, doc, want string) {
+		t.Helper()
+		r := torporWithInput(t, url, doc, "template", "apply", "-f", "-")
+		if r.code != 0 {
+			t.Fatalf("%s: apply -f - of get's output: exit %d: %s\n%s", what, r.code, r.stderr, doc)
+		}
+		equalText(t, what, r.stdout, want)
+	}
+	for _, format := range []string{formatYAML, formatJSON} {
+		out := ok(t, url, "template", "get", "counter", "-o", format)
+		if !strings.Contains(out, "apiVersion") || !strings.Contains(out, "Template") {
+			t.Errorf("-o %s has no template header:\n%s", format, out)
+		}
+		apply("-o "+format, out, "template/counter unchanged\n")
+	}
+	edited := strings.Replace(ok(t, url, "template", "get", "counter", "-o", "yaml"), "keep: 3", "keep: 5", 1)
+	apply("edited", edited, "template/counter revised: revision 2 (actors on older revisions stay there until moved: torpor template rollout counter)\n")
+	list := ok(t, url, "template", "get", "-o", "yaml")
+	if !strings.Contains(list, "kind: List") {
+		t.Errorf("a listing of templates is no List:\n%s", list)
+	}
+	apply("a List", list, "template/counter unchanged\ntemplate/other unchanged\n")
 }

@@ -28,8 +28,9 @@ const (
 	templateKindName   = "Template"
 )
 
-// serverOwned are the fields only the server sets; a manifest naming one
-// is refused rather than silently ignored.
+// serverOwned are the fields only the server sets. A manifest may carry
+// them, as `template get -o yaml` prints them, so that its output applies
+// again; they are ignored, the server setting them anyway.
 var serverOwned = map[string]bool{
 	"status":              true,
 	"metadata.uid":        true,
@@ -228,16 +229,56 @@ func parseTemplates(file string, data []byte) ([]*manifest, error) {
 		if err := aliases.check(file, &doc); err != nil {
 			return nil, err
 		}
-		m, err := parseTemplate(file, doc.Content[0])
+		roots, err := listItems(file, doc.Content[0])
 		if err != nil {
 			return nil, err
 		}
-		manifests = append(manifests, m)
+		for _, root := range roots {
+			m, err := parseTemplate(file, root)
+			if err != nil {
+				return nil, err
+			}
+			manifests = append(manifests, m)
+		}
 	}
 	if len(manifests) == 0 {
 		return nil, fmt.Errorf("%s: no template documents", file)
 	}
 	return manifests, nil
+}
+
+// listKindName is the kind of a document of several: `template get -o
+// yaml` of more than one template prints {apiVersion, kind: List, items}.
+const listKindName = "List"
+
+// listItems is the documents root holds: the items of a List, or root.
+func listItems(file string, root *yaml.Node) ([]*yaml.Node, error) {
+	if root.Kind != yaml.MappingNode {
+		return []*yaml.Node{root}, nil
+	}
+	var items *yaml.Node
+	isList := false
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		key, val := root.Content[i], dealias(root.Content[i+1])
+		switch {
+		case key.Value == "kind" && val.Value == listKindName:
+			isList = true
+		case key.Value == "items":
+			items = val
+		}
+	}
+	if !isList {
+		return []*yaml.Node{root}, nil
+	}
+	d := &manifestDecoder{file: file}
+	if items == nil || items.Kind != yaml.SequenceNode {
+		return nil, d.errorAt(root.Line, "items", "a List needs items: a list of templates")
+	}
+	out := make([]*yaml.Node, len(items.Content))
+	for i, item := range items.Content {
+		out[i] = dealias(item)
+	}
+	return out, nil
 }
 
 func parseTemplate(file string, root *yaml.Node) (*manifest, error) {
@@ -327,7 +368,7 @@ func (d *manifestDecoder) message(n *yaml.Node, md protoreflect.MessageDescripto
 		fieldPath := joinPath(path, fd.JSONName())
 		switch {
 		case serverOwned[fieldPath]:
-			return nil, d.errorAt(key.Line, fieldPath, "set by the server; remove it")
+			continue
 		case seen[fd.Number()]:
 			return nil, d.errorAt(key.Line, fieldPath, "given twice")
 		}
@@ -386,6 +427,9 @@ func (d *manifestDecoder) field(n *yaml.Node, fd protoreflect.FieldDescriptor, p
 	return d.singular(n, fd, path)
 }
 
+// decimal is a quoted 64-bit integer as protojson writes one.
+var decimal = regexp.MustCompile(`^-?[0-9]+$`)
+
 // singular decodes one value (a field, list element or map value) of fd's
 // type.
 func (d *manifestDecoder) singular(n *yaml.Node, fd protoreflect.FieldDescriptor, path string) (any, error) {
@@ -407,12 +451,15 @@ func (d *manifestDecoder) singular(n *yaml.Node, fd protoreflect.FieldDescriptor
 		return b, n.Decode(&b)
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
 		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		if !hasTag(n, "!!int") {
-			return nil, d.wrongType(n, path, "an integer")
-		}
 		bits := 64
 		if fd.Kind() == protoreflect.Int32Kind || fd.Kind() == protoreflect.Sint32Kind || fd.Kind() == protoreflect.Sfixed32Kind {
 			bits = 32
+		}
+		// A 64-bit integer may be the quoted decimal protojson (and so
+		// `get -o yaml`) writes it as.
+		quoted64 := bits == 64 && hasTag(n, "!!str") && decimal.MatchString(n.Value)
+		if !hasTag(n, "!!int") && !quoted64 {
+			return nil, d.wrongType(n, path, "an integer")
 		}
 		v, err := strconv.ParseInt(n.Value, 0, bits)
 		if err != nil {

@@ -179,11 +179,6 @@ func TestLoadTemplates(t *testing.T) {
 			wantErr: "t.yaml:{line}: extra: unknown field in Template",
 		},
 		{
-			name:    "server-owned field",
-			doc:     minimal + "status: {phase: READY} #<\n",
-			wantErr: "t.yaml:{line}: status: set by the server",
-		},
-		{
 			name:    "field given twice",
 			doc:     minimal + "    image: oci:./image #<\n",
 			wantErr: "t.yaml:{line}: spec.containers[0].image: given twice",

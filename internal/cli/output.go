@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
 
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/enum"
 )
 
@@ -42,9 +43,16 @@ func printMessages(w io.Writer, format string, msgs []proto.Message, asList bool
 			}
 			items[i] = b
 		}
-		b, err := json.Marshal(struct {
-			Items []json.RawMessage `json:"items"`
-		}{items})
+		list := struct {
+			APIVersion string            `json:"apiVersion,omitempty"`
+			Kind       string            `json:"kind,omitempty"`
+			Items      []json.RawMessage `json:"items"`
+		}{Items: items}
+		if len(msgs) > 0 && isTemplate(msgs[0]) {
+			// Templates, which apply -f takes back.
+			list.APIVersion, list.Kind = manifestAPIVersion, listKindName
+		}
+		b, err := json.Marshal(list)
 		if err != nil {
 			return fmt.Errorf("encode list: %w", err)
 		}
@@ -72,7 +80,9 @@ func printMessages(w io.Writer, format string, msgs []proto.Message, asList bool
 	return err
 }
 
-// marshalShort is m in protojson with its enum values' short names.
+// marshalShort is m in protojson with its enum values' short names; a
+// template carries the header of a template file (apiVersion, kind), so
+// that what `get` prints, `apply -f` takes.
 func marshalShort(m proto.Message) ([]byte, error) {
 	b, err := protojson.Marshal(m)
 	if err != nil {
@@ -87,7 +97,15 @@ func marshalShort(m proto.Message) ([]byte, error) {
 	renameEnums(v, m.ProtoReflect().Descriptor(), func(ed protoreflect.EnumDescriptor, name string) string {
 		return strings.TrimPrefix(name, enum.Prefix(ed))
 	})
+	if obj, ok := v.(map[string]any); ok && isTemplate(m) {
+		obj["apiVersion"], obj["kind"] = manifestAPIVersion, templateKindName
+	}
 	return json.Marshal(v)
+}
+
+func isTemplate(m proto.Message) bool {
+	_, ok := m.(*torporv1.Template)
+	return ok
 }
 
 // renameEnums renames, in place, the enum values of v, the protojson
