@@ -507,6 +507,7 @@ func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor, source *tor
 	workload := &torporv1.Workload{
 		Space: a.GetMetadata().GetSpace(), Actor: a.GetMetadata().GetName(), ActorUid: a.GetMetadata().GetUid(),
 		TemplateName: st.GetCurrentTemplate(), TemplateUid: st.GetCurrentTemplateUid(), Template: st.GetCurrentTemplateSpec(),
+		Env: a.GetSpec().GetEnv(), EnvdAccessToken: a.GetSpec().GetEnvdAccessToken(),
 	}
 	if op.GetRestoreScope() == torporv1.RestoreScope_RESTORE_SCOPE_BOOT {
 		_, err = agent.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: nodeOp, Workload: workload}))

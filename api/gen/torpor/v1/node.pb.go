@@ -747,9 +747,13 @@ type Workload struct {
 	Template     *TemplateSpec          `protobuf:"bytes,6,opt,name=template,proto3" json:"template,omitempty"`
 	// Set when this restore starts a fork ("SPACE/ACTOR"): the actor whose
 	// snapshot it restores. The node tells the guest (identity files).
-	ForkedFrom    string `protobuf:"bytes,7,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ForkedFrom string `protobuf:"bytes,7,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
+	// The actor's ActorSpec.env and envd_access_token, for its in-sandbox
+	// API: given again on every start and restore.
+	Env             map[string]string `protobuf:"bytes,8,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	EnvdAccessToken string            `protobuf:"bytes,9,opt,name=envd_access_token,json=envdAccessToken,proto3" json:"envd_access_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Workload) Reset() {
@@ -827,6 +831,20 @@ func (x *Workload) GetTemplate() *TemplateSpec {
 func (x *Workload) GetForkedFrom() string {
 	if x != nil {
 		return x.ForkedFrom
+	}
+	return ""
+}
+
+func (x *Workload) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *Workload) GetEnvdAccessToken() string {
+	if x != nil {
+		return x.EnvdAccessToken
 	}
 	return ""
 }
@@ -1902,7 +1920,7 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\tOperation\x12\x1b\n" +
 	"\tactor_uid\x18\x01 \x01(\tR\bactorUid\x12!\n" +
 	"\foperation_id\x18\x02 \x01(\tR\voperationId\x12\x16\n" +
-	"\x06worker\x18\x03 \x01(\tR\x06worker\"\xf1\x01\n" +
+	"\x06worker\x18\x03 \x01(\tR\x06worker\"\x85\x03\n" +
 	"\bWorkload\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x1b\n" +
@@ -1911,7 +1929,12 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\ftemplate_uid\x18\x05 \x01(\tR\vtemplateUid\x123\n" +
 	"\btemplate\x18\x06 \x01(\v2\x17.torpor.v1.TemplateSpecR\btemplate\x12\x1f\n" +
 	"\vforked_from\x18\a \x01(\tR\n" +
-	"forkedFrom\"\x82\x01\n" +
+	"forkedFrom\x12.\n" +
+	"\x03env\x18\b \x03(\v2\x1c.torpor.v1.Workload.EnvEntryR\x03env\x12*\n" +
+	"\x11envd_access_token\x18\t \x01(\tR\x0fenvdAccessToken\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x01\n" +
 	"\n" +
 	"RunRequest\x12$\n" +
 	"\x02op\x18\x01 \x01(\v2\x14.torpor.v1.OperationR\x02op\x12/\n" +
@@ -2024,7 +2047,7 @@ func file_torpor_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_torpor_v1_node_proto_goTypes = []any{
 	(CheckpointTarget)(0),           // 0: torpor.v1.CheckpointTarget
 	(*RegisterNodeRequest)(nil),     // 1: torpor.v1.RegisterNodeRequest
@@ -2057,94 +2080,96 @@ var file_torpor_v1_node_proto_goTypes = []any{
 	(*NodeFileRequest)(nil),         // 28: torpor.v1.NodeFileRequest
 	(*NodeReadFilesRequest)(nil),    // 29: torpor.v1.NodeReadFilesRequest
 	(*NodeWriteFilesRequest)(nil),   // 30: torpor.v1.NodeWriteFilesRequest
-	(*Node)(nil),                    // 31: torpor.v1.Node
-	(*Worker)(nil),                  // 32: torpor.v1.Worker
-	(*timestamppb.Timestamp)(nil),   // 33: google.protobuf.Timestamp
-	(*ContainerExit)(nil),           // 34: torpor.v1.ContainerExit
-	(*ExecProcess)(nil),             // 35: torpor.v1.ExecProcess
-	(*ExecInput)(nil),               // 36: torpor.v1.ExecInput
-	(*TemplateSpec)(nil),            // 37: torpor.v1.TemplateSpec
-	(SnapshotScope)(0),              // 38: torpor.v1.SnapshotScope
-	(RestoreScope)(0),               // 39: torpor.v1.RestoreScope
-	(*GetRequest)(nil),              // 40: torpor.v1.GetRequest
-	(*ListRequest)(nil),             // 41: torpor.v1.ListRequest
-	(*ExecOutput)(nil),              // 42: torpor.v1.ExecOutput
-	(*GetActorLogsResponse)(nil),    // 43: torpor.v1.GetActorLogsResponse
-	(*FileInfo)(nil),                // 44: torpor.v1.FileInfo
-	(*ListActorFilesResponse)(nil),  // 45: torpor.v1.ListActorFilesResponse
-	(*FileChunk)(nil),               // 46: torpor.v1.FileChunk
-	(*WriteActorFilesResponse)(nil), // 47: torpor.v1.WriteActorFilesResponse
+	nil,                             // 31: torpor.v1.Workload.EnvEntry
+	(*Node)(nil),                    // 32: torpor.v1.Node
+	(*Worker)(nil),                  // 33: torpor.v1.Worker
+	(*timestamppb.Timestamp)(nil),   // 34: google.protobuf.Timestamp
+	(*ContainerExit)(nil),           // 35: torpor.v1.ContainerExit
+	(*ExecProcess)(nil),             // 36: torpor.v1.ExecProcess
+	(*ExecInput)(nil),               // 37: torpor.v1.ExecInput
+	(*TemplateSpec)(nil),            // 38: torpor.v1.TemplateSpec
+	(SnapshotScope)(0),              // 39: torpor.v1.SnapshotScope
+	(RestoreScope)(0),               // 40: torpor.v1.RestoreScope
+	(*GetRequest)(nil),              // 41: torpor.v1.GetRequest
+	(*ListRequest)(nil),             // 42: torpor.v1.ListRequest
+	(*ExecOutput)(nil),              // 43: torpor.v1.ExecOutput
+	(*GetActorLogsResponse)(nil),    // 44: torpor.v1.GetActorLogsResponse
+	(*FileInfo)(nil),                // 45: torpor.v1.FileInfo
+	(*ListActorFilesResponse)(nil),  // 46: torpor.v1.ListActorFilesResponse
+	(*FileChunk)(nil),               // 47: torpor.v1.FileChunk
+	(*WriteActorFilesResponse)(nil), // 48: torpor.v1.WriteActorFilesResponse
 }
 var file_torpor_v1_node_proto_depIdxs = []int32{
-	31, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
-	32, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
-	31, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
-	32, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
-	33, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
-	34, // 5: torpor.v1.ReportExitRequest.exit:type_name -> torpor.v1.ContainerExit
-	31, // 6: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
-	35, // 7: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
-	36, // 8: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
-	33, // 9: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	32, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
+	33, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
+	32, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
+	33, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
+	34, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
+	35, // 5: torpor.v1.ReportExitRequest.exit:type_name -> torpor.v1.ContainerExit
+	32, // 6: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
+	36, // 7: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
+	37, // 8: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
+	34, // 9: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
 	13, // 10: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
-	37, // 11: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
-	12, // 12: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
-	13, // 13: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
-	12, // 14: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
-	38, // 15: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
-	0,  // 16: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
-	21, // 17: torpor.v1.CheckpointResponse.steps:type_name -> torpor.v1.StepDuration
-	12, // 18: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
-	13, // 19: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
-	39, // 20: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
-	18, // 21: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
-	18, // 22: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
-	21, // 23: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
-	12, // 24: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
-	33, // 25: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
-	28, // 26: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	28, // 27: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	1,  // 28: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
-	3,  // 29: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
-	5,  // 30: torpor.v1.NodeService.ReportExit:input_type -> torpor.v1.ReportExitRequest
-	40, // 31: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
-	41, // 32: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
-	14, // 33: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
-	16, // 34: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
-	19, // 35: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
-	22, // 36: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
-	26, // 37: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
-	10, // 38: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
-	8,  // 39: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
-	9,  // 40: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
-	28, // 41: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
-	28, // 42: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
-	29, // 43: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
-	30, // 44: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
-	24, // 45: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
-	2,  // 46: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
-	4,  // 47: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
-	6,  // 48: torpor.v1.NodeService.ReportExit:output_type -> torpor.v1.ReportExitResponse
-	31, // 49: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
-	7,  // 50: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
-	15, // 51: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
-	17, // 52: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
-	20, // 53: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
-	23, // 54: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
-	27, // 55: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
-	11, // 56: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
-	42, // 57: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
-	43, // 58: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
-	44, // 59: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
-	45, // 60: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
-	46, // 61: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
-	47, // 62: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
-	25, // 63: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
-	46, // [46:64] is the sub-list for method output_type
-	28, // [28:46] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	38, // 11: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
+	31, // 12: torpor.v1.Workload.env:type_name -> torpor.v1.Workload.EnvEntry
+	12, // 13: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
+	13, // 14: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
+	12, // 15: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
+	39, // 16: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
+	0,  // 17: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
+	21, // 18: torpor.v1.CheckpointResponse.steps:type_name -> torpor.v1.StepDuration
+	12, // 19: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
+	13, // 20: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
+	40, // 21: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
+	18, // 22: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
+	18, // 23: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
+	21, // 24: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
+	12, // 25: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
+	34, // 26: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
+	28, // 27: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	28, // 28: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	1,  // 29: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
+	3,  // 30: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
+	5,  // 31: torpor.v1.NodeService.ReportExit:input_type -> torpor.v1.ReportExitRequest
+	41, // 32: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
+	42, // 33: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
+	14, // 34: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
+	16, // 35: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
+	19, // 36: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
+	22, // 37: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
+	26, // 38: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
+	10, // 39: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
+	8,  // 40: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
+	9,  // 41: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
+	28, // 42: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
+	28, // 43: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
+	29, // 44: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
+	30, // 45: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
+	24, // 46: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
+	2,  // 47: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
+	4,  // 48: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
+	6,  // 49: torpor.v1.NodeService.ReportExit:output_type -> torpor.v1.ReportExitResponse
+	32, // 50: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
+	7,  // 51: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
+	15, // 52: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
+	17, // 53: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
+	20, // 54: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
+	23, // 55: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
+	27, // 56: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
+	11, // 57: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
+	43, // 58: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
+	44, // 59: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
+	45, // 60: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
+	46, // 61: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
+	47, // 62: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
+	48, // 63: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
+	25, // 64: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
+	47, // [47:65] is the sub-list for method output_type
+	29, // [29:47] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_node_proto_init() }
@@ -2160,7 +2185,7 @@ func file_torpor_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_node_proto_rawDesc), len(file_torpor_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1860,8 +1860,16 @@ type ActorSpec struct {
 	// The template's revision the actor runs on. Stored actors always name
 	// one; in a create or update request 0 means the latest.
 	TemplateRevision int64 `protobuf:"varint,3,opt,name=template_revision,json=templateRevision,proto3" json:"template_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Environment of every process the actor's in-sandbox API (envd, port
+	// 49983) starts, over the template's. The workload's own main process
+	// keeps the environment it booted with: it is restored from the golden
+	// snapshot, where it already runs.
+	Env map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When set, the in-sandbox API refuses a call without this token
+	// (X-Access-Token): the E2B surface's envdAccessToken.
+	EnvdAccessToken string `protobuf:"bytes,5,opt,name=envd_access_token,json=envdAccessToken,proto3" json:"envd_access_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ActorSpec) Reset() {
@@ -1913,6 +1921,20 @@ func (x *ActorSpec) GetTemplateRevision() int64 {
 		return x.TemplateRevision
 	}
 	return 0
+}
+
+func (x *ActorSpec) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *ActorSpec) GetEnvdAccessToken() string {
+	if x != nil {
+		return x.EnvdAccessToken
+	}
+	return ""
 }
 
 type WorkerRef struct {
@@ -3321,12 +3343,17 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x05Actor\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12(\n" +
 	"\x04spec\x18\x02 \x01(\v2\x14.torpor.v1.ActorSpecR\x04spec\x12.\n" +
-	"\x06status\x18\x03 \x01(\v2\x16.torpor.v1.ActorStatusR\x06status\"\xea\x01\n" +
+	"\x06status\x18\x03 \x01(\v2\x16.torpor.v1.ActorStatusR\x06status\"\xff\x02\n" +
 	"\tActorSpec\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12Q\n" +
 	"\x0fworker_selector\x18\x02 \x03(\v2(.torpor.v1.ActorSpec.WorkerSelectorEntryR\x0eworkerSelector\x12+\n" +
-	"\x11template_revision\x18\x03 \x01(\x03R\x10templateRevision\x1aA\n" +
+	"\x11template_revision\x18\x03 \x01(\x03R\x10templateRevision\x12/\n" +
+	"\x03env\x18\x04 \x03(\v2\x1d.torpor.v1.ActorSpec.EnvEntryR\x03env\x12*\n" +
+	"\x11envd_access_token\x18\x05 \x01(\tR\x0fenvdAccessToken\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x01\n" +
 	"\tWorkerRef\x12\x1c\n" +
@@ -3518,7 +3545,7 @@ func file_torpor_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_torpor_v1_resources_proto_goTypes = []any{
 	(RestartPolicy)(0),            // 0: torpor.v1.RestartPolicy
 	(VolumeKind)(0),               // 1: torpor.v1.VolumeKind
@@ -3565,11 +3592,12 @@ var file_torpor_v1_resources_proto_goTypes = []any{
 	(*Node)(nil),                  // 42: torpor.v1.Node
 	nil,                           // 43: torpor.v1.ObjectMeta.LabelsEntry
 	nil,                           // 44: torpor.v1.ActorSpec.WorkerSelectorEntry
-	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
+	nil,                           // 45: torpor.v1.ActorSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
 }
 var file_torpor_v1_resources_proto_depIdxs = []int32{
-	45, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
-	45, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
+	46, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
+	46, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
 	43, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
 	10, // 3: torpor.v1.Space.metadata:type_name -> torpor.v1.ObjectMeta
 	10, // 4: torpor.v1.Template.metadata:type_name -> torpor.v1.ObjectMeta
@@ -3599,43 +3627,44 @@ var file_torpor_v1_resources_proto_depIdxs = []int32{
 	29, // 28: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
 	31, // 29: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
 	44, // 30: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
-	7,  // 31: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
-	30, // 32: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
-	35, // 33: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
-	45, // 34: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
-	13, // 35: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
-	34, // 36: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
-	3,  // 37: torpor.v1.ActorStatus.restored_by:type_name -> torpor.v1.RestoreScope
-	32, // 38: torpor.v1.ActorStatus.exit:type_name -> torpor.v1.ContainerExit
-	45, // 39: torpor.v1.ActorStatus.next_restart_time:type_name -> google.protobuf.Timestamp
-	30, // 40: torpor.v1.ActorStatus.last_worker:type_name -> torpor.v1.WorkerRef
-	45, // 41: torpor.v1.ContainerExit.time:type_name -> google.protobuf.Timestamp
-	32, // 42: torpor.v1.WorkloadExited.exit:type_name -> torpor.v1.ContainerExit
-	45, // 43: torpor.v1.WorkloadExited.next_restart_time:type_name -> google.protobuf.Timestamp
-	0,  // 44: torpor.v1.WorkloadExited.restart_policy:type_name -> torpor.v1.RestartPolicy
-	8,  // 45: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
-	45, // 46: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
-	3,  // 47: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
-	2,  // 48: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
-	7,  // 49: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
-	10, // 50: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
-	37, // 51: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
-	39, // 52: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
-	38, // 53: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
-	45, // 54: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
-	45, // 55: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
-	10, // 56: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
-	2,  // 57: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
-	13, // 58: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
-	10, // 59: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
-	9,  // 60: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
-	10, // 61: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
-	45, // 62: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	63, // [63:63] is the sub-list for method output_type
-	63, // [63:63] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	45, // 31: torpor.v1.ActorSpec.env:type_name -> torpor.v1.ActorSpec.EnvEntry
+	7,  // 32: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
+	30, // 33: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
+	35, // 34: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
+	46, // 35: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
+	13, // 36: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
+	34, // 37: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
+	3,  // 38: torpor.v1.ActorStatus.restored_by:type_name -> torpor.v1.RestoreScope
+	32, // 39: torpor.v1.ActorStatus.exit:type_name -> torpor.v1.ContainerExit
+	46, // 40: torpor.v1.ActorStatus.next_restart_time:type_name -> google.protobuf.Timestamp
+	30, // 41: torpor.v1.ActorStatus.last_worker:type_name -> torpor.v1.WorkerRef
+	46, // 42: torpor.v1.ContainerExit.time:type_name -> google.protobuf.Timestamp
+	32, // 43: torpor.v1.WorkloadExited.exit:type_name -> torpor.v1.ContainerExit
+	46, // 44: torpor.v1.WorkloadExited.next_restart_time:type_name -> google.protobuf.Timestamp
+	0,  // 45: torpor.v1.WorkloadExited.restart_policy:type_name -> torpor.v1.RestartPolicy
+	8,  // 46: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
+	46, // 47: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
+	3,  // 48: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
+	2,  // 49: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
+	7,  // 50: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
+	10, // 51: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
+	37, // 52: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
+	39, // 53: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
+	38, // 54: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
+	46, // 55: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
+	46, // 56: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
+	10, // 57: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
+	2,  // 58: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
+	13, // 59: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
+	10, // 60: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
+	9,  // 61: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
+	10, // 62: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
+	46, // 63: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	64, // [64:64] is the sub-list for method output_type
+	64, // [64:64] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_resources_proto_init() }
@@ -3649,7 +3678,7 @@ func file_torpor_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_resources_proto_rawDesc), len(file_torpor_v1_resources_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
