@@ -68,6 +68,8 @@ type Connection struct {
 	Credentials string
 	// Router is the router's base URL, where Tunnel dials.
 	Router string
+	// Domain is the parent domain of actor host names at Router.
+	Domain string
 }
 
 // Discover finds the API: each setting from opts, else its environment
@@ -82,6 +84,7 @@ func Discover(opts Options) (Connection, error) {
 		Server: firstSet(opts.Server, os.Getenv(EnvServer), cfg.Server, DefaultServer),
 		Token:  firstSet(opts.Token, os.Getenv(EnvToken), cfg.Token),
 		Router: firstSet(opts.Router, os.Getenv(EnvRouter), cfg.Router, DefaultRouter),
+		Domain: firstSet(cfg.Domain, DefaultDomain),
 	}
 	if c.Token == "" && cfg.Client != "" {
 		c.Client, c.Credentials = cfg.Client, cfg.Credentials

@@ -29,6 +29,10 @@ type Config struct {
 	// Router is the base URL of the router TCP tunnels go through (torpor
 	// actor port-forward), e.g. http://127.0.0.1:7080.
 	Router string `json:"router,omitempty"`
+	// Domain is the parent domain of actor host names at the router
+	// (<actor>.<space>.<domain>), for the URLs the CLI shows. Default
+	// DefaultDomain.
+	Domain string `json:"domain,omitempty"`
 	// Client and Credentials are the API client name and its certificate
 	// file (relative to this file's directory), written by torpor login;
 	// used when no token is set.

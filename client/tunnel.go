@@ -23,6 +23,10 @@ const EnvRouter = "TORPOR_ROUTER"
 // DefaultRouter is the router `torpor up` serves (--router-listen).
 const DefaultRouter = "http://127.0.0.1:7080"
 
+// DefaultDomain is the parent domain of actor host names a router serves
+// by default (its --domain): *.localhost names resolve to the loopback.
+const DefaultDomain = "actors.localhost"
+
 // Tunnel opens TCP connections to actors' ports through a router (HTTP
 // CONNECT; the protocol is in docs/operations.md, "TCP ports"), so no
 // client needs a worker's address. Every connection resumes its actor if

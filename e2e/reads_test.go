@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -142,6 +143,11 @@ func TestReadsNeverWake(t *testing.T) {
 	}
 	if out := cli("actor", "logs", "d1", "--tail", "2"); !strings.Contains(out, " app fatal: told to die") {
 		t.Fatalf("logs --tail 2 of crashed d1:\n%s\nwant its last words", out)
+	}
+	// describe ends with where the actor is reached and its latest
+	// events, the crash among them, in UTC.
+	if out := cli("actor", "describe", "d1"); !strings.Contains(out, "\nURL:  http://d1.default.") || !regexp.MustCompile(`(?m)^  \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ .*CRASHED`).MatchString(out) {
+		t.Fatalf("describe of crashed d1:\n%s\nwant its URL and an event of the crash in UTC", out)
 	}
 
 	// A follow across two resumes and suspends.

@@ -182,7 +182,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	}
 	configPath, err := client.ConfigPath()
 	if err == nil {
-		err = client.WriteConfig(configPath, client.Config{Server: cp.URL, CA: string(cp.CAPEM), Token: cp.AdminToken, Router: routerURL})
+		err = client.WriteConfig(configPath, client.Config{Server: cp.URL, CA: string(cp.CAPEM), Token: cp.AdminToken, Router: routerURL, Domain: f.domain})
 	}
 	if err != nil {
 		logger.Warn("write client config", "err", err)

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -45,7 +49,9 @@ var actorKind = &kind[*torporv1.Actor]{
 		usage: "delete a running (or resuming, suspending, pausing) actor too: its workload is stopped without a snapshot, its state since the latest one lost",
 		set:   func(req *torporv1.DeleteRequest) { req.Force = true },
 	},
+	describeMore: describeActor,
 }
+
 
 // actorState is an actor's state as a table shows it: with, for one its
 // workload's exit crashed, how it ended and its restart, as kubectl
@@ -226,4 +232,46 @@ func newActorUpdateCommand(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&tf.ref, "template", "", "template revision to move the actor to: NAME (its latest) or NAME@REV")
 	cmd.Flags().BoolVar(&allowStateLoss, "allow-state-loss", false, "accept a move that loses state (named in the refusal)")
 	return cmd
+}
+
+// recentEvents is how many of an actor's latest events describe shows.
+const recentEvents = 10
+
+// describeActor adds to an actor's record where it is reached and its
+// latest events, oldest first as the history reads, as kubectl describe
+// ends with a pod's events. It reads the store only: nothing wakes.
+func describeActor(ctx context.Context, c *clients, w io.Writer, a *torporv1.Actor, now time.Time) error {
+	fmt.Fprintf(w, "URL:  %s\n", actorURL(c.router, c.domain, a.GetMetadata().GetSpace(), a.GetMetadata().GetName()))
+	resp, err := call(ctx, c.actors.ListActorEvents, &torporv1.GetRequest{Space: a.GetMetadata().GetSpace(), Name: a.GetMetadata().GetName()})
+	if err != nil {
+		return fmt.Errorf("events of actor %s: %w", a.GetMetadata().GetName(), err)
+	}
+	events := resp.GetEvents()
+	if len(events) == 0 {
+		fmt.Fprintln(w, "Events:  <none>")
+		return nil
+	}
+	fmt.Fprintln(w, "Events:")
+	var table strings.Builder
+	if err := printTable(&table, eventHeaders, eventRows(events[max(0, len(events)-recentEvents):])); err != nil {
+		return err
+	}
+	for _, line := range strings.SplitAfter(strings.TrimSuffix(table.String(), "\n"), "\n") {
+		fmt.Fprint(w, "  "+strings.TrimRight(line, " \n")+"\n")
+	}
+	return nil
+}
+
+// actorURL is where the router serves an actor: its host name
+// <actor>.<space>.<domain> on the router's scheme and port.
+func actorURL(routerURL, domain, space, name string) string {
+	host := name + "." + space + "." + domain
+	u, err := url.Parse(routerURL)
+	if err != nil || u.Host == "" {
+		return "http://" + host + "/"
+	}
+	if port := u.Port(); port != "" {
+		host = net.JoinHostPort(host, port)
+	}
+	return u.Scheme + "://" + host + "/"
 }

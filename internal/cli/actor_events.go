@@ -72,6 +72,17 @@ func printEvents(cmd *cobra.Command, a *app, events []*torporv1.ActorEvent, head
 		}
 		return nil
 	}
+	var headers []string
+	if header {
+		headers = eventHeaders
+	}
+	return printTable(w, headers, eventRows(events))
+}
+
+var eventHeaders = []string{"TIME", "FROM", "TO", "WORKER", "TOOK", "REASON"}
+
+// eventRows are events as table rows, under eventHeaders.
+func eventRows(events []*torporv1.ActorEvent) [][]string {
 	rows := make([][]string, len(events))
 	for i, e := range events {
 		var took string
@@ -79,7 +90,7 @@ func printEvents(cmd *cobra.Command, a *app, events []*torporv1.ActorEvent, head
 			took = (time.Duration(e.GetDurationMs()) * time.Millisecond).String()
 		}
 		rows[i] = []string{
-			e.GetTime().AsTime().Local().Format(time.DateTime),
+			timestamp(e.GetTime().AsTime()),
 			enumName(e.GetFromState()),
 			enumName(e.GetToState()),
 			e.GetWorker(),
@@ -87,9 +98,5 @@ func printEvents(cmd *cobra.Command, a *app, events []*torporv1.ActorEvent, head
 			e.GetReason(),
 		}
 	}
-	var headers []string
-	if header {
-		headers = []string{"TIME", "FROM", "TO", "WORKER", "TOOK", "REASON"}
-	}
-	return printTable(w, headers, rows)
+	return rows
 }

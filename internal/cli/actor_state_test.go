@@ -26,3 +26,18 @@ func TestActorStateShowsExits(t *testing.T) {
 		}
 	}
 }
+
+func TestActorURL(t *testing.T) {
+	for _, tc := range []struct {
+		router, domain, want string
+	}{
+		{"http://127.0.0.1:7080", "actors.localhost", "http://c1.team.actors.localhost:7080/"},
+		{"https://router.example.com", "actors.example.com", "https://c1.team.actors.example.com/"},
+		{"https://router.example.com:8443/", "a.example", "https://c1.team.a.example:8443/"},
+		{"", "actors.localhost", "http://c1.team.actors.localhost/"},
+	} {
+		if got := actorURL(tc.router, tc.domain, "team", "c1"); got != tc.want {
+			t.Errorf("actorURL(%q, %q) = %q, want %q", tc.router, tc.domain, got, tc.want)
+		}
+	}
+}

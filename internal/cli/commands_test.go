@@ -323,6 +323,7 @@ func TestActorDescribeAndEvents(t *testing.T) {
 		{Time: timestamppb.New(created.Add(time.Minute)), FromState: torporv1.ActorState_ACTOR_STATE_RESUMING, ToState: torporv1.ActorState_ACTOR_STATE_RUNNING, Worker: "w-1", DurationMs: 84},
 	}
 	stamp := created.UTC().Format(time.RFC3339)
+	at := func(d time.Duration) string { return created.Add(d).UTC().Format(time.RFC3339) }
 	equalText(t, "describe", ok(t, url, "actor", "describe", "a1"), `Name:         a1
 Space:        default
 UID:          u-1
@@ -339,12 +340,17 @@ Status:
     Name:       w-1
     IP:         10.0.0.2
   Current Template UID:  t-1
+URL:  http://a1.default.actors.localhost:7080/
+Events:
+  TIME                   FROM       TO          WORKER   TOOK     REASON
+  `+stamp+`   <none>     SUSPENDED   <none>   <none>   created
+  `+at(time.Minute)+`   RESUMING   RUNNING     w-1      84ms     <none>
 `)
-	local := func(d time.Duration) string { return created.Add(d).Local().Format(time.DateTime) }
+	// Every time the CLI prints is UTC with its zone, as describe's are.
 	equalText(t, "events", ok(t, url, "actor", "events", "a1"),
-		"TIME                  FROM       TO          WORKER   TOOK     REASON\n"+
-			local(0)+"   <none>     SUSPENDED   <none>   <none>   created\n"+
-			local(time.Minute)+"   RESUMING   RUNNING     w-1      84ms     <none>\n")
+		"TIME                   FROM       TO          WORKER   TOOK     REASON\n"+
+			stamp+"   <none>     SUSPENDED   <none>   <none>   created\n"+
+			at(time.Minute)+"   RESUMING   RUNNING     w-1      84ms     <none>\n")
 	var events torporv1.ListActorEventsResponse
 	decodeAs(t, formatJSON, ok(t, url, "actor", "events", "a1", "-o", "json"), &events)
 	if len(events.GetEvents()) != 2 {

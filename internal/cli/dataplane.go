@@ -285,7 +285,7 @@ func (p *logPrinter) print(r *torporv1.LogRecord) error {
 		if r.GetStream() == "torpor" {
 			who = "--"
 		}
-		fmt.Fprintf(&line, "%s %s ", r.GetTime().AsTime().UTC().Format("2006-01-02T15:04:05.000Z"), who)
+		fmt.Fprintf(&line, "%s %s ", logTimestamp(r.GetTime().AsTime()), who)
 	}
 	line.Write(r.GetText())
 	p.open[key], p.mid = r.GetPartial(), r.GetPartial()

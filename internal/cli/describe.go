@@ -111,7 +111,7 @@ func valueString(v protoreflect.Value, fd protoreflect.FieldDescriptor, now time
 		return v.String()
 	}
 	if ts, ok := v.Message().Interface().(*timestamppb.Timestamp); ok {
-		return fmt.Sprintf("%s (%s ago)", ts.AsTime().UTC().Format(time.RFC3339), age(ts, now))
+		return fmt.Sprintf("%s (%s ago)", timestamp(ts.AsTime()), age(ts, now))
 	}
 	encoded, err := protojson.Marshal(v.Message().Interface())
 	if err != nil {

@@ -74,7 +74,7 @@ expire needs a new token.`,
 			}
 			leaf := creds.Keypair().Certificate().Leaf
 			fmt.Fprintf(cmd.OutOrStdout(), "Logged in to %s as %s (certificate until %s).\nClient config: %s\n",
-				conn.Server, leaf.URIs[0], leaf.NotAfter.Format(time.RFC3339), configPath)
+				conn.Server, leaf.URIs[0], timestamp(leaf.NotAfter), configPath)
 			return nil
 		},
 	}

@@ -177,6 +177,19 @@ func orNone(s string) string {
 	return s
 }
 
+// timestamp is how every time the CLI prints reads: UTC, RFC 3339, to the
+// second ("2026-12-02T10:04:05Z"), so times from the server's events, the
+// node's logs and another machine's terminal compare at a glance. Log
+// lines add milliseconds (logTimestamp).
+func timestamp(t time.Time) string {
+	return t.UTC().Format(time.RFC3339)
+}
+
+// logTimestamp is timestamp with milliseconds, for log lines.
+func logTimestamp(t time.Time) string {
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
 // age renders how long ago t was, in the largest unit that still reads
 // as at least 2 of it: 45s, 90s, 3m, 2h, 4d, 3y.
 func age(t *timestamppb.Timestamp, now time.Time) string {

@@ -46,6 +46,9 @@ type kind[T object] struct {
 	delete func(context.Context, *clients, *torporv1.DeleteRequest) error
 	// deleteFlag, when set, is the kind's own flag of delete.
 	deleteFlag *deleteFlag
+	// describeMore, when set, adds to describe what is not in the record
+	// (an actor's URL and recent events).
+	describeMore func(ctx context.Context, c *clients, w io.Writer, item T, now time.Time) error
 }
 
 // deleteFlag is a boolean flag of a kind's delete and what it sets in
@@ -194,6 +197,11 @@ func (k *kind[T]) describeCommand(a *app) *cobra.Command {
 					fmt.Fprintln(cmd.OutOrStdout())
 				}
 				describe(cmd.OutOrStdout(), item, now)
+				if k.describeMore != nil {
+					if err := k.describeMore(cmd.Context(), c, cmd.OutOrStdout(), item, now); err != nil {
+						return err
+					}
+				}
 			}
 			return nil
 		},

@@ -53,6 +53,9 @@ type clients struct {
 	workers   torporv1connect.WorkerServiceClient
 	snapshots torporv1connect.SnapshotServiceClient
 	identity  torporv1connect.IdentityServiceClient
+	// router and domain are where actors are reached, for the URLs
+	// describe shows.
+	router, domain string
 }
 
 func (a *app) clients() (*clients, error) {
@@ -71,6 +74,8 @@ func (a *app) clients() (*clients, error) {
 		workers:   c.Workers,
 		snapshots: c.Snapshots,
 		identity:  c.Identity,
+		router:    conn.Router,
+		domain:    conn.Domain,
 	}, nil
 }
 

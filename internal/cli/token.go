@@ -98,7 +98,7 @@ Join tokens last 1h by default, API tokens 24h.`,
 			if a.output != formatTable {
 				return printMessages(w, a.output, []proto.Message{resp}, false)
 			}
-			fmt.Fprintf(w, "token:          %s\nid:             %s\nexpires:        %s\n", resp.GetToken(), resp.GetId(), resp.GetExpireTime().AsTime().Format(time.RFC3339))
+			fmt.Fprintf(w, "token:          %s\nid:             %s\nexpires:        %s\n", resp.GetToken(), resp.GetId(), timestamp(resp.GetExpireTime().AsTime()))
 			switch {
 			case node != "":
 				fmt.Fprintf(w, "ca-fingerprint: %s\n\nJoin the node (once; it keeps its certificate in its state directory):\n  torpor node --name %s --join-token %s --ca-fingerprint %s\n",
@@ -135,7 +135,7 @@ func newTokenListCommand(a *app) *cobra.Command {
 			for _, t := range resp.GetTokens() {
 				rows = append(rows, []string{
 					shortID(t.GetId()), enumName(t.GetPurpose()), t.GetName(), strings.ToLower(enumName(t.GetRole())),
-					strings.Join(t.GetSpaces(), ","), age(t.GetCreateTime(), now), t.GetExpireTime().AsTime().Format(time.RFC3339),
+					strings.Join(t.GetSpaces(), ","), age(t.GetCreateTime(), now), timestamp(t.GetExpireTime().AsTime()),
 				})
 			}
 			return rows

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
 
@@ -17,8 +18,9 @@ const ActorHeader = "Torpor-Actor"
 
 // DefaultDomain is the parent domain of actor host names. Browsers and most
 // resolvers map every *.localhost name to the loopback address, so it works
-// on one machine without any DNS setup.
-const DefaultDomain = "actors.localhost"
+// on one machine without any DNS setup. The client shows actor URLs under
+// the same default.
+const DefaultDomain = client.DefaultDomain
 
 // ActorKey identifies an actor.
 type ActorKey struct {
