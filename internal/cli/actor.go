@@ -52,7 +52,6 @@ var actorKind = &kind[*torporv1.Actor]{
 	describeMore: describeActor,
 }
 
-
 // actorState is an actor's state as a table shows it: with, for one its
 // workload's exit crashed, how it ended and its restart, as kubectl
 // shows a CrashLoopBackOff ("CRASHED (exit 1, restart 3 in 4s)").
