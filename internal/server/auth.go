@@ -111,6 +111,7 @@ var accessRules = func() map[string]access {
 	rules[torporv1connect.SpaceServiceListSpacesProcedure] = accessOwnSpaces
 	rules[torporv1connect.ActorServiceReportActivityProcedure] = accessRouter
 	rules[torporv1connect.PlacementServiceWatchPlacementsProcedure] = accessRouter
+	rules[torporv1connect.PlacementServiceLookupSandboxProcedure] = accessRouter
 	return rules
 }()
 

@@ -84,7 +84,7 @@ func (c *collection[T]) createConflict(ctx context.Context, space, name, uid str
 	case found:
 		return fmt.Errorf("%s: %w", what, ErrAlreadyExists)
 	}
-	return fmt.Errorf("create %s: uid %s is taken by another %s: %w", what, uid, c.kind.name, ErrAlreadyExists)
+	return fmt.Errorf("create %s: uid %s, or another key unique across spaces (an actor's sandbox ID), is taken by another %s: %w", what, uid, c.kind.name, ErrAlreadyExists)
 }
 
 func (c *collection[T]) Get(ctx context.Context, space, name string) (T, error) {

@@ -32,6 +32,7 @@ func TestConformance(t *testing.T) {
 		{"every kind round-trips", testEveryKind},
 		{"create keeps a given uid", testCreateKeepsUID},
 		{"already exists", testAlreadyExists},
+		{"sandbox IDs are unique across spaces", testSandboxIDsUnique},
 		{"not found", testNotFound},
 		{"invalid records", testInvalidRecords},
 		{"update is compare-and-set", testUpdateCAS},
@@ -259,6 +260,45 @@ func testAlreadyExists(t *testing.T, b backend) {
 		t.Fatal(err)
 	}
 	mustGet(t, ctx, s.Actors(), "default", "after")
+}
+
+// An E2B sandbox's ID (its actor's name) is unique across spaces, and
+// found by the "sandbox" filter without a space; other actors are not in
+// that index, whatever their names.
+func testSandboxIDsUnique(t *testing.T, b backend) {
+	ctx, s := fresh(t, b)
+	sandbox := func(space, name string) *torporv1.Actor {
+		a := newActor(space, name)
+		a.Spec.Sandbox = &torporv1.Sandbox{AutoPause: true}
+		return a
+	}
+	mustCreate(t, ctx, s.Actors(), sandbox("default", "sbx1"))
+	mustCreate(t, ctx, s.Actors(), newActor("other", "sbx1")) // not a sandbox: no conflict
+	_, err := s.Actors().Create(ctx, sandbox("third", "sbx1"))
+	wantErr(t, err, store.ErrAlreadyExists, "sandbox ID")
+	err = s.InTx(ctx, func(tx store.Tx) error {
+		if _, err := tx.Actors().Create(ctx, sandbox("third", "sbx1")); !errors.Is(err, store.ErrAlreadyExists) {
+			return fmt.Errorf("duplicate sandbox in a transaction: %v, want ErrAlreadyExists", err)
+		}
+		_, err := tx.Actors().Create(ctx, sandbox("third", "sbx2"))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"sbx1": "default/sbx1", "sbx2": "third/sbx2", "web": ""} {
+		found, _, err := s.Actors().List(ctx, store.ListOptions{Filter: store.Filter{"sandbox": id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, a := range found {
+			got = append(got, a.GetMetadata().GetSpace()+"/"+a.GetMetadata().GetName())
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("sandbox %s: found %q, want %q", id, got, want)
+		}
+	}
 }
 
 func testNotFound(t *testing.T, b backend) {

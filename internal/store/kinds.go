@@ -30,6 +30,9 @@ var (
 			w := a.GetStatus().GetWorker()
 			return WorkerKey(w.GetNamespace(), w.GetName())
 		}),
+		// Unique where not empty (migration 8): a sandbox ID names one
+		// actor across spaces.
+		textColumn("sandbox", SandboxID),
 	)
 	workerKind = newKind("worker", "workers",
 		textColumn("node", func(w *torporv1.Worker) string { return w.GetSpec().GetNode() }),
@@ -49,6 +52,15 @@ var (
 	)
 	nodeKind = newKind[*torporv1.Node]("node", "nodes")
 )
+
+// SandboxID is the value of an actor's "sandbox" filter column: its name
+// when it is an E2B sandbox (spec.sandbox set), else "".
+func SandboxID(a *torporv1.Actor) string {
+	if a.GetSpec().GetSandbox() == nil {
+		return ""
+	}
+	return a.GetMetadata().GetName()
+}
 
 // WorkerKey is the value of an actor's "worker" filter column: the
 // assigned worker's "namespace/name", or "" when it has none.

@@ -68,11 +68,13 @@ func firstRevisions(ctx context.Context, tx *sql.Tx, _ *dialect) error {
 	if err != nil {
 		return err
 	}
-	err = rewriteAll(ctx, v.Actors(), func(a *torporv1.Actor) error {
+	// The actors' records and their template column only: the actor kind
+	// has columns of later steps, which do not exist yet.
+	err = rewriteData(ctx, tx, v.Actors(), "template", func(a *torporv1.Actor) string {
 		if a.GetSpec().GetTemplateRevision() == 0 {
 			a.Spec.TemplateRevision = 1
 		}
-		return nil
+		return validate.RevisionName(a.GetSpec().GetTemplate(), a.GetSpec().GetTemplateRevision())
 	})
 	if err != nil {
 		return err
@@ -92,6 +94,28 @@ func setColumn[T Object](ctx context.Context, tx *sql.Tx, c Collection[T], colum
 		m := obj.GetMetadata()
 		if _, err := tx.ExecContext(ctx, "UPDATE "+table+" SET "+column+" = $1 WHERE space = $2 AND name = $3", value(obj), m.GetSpace(), m.GetName()); err != nil {
 			return fmt.Errorf("%s %s/%s: set %s: %w", table, m.GetSpace(), m.GetName(), column, err)
+		}
+	}
+	return nil
+}
+
+// rewriteData applies change to every record of c and writes back its
+// data and the one indexed column change returns the value of, and no
+// other column. Writes go in (space, name) order behind the page token.
+func rewriteData[T Object](ctx context.Context, tx *sql.Tx, c Collection[T], column string, change func(T) string) error {
+	table := c.(*collection[T]).kind.table
+	for obj, err := range All(ctx, c, ListOptions{}) {
+		if err != nil {
+			return err
+		}
+		value := change(obj)
+		m := obj.GetMetadata()
+		data, err := marshalOptions.Marshal(obj)
+		if err != nil {
+			return fmt.Errorf("%s %s/%s: encode: %w", table, m.GetSpace(), m.GetName(), err)
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE "+table+" SET data = $1, "+column+" = $2 WHERE space = $3 AND name = $4", data, value, m.GetSpace(), m.GetName()); err != nil {
+			return fmt.Errorf("%s %s/%s: rewrite: %w", table, m.GetSpace(), m.GetName(), err)
 		}
 	}
 	return nil

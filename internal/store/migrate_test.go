@@ -49,6 +49,8 @@ func TestMigrateToRevisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, stmt := range []string{
+		"DROP INDEX actors_sandbox",
+		"ALTER TABLE actors DROP COLUMN sandbox",
 		"DROP TABLE template_revisions",
 		"DROP TABLE actor_activity",
 		"DROP TABLE snapshot_tags",
@@ -92,6 +94,10 @@ func TestMigrateToRevisions(t *testing.T) {
 	snaps, _, err := st.Snapshots().List(ctx, store.ListOptions{Filter: store.Filter{"template_uid": uid}})
 	if err != nil || len(snaps) != 1 {
 		t.Fatalf("snapshots under counter@1: %v %v", snaps, err)
+	}
+	// Step 8 indexes E2B sandboxes: an actor made before is none.
+	if sbx, _, err := st.Actors().List(ctx, store.ListOptions{Filter: store.Filter{"sandbox": "c1"}}); err != nil || len(sbx) != 0 {
+		t.Fatalf("sandbox c1: %v %v, want none", sbx, err)
 	}
 	// Step 7 indexes the snapshots by location, which forks share.
 	snaps, _, err = st.Snapshots().List(ctx, store.ListOptions{Filter: store.Filter{"location": "default/a1/s1"}})

@@ -79,7 +79,9 @@ type Event struct {
 // Tx is the set of collections, bound to a transaction inside InTx.
 //
 // Indexed filter fields: actors "state", "template" (the revision's name,
-// "NAME@REV"), "worker" (namespace/name); workers "node", "pool", "actor"
+// "NAME@REV"), "worker" (namespace/name), "sandbox" (the E2B sandbox ID:
+// the name of an actor with spec.sandbox, unique across spaces; "" for
+// the others); workers "node", "pool", "actor"
 // (actor uid, "" for free); snapshots "actor_uid", "node", "template_uid",
 // "location"; snapshot tags "snapshot";
 // templates "phase"; template revisions "phase", "template" (the template's

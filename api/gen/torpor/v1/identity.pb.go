@@ -33,6 +33,9 @@ const (
 	TokenPurpose_TOKEN_PURPOSE_API TokenPurpose = 2
 	// Joins one API client (Join), once, with a role.
 	TokenPurpose_TOKEN_PURPOSE_CLIENT_JOIN TokenPurpose = 3
+	// An E2B API key (e2b_<hex>, sent as X-API-KEY to the E2B-compatible
+	// API): the sandboxes of exactly one space, until it expires.
+	TokenPurpose_TOKEN_PURPOSE_E2B TokenPurpose = 4
 )
 
 // Enum value maps for TokenPurpose.
@@ -42,12 +45,14 @@ var (
 		1: "TOKEN_PURPOSE_NODE_JOIN",
 		2: "TOKEN_PURPOSE_API",
 		3: "TOKEN_PURPOSE_CLIENT_JOIN",
+		4: "TOKEN_PURPOSE_E2B",
 	}
 	TokenPurpose_value = map[string]int32{
 		"TOKEN_PURPOSE_UNSPECIFIED": 0,
 		"TOKEN_PURPOSE_NODE_JOIN":   1,
 		"TOKEN_PURPOSE_API":         2,
 		"TOKEN_PURPOSE_CLIENT_JOIN": 3,
+		"TOKEN_PURPOSE_E2B":         4,
 	}
 )
 
@@ -336,9 +341,11 @@ type CreateTokenRequest struct {
 	// NODE_JOIN, CLIENT_JOIN: the only name the token joins; empty joins any
 	// name.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	// API, CLIENT_JOIN: the spaces the token (or the client) has access to.
+	// API, CLIENT_JOIN: the spaces the token (or the client) has access to;
+	// E2B: exactly one space.
 	Spaces []string `protobuf:"bytes,3,rep,name=spaces,proto3" json:"spaces,omitempty"`
-	// Lifetime; default 1h for join tokens, 24h for API; at most 365 days.
+	// Lifetime; default 1h for join tokens, 24h for API, 365 days for E2B
+	// keys; at most 365 days.
 	Ttl *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// CLIENT_JOIN: the client's role.
 	Role          ClientRole `protobuf:"varint,5,opt,name=role,proto3,enum=torpor.v1.ClientRole" json:"role,omitempty"`
@@ -1303,12 +1310,13 @@ const file_torpor_v1_identity_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12;\n" +
 	"\vexpire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x12\x1b\n" +
-	"\tspiffe_id\x18\x03 \x01(\tR\bspiffeId*\x80\x01\n" +
+	"\tspiffe_id\x18\x03 \x01(\tR\bspiffeId*\x97\x01\n" +
 	"\fTokenPurpose\x12\x1d\n" +
 	"\x19TOKEN_PURPOSE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TOKEN_PURPOSE_NODE_JOIN\x10\x01\x12\x15\n" +
 	"\x11TOKEN_PURPOSE_API\x10\x02\x12\x1d\n" +
-	"\x19TOKEN_PURPOSE_CLIENT_JOIN\x10\x03*n\n" +
+	"\x19TOKEN_PURPOSE_CLIENT_JOIN\x10\x03\x12\x15\n" +
+	"\x11TOKEN_PURPOSE_E2B\x10\x04*n\n" +
 	"\n" +
 	"ClientRole\x12\x1b\n" +
 	"\x17CLIENT_ROLE_UNSPECIFIED\x10\x00\x12\x15\n" +

@@ -21,6 +21,128 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type LookupSandboxRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupSandboxRequest) Reset() {
+	*x = LookupSandboxRequest{}
+	mi := &file_torpor_v1_placements_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupSandboxRequest) ProtoMessage() {}
+
+func (x *LookupSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_placements_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupSandboxRequest.ProtoReflect.Descriptor instead.
+func (*LookupSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_placements_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *LookupSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+type LookupSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	// The actor's name: the sandbox ID.
+	Name     string     `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	ActorUid string     `protobuf:"bytes,3,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	State    ActorState `protobuf:"varint,4,opt,name=state,proto3,enum=torpor.v1.ActorState" json:"state,omitempty"`
+	// The sandbox's lease, auto_pause and auto_resume (ActorSpec.sandbox).
+	Sandbox       *Sandbox `protobuf:"bytes,5,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupSandboxResponse) Reset() {
+	*x = LookupSandboxResponse{}
+	mi := &file_torpor_v1_placements_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupSandboxResponse) ProtoMessage() {}
+
+func (x *LookupSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_placements_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupSandboxResponse.ProtoReflect.Descriptor instead.
+func (*LookupSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_placements_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LookupSandboxResponse) GetSpace() string {
+	if x != nil {
+		return x.Space
+	}
+	return ""
+}
+
+func (x *LookupSandboxResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LookupSandboxResponse) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *LookupSandboxResponse) GetState() ActorState {
+	if x != nil {
+		return x.State
+	}
+	return ActorState_ACTOR_STATE_UNSPECIFIED
+}
+
+func (x *LookupSandboxResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
 type WatchPlacementsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The version of the last batch the caller applied. 0, or a version the
@@ -32,7 +154,7 @@ type WatchPlacementsRequest struct {
 
 func (x *WatchPlacementsRequest) Reset() {
 	*x = WatchPlacementsRequest{}
-	mi := &file_torpor_v1_placements_proto_msgTypes[0]
+	mi := &file_torpor_v1_placements_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +166,7 @@ func (x *WatchPlacementsRequest) String() string {
 func (*WatchPlacementsRequest) ProtoMessage() {}
 
 func (x *WatchPlacementsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_placements_proto_msgTypes[0]
+	mi := &file_torpor_v1_placements_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +179,7 @@ func (x *WatchPlacementsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPlacementsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPlacementsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_placements_proto_rawDescGZIP(), []int{0}
+	return file_torpor_v1_placements_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *WatchPlacementsRequest) GetFromVersion() int64 {
@@ -84,7 +206,7 @@ type PlacementBatch struct {
 
 func (x *PlacementBatch) Reset() {
 	*x = PlacementBatch{}
-	mi := &file_torpor_v1_placements_proto_msgTypes[1]
+	mi := &file_torpor_v1_placements_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -96,7 +218,7 @@ func (x *PlacementBatch) String() string {
 func (*PlacementBatch) ProtoMessage() {}
 
 func (x *PlacementBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_placements_proto_msgTypes[1]
+	mi := &file_torpor_v1_placements_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -109,7 +231,7 @@ func (x *PlacementBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementBatch.ProtoReflect.Descriptor instead.
 func (*PlacementBatch) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_placements_proto_rawDescGZIP(), []int{1}
+	return file_torpor_v1_placements_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PlacementBatch) GetVersion() int64 {
@@ -162,7 +284,7 @@ type Placement struct {
 
 func (x *Placement) Reset() {
 	*x = Placement{}
-	mi := &file_torpor_v1_placements_proto_msgTypes[2]
+	mi := &file_torpor_v1_placements_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +296,7 @@ func (x *Placement) String() string {
 func (*Placement) ProtoMessage() {}
 
 func (x *Placement) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_placements_proto_msgTypes[2]
+	mi := &file_torpor_v1_placements_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +309,7 @@ func (x *Placement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Placement.ProtoReflect.Descriptor instead.
 func (*Placement) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_placements_proto_rawDescGZIP(), []int{2}
+	return file_torpor_v1_placements_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Placement) GetSpace() string {
@@ -243,7 +365,16 @@ var File_torpor_v1_placements_proto protoreflect.FileDescriptor
 
 const file_torpor_v1_placements_proto_rawDesc = "" +
 	"\n" +
-	"\x1atorpor/v1/placements.proto\x12\ttorpor.v1\x1a\x19torpor/v1/resources.proto\";\n" +
+	"\x1atorpor/v1/placements.proto\x12\ttorpor.v1\x1a\x19torpor/v1/resources.proto\"5\n" +
+	"\x14LookupSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xb9\x01\n" +
+	"\x15LookupSandboxResponse\x12\x14\n" +
+	"\x05space\x18\x01 \x01(\tR\x05space\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
+	"\tactor_uid\x18\x03 \x01(\tR\bactorUid\x12+\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x15.torpor.v1.ActorStateR\x05state\x12,\n" +
+	"\asandbox\x18\x05 \x01(\v2\x12.torpor.v1.SandboxR\asandbox\";\n" +
 	"\x16WatchPlacementsRequest\x12!\n" +
 	"\ffrom_version\x18\x01 \x01(\x03R\vfromVersion\"\x92\x01\n" +
 	"\x0ePlacementBatch\x12\x18\n" +
@@ -260,9 +391,10 @@ const file_torpor_v1_placements_proto_rawDesc = "" +
 	"\ractor_version\x18\x04 \x01(\x03R\factorVersion\x12+\n" +
 	"\x05state\x18\x05 \x01(\x0e2\x15.torpor.v1.ActorStateR\x05state\x12,\n" +
 	"\x06worker\x18\x06 \x01(\v2\x14.torpor.v1.WorkerRefR\x06worker\x12\x12\n" +
-	"\x04port\x18\a \x01(\x05R\x04port2e\n" +
+	"\x04port\x18\a \x01(\x05R\x04port2\xb9\x01\n" +
 	"\x10PlacementService\x12Q\n" +
-	"\x0fWatchPlacements\x12!.torpor.v1.WatchPlacementsRequest\x1a\x19.torpor.v1.PlacementBatch0\x01B9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
+	"\x0fWatchPlacements\x12!.torpor.v1.WatchPlacementsRequest\x1a\x19.torpor.v1.PlacementBatch0\x01\x12R\n" +
+	"\rLookupSandbox\x12\x1f.torpor.v1.LookupSandboxRequest\x1a .torpor.v1.LookupSandboxResponseB9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
 
 var (
 	file_torpor_v1_placements_proto_rawDescOnce sync.Once
@@ -276,25 +408,32 @@ func file_torpor_v1_placements_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_placements_proto_rawDescData
 }
 
-var file_torpor_v1_placements_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_torpor_v1_placements_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_torpor_v1_placements_proto_goTypes = []any{
-	(*WatchPlacementsRequest)(nil), // 0: torpor.v1.WatchPlacementsRequest
-	(*PlacementBatch)(nil),         // 1: torpor.v1.PlacementBatch
-	(*Placement)(nil),              // 2: torpor.v1.Placement
-	(ActorState)(0),                // 3: torpor.v1.ActorState
-	(*WorkerRef)(nil),              // 4: torpor.v1.WorkerRef
+	(*LookupSandboxRequest)(nil),   // 0: torpor.v1.LookupSandboxRequest
+	(*LookupSandboxResponse)(nil),  // 1: torpor.v1.LookupSandboxResponse
+	(*WatchPlacementsRequest)(nil), // 2: torpor.v1.WatchPlacementsRequest
+	(*PlacementBatch)(nil),         // 3: torpor.v1.PlacementBatch
+	(*Placement)(nil),              // 4: torpor.v1.Placement
+	(ActorState)(0),                // 5: torpor.v1.ActorState
+	(*Sandbox)(nil),                // 6: torpor.v1.Sandbox
+	(*WorkerRef)(nil),              // 7: torpor.v1.WorkerRef
 }
 var file_torpor_v1_placements_proto_depIdxs = []int32{
-	2, // 0: torpor.v1.PlacementBatch.placements:type_name -> torpor.v1.Placement
-	3, // 1: torpor.v1.Placement.state:type_name -> torpor.v1.ActorState
-	4, // 2: torpor.v1.Placement.worker:type_name -> torpor.v1.WorkerRef
-	0, // 3: torpor.v1.PlacementService.WatchPlacements:input_type -> torpor.v1.WatchPlacementsRequest
-	1, // 4: torpor.v1.PlacementService.WatchPlacements:output_type -> torpor.v1.PlacementBatch
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	5, // 0: torpor.v1.LookupSandboxResponse.state:type_name -> torpor.v1.ActorState
+	6, // 1: torpor.v1.LookupSandboxResponse.sandbox:type_name -> torpor.v1.Sandbox
+	4, // 2: torpor.v1.PlacementBatch.placements:type_name -> torpor.v1.Placement
+	5, // 3: torpor.v1.Placement.state:type_name -> torpor.v1.ActorState
+	7, // 4: torpor.v1.Placement.worker:type_name -> torpor.v1.WorkerRef
+	2, // 5: torpor.v1.PlacementService.WatchPlacements:input_type -> torpor.v1.WatchPlacementsRequest
+	0, // 6: torpor.v1.PlacementService.LookupSandbox:input_type -> torpor.v1.LookupSandboxRequest
+	3, // 7: torpor.v1.PlacementService.WatchPlacements:output_type -> torpor.v1.PlacementBatch
+	1, // 8: torpor.v1.PlacementService.LookupSandbox:output_type -> torpor.v1.LookupSandboxResponse
+	7, // [7:9] is the sub-list for method output_type
+	5, // [5:7] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_placements_proto_init() }
@@ -309,7 +448,7 @@ func file_torpor_v1_placements_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_placements_proto_rawDesc), len(file_torpor_v1_placements_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1868,8 +1868,12 @@ type ActorSpec struct {
 	// When set, the in-sandbox API refuses a call without this token
 	// (X-Access-Token): the E2B surface's envdAccessToken.
 	EnvdAccessToken string `protobuf:"bytes,5,opt,name=envd_access_token,json=envdAccessToken,proto3" json:"envd_access_token,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Set only on actors made through the E2B-compatible API (server-set:
+	// CreateActor and UpdateActor refuse it): the actor is an E2B sandbox,
+	// its name the sandbox ID, unique across spaces.
+	Sandbox       *Sandbox `protobuf:"bytes,6,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActorSpec) Reset() {
@@ -1937,6 +1941,101 @@ func (x *ActorSpec) GetEnvdAccessToken() string {
 	return ""
 }
 
+func (x *ActorSpec) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+// Sandbox is the E2B lease of an actor made through the E2B-compatible
+// API. While end_time is ahead the sandbox is neither idle-stopped nor
+// evicted; when it passes, the control plane kills the sandbox (deletes
+// the actor without a snapshot), or pauses it when auto_pause is set.
+type Sandbox struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the lease ends. Set at create, by setTimeout, and moved later
+	// (never earlier) by connect.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// At the end of the lease, pause instead of kill.
+	AutoPause bool `protobuf:"varint,2,opt,name=auto_pause,json=autoPause,proto3" json:"auto_pause,omitempty"`
+	// A request routed to the sandbox while it is paused resumes it; without
+	// it the router answers 502 until connect resumes it.
+	AutoResume bool `protobuf:"varint,3,opt,name=auto_resume,json=autoResume,proto3" json:"auto_resume,omitempty"`
+	// When the sandbox was last started or resumed (E2B's startedAt).
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// The lease connect and the auto-pause give a resumed sandbox when the
+	// caller names none: the timeout it was created with, in seconds.
+	TimeoutSeconds int32 `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Sandbox) Reset() {
+	*x = Sandbox{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Sandbox) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Sandbox) ProtoMessage() {}
+
+func (x *Sandbox) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
+func (*Sandbox) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Sandbox) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *Sandbox) GetAutoPause() bool {
+	if x != nil {
+		return x.AutoPause
+	}
+	return false
+}
+
+func (x *Sandbox) GetAutoResume() bool {
+	if x != nil {
+		return x.AutoResume
+	}
+	return false
+}
+
+func (x *Sandbox) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *Sandbox) GetTimeoutSeconds() int32 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
 type WorkerRef struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -1954,7 +2053,7 @@ type WorkerRef struct {
 
 func (x *WorkerRef) Reset() {
 	*x = WorkerRef{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[20]
+	mi := &file_torpor_v1_resources_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2065,7 @@ func (x *WorkerRef) String() string {
 func (*WorkerRef) ProtoMessage() {}
 
 func (x *WorkerRef) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[20]
+	mi := &file_torpor_v1_resources_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2078,7 @@ func (x *WorkerRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRef.ProtoReflect.Descriptor instead.
 func (*WorkerRef) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WorkerRef) GetNamespace() string {
@@ -2076,7 +2175,7 @@ type ActorStatus struct {
 
 func (x *ActorStatus) Reset() {
 	*x = ActorStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[21]
+	mi := &file_torpor_v1_resources_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2187,7 @@ func (x *ActorStatus) String() string {
 func (*ActorStatus) ProtoMessage() {}
 
 func (x *ActorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[21]
+	mi := &file_torpor_v1_resources_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2200,7 @@ func (x *ActorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorStatus.ProtoReflect.Descriptor instead.
 func (*ActorStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ActorStatus) GetState() ActorState {
@@ -2245,7 +2344,7 @@ type ContainerExit struct {
 
 func (x *ContainerExit) Reset() {
 	*x = ContainerExit{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	mi := &file_torpor_v1_resources_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2356,7 @@ func (x *ContainerExit) String() string {
 func (*ContainerExit) ProtoMessage() {}
 
 func (x *ContainerExit) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	mi := &file_torpor_v1_resources_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2369,7 @@ func (x *ContainerExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerExit.ProtoReflect.Descriptor instead.
 func (*ContainerExit) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ContainerExit) GetContainer() string {
@@ -2329,7 +2428,7 @@ type WorkloadExited struct {
 
 func (x *WorkloadExited) Reset() {
 	*x = WorkloadExited{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	mi := &file_torpor_v1_resources_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2440,7 @@ func (x *WorkloadExited) String() string {
 func (*WorkloadExited) ProtoMessage() {}
 
 func (x *WorkloadExited) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	mi := &file_torpor_v1_resources_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2453,7 @@ func (x *WorkloadExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadExited.ProtoReflect.Descriptor instead.
 func (*WorkloadExited) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkloadExited) GetExit() *ContainerExit {
@@ -2390,7 +2489,7 @@ type AcceptedStateLoss struct {
 
 func (x *AcceptedStateLoss) Reset() {
 	*x = AcceptedStateLoss{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[24]
+	mi := &file_torpor_v1_resources_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2501,7 @@ func (x *AcceptedStateLoss) String() string {
 func (*AcceptedStateLoss) ProtoMessage() {}
 
 func (x *AcceptedStateLoss) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[24]
+	mi := &file_torpor_v1_resources_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2514,7 @@ func (x *AcceptedStateLoss) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptedStateLoss.ProtoReflect.Descriptor instead.
 func (*AcceptedStateLoss) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AcceptedStateLoss) GetSnapshot() string {
@@ -2470,7 +2569,7 @@ type ActorOperation struct {
 
 func (x *ActorOperation) Reset() {
 	*x = ActorOperation{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[25]
+	mi := &file_torpor_v1_resources_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2581,7 @@ func (x *ActorOperation) String() string {
 func (*ActorOperation) ProtoMessage() {}
 
 func (x *ActorOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[25]
+	mi := &file_torpor_v1_resources_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2594,7 @@ func (x *ActorOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorOperation.ProtoReflect.Descriptor instead.
 func (*ActorOperation) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{25}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ActorOperation) GetId() string {
@@ -2601,7 +2700,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[26]
+	mi := &file_torpor_v1_resources_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2712,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[26]
+	mi := &file_torpor_v1_resources_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2725,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{26}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Worker) GetMetadata() *ObjectMeta {
@@ -2666,7 +2765,7 @@ type WorkerSpec struct {
 
 func (x *WorkerSpec) Reset() {
 	*x = WorkerSpec{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[27]
+	mi := &file_torpor_v1_resources_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2777,7 @@ func (x *WorkerSpec) String() string {
 func (*WorkerSpec) ProtoMessage() {}
 
 func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[27]
+	mi := &file_torpor_v1_resources_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2790,7 @@ func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSpec.ProtoReflect.Descriptor instead.
 func (*WorkerSpec) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{27}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WorkerSpec) GetNode() string {
@@ -2740,7 +2839,7 @@ type ActorRef struct {
 
 func (x *ActorRef) Reset() {
 	*x = ActorRef{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[28]
+	mi := &file_torpor_v1_resources_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2851,7 @@ func (x *ActorRef) String() string {
 func (*ActorRef) ProtoMessage() {}
 
 func (x *ActorRef) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[28]
+	mi := &file_torpor_v1_resources_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2864,7 @@ func (x *ActorRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorRef.ProtoReflect.Descriptor instead.
 func (*ActorRef) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{28}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ActorRef) GetSpace() string {
@@ -2820,7 +2919,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[29]
+	mi := &file_torpor_v1_resources_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +2931,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[29]
+	mi := &file_torpor_v1_resources_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +2944,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{29}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WorkerStatus) GetActor() *ActorRef {
@@ -2933,7 +3032,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[30]
+	mi := &file_torpor_v1_resources_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3044,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[30]
+	mi := &file_torpor_v1_resources_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3057,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{30}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Snapshot) GetMetadata() *ObjectMeta {
@@ -3084,7 +3183,7 @@ type SnapshotTag struct {
 
 func (x *SnapshotTag) Reset() {
 	*x = SnapshotTag{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[31]
+	mi := &file_torpor_v1_resources_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3096,7 +3195,7 @@ func (x *SnapshotTag) String() string {
 func (*SnapshotTag) ProtoMessage() {}
 
 func (x *SnapshotTag) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[31]
+	mi := &file_torpor_v1_resources_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3109,7 +3208,7 @@ func (x *SnapshotTag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTag.ProtoReflect.Descriptor instead.
 func (*SnapshotTag) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{31}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotTag) GetMetadata() *ObjectMeta {
@@ -3164,7 +3263,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[32]
+	mi := &file_torpor_v1_resources_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3275,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[32]
+	mi := &file_torpor_v1_resources_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3288,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{32}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -3343,19 +3442,29 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x05Actor\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12(\n" +
 	"\x04spec\x18\x02 \x01(\v2\x14.torpor.v1.ActorSpecR\x04spec\x12.\n" +
-	"\x06status\x18\x03 \x01(\v2\x16.torpor.v1.ActorStatusR\x06status\"\xff\x02\n" +
+	"\x06status\x18\x03 \x01(\v2\x16.torpor.v1.ActorStatusR\x06status\"\xad\x03\n" +
 	"\tActorSpec\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12Q\n" +
 	"\x0fworker_selector\x18\x02 \x03(\v2(.torpor.v1.ActorSpec.WorkerSelectorEntryR\x0eworkerSelector\x12+\n" +
 	"\x11template_revision\x18\x03 \x01(\x03R\x10templateRevision\x12/\n" +
 	"\x03env\x18\x04 \x03(\v2\x1d.torpor.v1.ActorSpec.EnvEntryR\x03env\x12*\n" +
-	"\x11envd_access_token\x18\x05 \x01(\tR\x0fenvdAccessToken\x1aA\n" +
+	"\x11envd_access_token\x18\x05 \x01(\tR\x0fenvdAccessToken\x12,\n" +
+	"\asandbox\x18\x06 \x01(\v2\x12.torpor.v1.SandboxR\asandbox\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x01\n" +
+	"\aSandbox\x125\n" +
+	"\bend_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1d\n" +
+	"\n" +
+	"auto_pause\x18\x02 \x01(\bR\tautoPause\x12\x1f\n" +
+	"\vauto_resume\x18\x03 \x01(\bR\n" +
+	"autoResume\x129\n" +
+	"\n" +
+	"start_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12'\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\"\x87\x01\n" +
 	"\tWorkerRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -3545,7 +3654,7 @@ func file_torpor_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_torpor_v1_resources_proto_goTypes = []any{
 	(RestartPolicy)(0),            // 0: torpor.v1.RestartPolicy
 	(VolumeKind)(0),               // 1: torpor.v1.VolumeKind
@@ -3577,28 +3686,29 @@ var file_torpor_v1_resources_proto_goTypes = []any{
 	(*TemplateStatus)(nil),        // 27: torpor.v1.TemplateStatus
 	(*Actor)(nil),                 // 28: torpor.v1.Actor
 	(*ActorSpec)(nil),             // 29: torpor.v1.ActorSpec
-	(*WorkerRef)(nil),             // 30: torpor.v1.WorkerRef
-	(*ActorStatus)(nil),           // 31: torpor.v1.ActorStatus
-	(*ContainerExit)(nil),         // 32: torpor.v1.ContainerExit
-	(*WorkloadExited)(nil),        // 33: torpor.v1.WorkloadExited
-	(*AcceptedStateLoss)(nil),     // 34: torpor.v1.AcceptedStateLoss
-	(*ActorOperation)(nil),        // 35: torpor.v1.ActorOperation
-	(*Worker)(nil),                // 36: torpor.v1.Worker
-	(*WorkerSpec)(nil),            // 37: torpor.v1.WorkerSpec
-	(*ActorRef)(nil),              // 38: torpor.v1.ActorRef
-	(*WorkerStatus)(nil),          // 39: torpor.v1.WorkerStatus
-	(*Snapshot)(nil),              // 40: torpor.v1.Snapshot
-	(*SnapshotTag)(nil),           // 41: torpor.v1.SnapshotTag
-	(*Node)(nil),                  // 42: torpor.v1.Node
-	nil,                           // 43: torpor.v1.ObjectMeta.LabelsEntry
-	nil,                           // 44: torpor.v1.ActorSpec.WorkerSelectorEntry
-	nil,                           // 45: torpor.v1.ActorSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
+	(*Sandbox)(nil),               // 30: torpor.v1.Sandbox
+	(*WorkerRef)(nil),             // 31: torpor.v1.WorkerRef
+	(*ActorStatus)(nil),           // 32: torpor.v1.ActorStatus
+	(*ContainerExit)(nil),         // 33: torpor.v1.ContainerExit
+	(*WorkloadExited)(nil),        // 34: torpor.v1.WorkloadExited
+	(*AcceptedStateLoss)(nil),     // 35: torpor.v1.AcceptedStateLoss
+	(*ActorOperation)(nil),        // 36: torpor.v1.ActorOperation
+	(*Worker)(nil),                // 37: torpor.v1.Worker
+	(*WorkerSpec)(nil),            // 38: torpor.v1.WorkerSpec
+	(*ActorRef)(nil),              // 39: torpor.v1.ActorRef
+	(*WorkerStatus)(nil),          // 40: torpor.v1.WorkerStatus
+	(*Snapshot)(nil),              // 41: torpor.v1.Snapshot
+	(*SnapshotTag)(nil),           // 42: torpor.v1.SnapshotTag
+	(*Node)(nil),                  // 43: torpor.v1.Node
+	nil,                           // 44: torpor.v1.ObjectMeta.LabelsEntry
+	nil,                           // 45: torpor.v1.ActorSpec.WorkerSelectorEntry
+	nil,                           // 46: torpor.v1.ActorSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 47: google.protobuf.Timestamp
 }
 var file_torpor_v1_resources_proto_depIdxs = []int32{
-	46, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
-	46, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
-	43, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
+	47, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
+	47, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
+	44, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
 	10, // 3: torpor.v1.Space.metadata:type_name -> torpor.v1.ObjectMeta
 	10, // 4: torpor.v1.Template.metadata:type_name -> torpor.v1.ObjectMeta
 	13, // 5: torpor.v1.Template.spec:type_name -> torpor.v1.TemplateSpec
@@ -3625,46 +3735,49 @@ var file_torpor_v1_resources_proto_depIdxs = []int32{
 	6,  // 26: torpor.v1.TemplateStatus.phase:type_name -> torpor.v1.TemplatePhase
 	10, // 27: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
 	29, // 28: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
-	31, // 29: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
-	44, // 30: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
-	45, // 31: torpor.v1.ActorSpec.env:type_name -> torpor.v1.ActorSpec.EnvEntry
-	7,  // 32: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
-	30, // 33: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
-	35, // 34: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
-	46, // 35: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
-	13, // 36: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
-	34, // 37: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
-	3,  // 38: torpor.v1.ActorStatus.restored_by:type_name -> torpor.v1.RestoreScope
-	32, // 39: torpor.v1.ActorStatus.exit:type_name -> torpor.v1.ContainerExit
-	46, // 40: torpor.v1.ActorStatus.next_restart_time:type_name -> google.protobuf.Timestamp
-	30, // 41: torpor.v1.ActorStatus.last_worker:type_name -> torpor.v1.WorkerRef
-	46, // 42: torpor.v1.ContainerExit.time:type_name -> google.protobuf.Timestamp
-	32, // 43: torpor.v1.WorkloadExited.exit:type_name -> torpor.v1.ContainerExit
-	46, // 44: torpor.v1.WorkloadExited.next_restart_time:type_name -> google.protobuf.Timestamp
-	0,  // 45: torpor.v1.WorkloadExited.restart_policy:type_name -> torpor.v1.RestartPolicy
-	8,  // 46: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
-	46, // 47: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
-	3,  // 48: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
-	2,  // 49: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
-	7,  // 50: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
-	10, // 51: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
-	37, // 52: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
-	39, // 53: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
-	38, // 54: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
-	46, // 55: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
-	46, // 56: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
-	10, // 57: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
-	2,  // 58: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
-	13, // 59: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
-	10, // 60: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
-	9,  // 61: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
-	10, // 62: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
-	46, // 63: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	64, // [64:64] is the sub-list for method output_type
-	64, // [64:64] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	32, // 29: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
+	45, // 30: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
+	46, // 31: torpor.v1.ActorSpec.env:type_name -> torpor.v1.ActorSpec.EnvEntry
+	30, // 32: torpor.v1.ActorSpec.sandbox:type_name -> torpor.v1.Sandbox
+	47, // 33: torpor.v1.Sandbox.end_time:type_name -> google.protobuf.Timestamp
+	47, // 34: torpor.v1.Sandbox.start_time:type_name -> google.protobuf.Timestamp
+	7,  // 35: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
+	31, // 36: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
+	36, // 37: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
+	47, // 38: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
+	13, // 39: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
+	35, // 40: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
+	3,  // 41: torpor.v1.ActorStatus.restored_by:type_name -> torpor.v1.RestoreScope
+	33, // 42: torpor.v1.ActorStatus.exit:type_name -> torpor.v1.ContainerExit
+	47, // 43: torpor.v1.ActorStatus.next_restart_time:type_name -> google.protobuf.Timestamp
+	31, // 44: torpor.v1.ActorStatus.last_worker:type_name -> torpor.v1.WorkerRef
+	47, // 45: torpor.v1.ContainerExit.time:type_name -> google.protobuf.Timestamp
+	33, // 46: torpor.v1.WorkloadExited.exit:type_name -> torpor.v1.ContainerExit
+	47, // 47: torpor.v1.WorkloadExited.next_restart_time:type_name -> google.protobuf.Timestamp
+	0,  // 48: torpor.v1.WorkloadExited.restart_policy:type_name -> torpor.v1.RestartPolicy
+	8,  // 49: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
+	47, // 50: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
+	3,  // 51: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
+	2,  // 52: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
+	7,  // 53: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
+	10, // 54: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
+	38, // 55: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
+	40, // 56: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
+	39, // 57: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
+	47, // 58: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
+	47, // 59: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
+	10, // 60: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
+	2,  // 61: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
+	13, // 62: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
+	10, // 63: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
+	9,  // 64: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
+	10, // 65: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
+	47, // 66: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	67, // [67:67] is the sub-list for method output_type
+	67, // [67:67] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_resources_proto_init() }
@@ -3678,7 +3791,7 @@ func file_torpor_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_resources_proto_rawDesc), len(file_torpor_v1_resources_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

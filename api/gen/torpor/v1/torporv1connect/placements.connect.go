@@ -36,6 +36,9 @@ const (
 	// PlacementServiceWatchPlacementsProcedure is the fully-qualified name of the PlacementService's
 	// WatchPlacements RPC.
 	PlacementServiceWatchPlacementsProcedure = "/torpor.v1.PlacementService/WatchPlacements"
+	// PlacementServiceLookupSandboxProcedure is the fully-qualified name of the PlacementService's
+	// LookupSandbox RPC.
+	PlacementServiceLookupSandboxProcedure = "/torpor.v1.PlacementService/LookupSandbox"
 )
 
 // PlacementServiceClient is a client for the torpor.v1.PlacementService service.
@@ -47,6 +50,12 @@ type PlacementServiceClient interface {
 	// node's slot gate admits a connection only for the actor the worker
 	// hosts, so a late one costs a retry, never another actor's answer.
 	WatchPlacements(context.Context, *connect.Request[v1.WatchPlacementsRequest]) (*connect.ServerStreamForClient[v1.PlacementBatch], error)
+	// LookupSandbox finds the actor of an E2B sandbox ID (the <id> of a
+	// <port>-<id>.<domain> host, or E2b-Sandbox-Id), which names no space:
+	// sandbox IDs are unique across spaces. Only actors made through the
+	// E2B-compatible API have one; NotFound for any other ID, and for a
+	// sandbox in a space the router does not serve.
+	LookupSandbox(context.Context, *connect.Request[v1.LookupSandboxRequest]) (*connect.Response[v1.LookupSandboxResponse], error)
 }
 
 // NewPlacementServiceClient constructs a client for the torpor.v1.PlacementService service. By
@@ -66,17 +75,29 @@ func NewPlacementServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(placementServiceMethods.ByName("WatchPlacements")),
 			connect.WithClientOptions(opts...),
 		),
+		lookupSandbox: connect.NewClient[v1.LookupSandboxRequest, v1.LookupSandboxResponse](
+			httpClient,
+			baseURL+PlacementServiceLookupSandboxProcedure,
+			connect.WithSchema(placementServiceMethods.ByName("LookupSandbox")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // placementServiceClient implements PlacementServiceClient.
 type placementServiceClient struct {
 	watchPlacements *connect.Client[v1.WatchPlacementsRequest, v1.PlacementBatch]
+	lookupSandbox   *connect.Client[v1.LookupSandboxRequest, v1.LookupSandboxResponse]
 }
 
 // WatchPlacements calls torpor.v1.PlacementService.WatchPlacements.
 func (c *placementServiceClient) WatchPlacements(ctx context.Context, req *connect.Request[v1.WatchPlacementsRequest]) (*connect.ServerStreamForClient[v1.PlacementBatch], error) {
 	return c.watchPlacements.CallServerStream(ctx, req)
+}
+
+// LookupSandbox calls torpor.v1.PlacementService.LookupSandbox.
+func (c *placementServiceClient) LookupSandbox(ctx context.Context, req *connect.Request[v1.LookupSandboxRequest]) (*connect.Response[v1.LookupSandboxResponse], error) {
+	return c.lookupSandbox.CallUnary(ctx, req)
 }
 
 // PlacementServiceHandler is an implementation of the torpor.v1.PlacementService service.
@@ -88,6 +109,12 @@ type PlacementServiceHandler interface {
 	// node's slot gate admits a connection only for the actor the worker
 	// hosts, so a late one costs a retry, never another actor's answer.
 	WatchPlacements(context.Context, *connect.Request[v1.WatchPlacementsRequest], *connect.ServerStream[v1.PlacementBatch]) error
+	// LookupSandbox finds the actor of an E2B sandbox ID (the <id> of a
+	// <port>-<id>.<domain> host, or E2b-Sandbox-Id), which names no space:
+	// sandbox IDs are unique across spaces. Only actors made through the
+	// E2B-compatible API have one; NotFound for any other ID, and for a
+	// sandbox in a space the router does not serve.
+	LookupSandbox(context.Context, *connect.Request[v1.LookupSandboxRequest]) (*connect.Response[v1.LookupSandboxResponse], error)
 }
 
 // NewPlacementServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -103,10 +130,18 @@ func NewPlacementServiceHandler(svc PlacementServiceHandler, opts ...connect.Han
 		connect.WithSchema(placementServiceMethods.ByName("WatchPlacements")),
 		connect.WithHandlerOptions(opts...),
 	)
+	placementServiceLookupSandboxHandler := connect.NewUnaryHandler(
+		PlacementServiceLookupSandboxProcedure,
+		svc.LookupSandbox,
+		connect.WithSchema(placementServiceMethods.ByName("LookupSandbox")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/torpor.v1.PlacementService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case PlacementServiceWatchPlacementsProcedure:
 			placementServiceWatchPlacementsHandler.ServeHTTP(w, r)
+		case PlacementServiceLookupSandboxProcedure:
+			placementServiceLookupSandboxHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -118,4 +153,8 @@ type UnimplementedPlacementServiceHandler struct{}
 
 func (UnimplementedPlacementServiceHandler) WatchPlacements(context.Context, *connect.Request[v1.WatchPlacementsRequest], *connect.ServerStream[v1.PlacementBatch]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.PlacementService.WatchPlacements is not implemented"))
+}
+
+func (UnimplementedPlacementServiceHandler) LookupSandbox(context.Context, *connect.Request[v1.LookupSandboxRequest]) (*connect.Response[v1.LookupSandboxResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.PlacementService.LookupSandbox is not implemented"))
 }
