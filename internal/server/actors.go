@@ -37,6 +37,9 @@ func (s *actorService) CreateActor(ctx context.Context, req *connect.Request[tor
 	if err := validate.Actor(a); err != nil {
 		return nil, err
 	}
+	if err := refuseSandboxSettings(a.GetSpec()); err != nil {
+		return nil, err
+	}
 	meta := userMeta(a.GetMetadata())
 	var created *torporv1.Actor
 	err := s.store.InTx(ctx, func(tx store.Tx) error {

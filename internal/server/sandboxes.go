@@ -44,6 +44,25 @@ func (s *placementService) LookupSandbox(ctx context.Context, req *connect.Reque
 	}), nil
 }
 
+// refuseSandboxSettings refuses, naming the field, the spec fields only
+// an E2B sandbox's creation sets, rather than dropping them: CreateActor
+// does not take them.
+func refuseSandboxSettings(spec *torporv1.ActorSpec) error {
+	for _, f := range []struct {
+		path string
+		set  bool
+	}{
+		{"actor.spec.env", len(spec.GetEnv()) > 0},
+		{"actor.spec.envdAccessToken", spec.GetEnvdAccessToken() != ""},
+		{"actor.spec.sandbox", spec.GetSandbox() != nil},
+	} {
+		if f.set {
+			return invalidArgument(f.path, "is set only for E2B sandboxes, which CreateActor does not make; leave it unset")
+		}
+	}
+	return nil
+}
+
 // findSandbox returns the actor of sandbox id, in whichever space it is;
 // NotFound when no E2B sandbox has that ID.
 func findSandbox(ctx context.Context, st store.Tx, id string) (*torporv1.Actor, error) {

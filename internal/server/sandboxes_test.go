@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"path/filepath"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -77,6 +78,33 @@ func TestLookupSandbox(t *testing.T) {
 			if got.GetSpace() != "a" || got.GetName() != "sbx1" || got.GetActorUid() != sbx.GetMetadata().GetUid() ||
 				got.GetState() != torporv1.ActorState_ACTOR_STATE_PAUSED || !got.GetSandbox().GetAutoResume() {
 				t.Fatalf("lookup answered %v", got)
+			}
+		})
+	}
+}
+
+// TestCreateActorRefusesSandboxSettings: the spec fields of E2B sandboxes
+// are refused by CreateActor naming the field, not dropped, and nothing is
+// created.
+func TestCreateActorRefusesSandboxSettings(t *testing.T) {
+	ctx := context.Background()
+	r := startReplica(t, "sqlite:"+filepath.Join(t.TempDir(), "t.db"), io.Discard)
+	c := r.clients(r.admin(t))
+	for _, tc := range []struct {
+		field string
+		spec  *torporv1.ActorSpec
+	}{
+		{"actor.spec.env", &torporv1.ActorSpec{Template: "counter", Env: map[string]string{"A": "b"}}},
+		{"actor.spec.envdAccessToken", &torporv1.ActorSpec{Template: "counter", EnvdAccessToken: "t"}},
+		{"actor.spec.sandbox", &torporv1.ActorSpec{Template: "counter", Sandbox: &torporv1.Sandbox{AutoPause: true}}},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			_, err := c.actors.CreateActor(ctx, connect.NewRequest(&torporv1.CreateActorRequest{Actor: &torporv1.Actor{
+				Metadata: &torporv1.ObjectMeta{Space: "default", Name: "a1"}, Spec: tc.spec,
+			}}))
+			wantCode(t, err, connect.CodeInvalidArgument, tc.field+": ")
+			if _, err := c.actors.GetActor(ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: "a1"})); connect.CodeOf(err) != connect.CodeNotFound {
+				t.Fatalf("after the refusal: %v, want no actor a1", err)
 			}
 		})
 	}
