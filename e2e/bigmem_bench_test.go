@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -397,35 +396,8 @@ func httpReady(ip string) error {
 // into an OCI layout under dir; it returns the pinned reference.
 func buildPythonImage(b *testing.B, dir string) string {
 	b.Helper()
-	python, err := filepath.EvalSymlinks("/usr/bin/python3")
-	if err != nil {
-		b.Fatalf("Debian's python3: %v (apt-get install -y python3-minimal)", err)
-	}
-	files := map[string]string{"/usr/bin/python3": python, "/app/server.py": "testdata/bigdict/server.py"}
-	out, err := exec.Command("ldd", python).Output()
-	if err != nil {
-		b.Fatalf("ldd %s: %v", python, err)
-	}
-	for _, m := range regexp.MustCompile(`(?m)(/\S+) \(0x`).FindAllStringSubmatch(string(out), -1) {
-		files[m[1]] = m[1]
-	}
-	// The modules the script imports, as the interpreter finds them when
-	// started the way the guest starts it (-I -S).
-	out, err = exec.Command(python, "-I", "-S", "-c",
-		`import sys, os, socket; print("\n".join(m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)))`).Output()
-	if err != nil {
-		b.Fatalf("modules of %s: %v", python, err)
-	}
-	var stdlib string
-	for _, f := range strings.Fields(string(out)) {
-		files[f] = f
-		if strings.HasSuffix(f, "/os.py") {
-			stdlib = filepath.Dir(f)
-		}
-	}
-	if stdlib == "" {
-		b.Fatalf("%s loads no os.py:\n%s", python, out)
-	}
+	files := map[string]string{"/app/server.py": "testdata/bigdict/server.py"}
+	stdlib := addPythonModules(b, files, "import os, socket")
 	layout := filepath.Join(dir, "python-image")
 	digest, err := image.BuildLayout(b.Context(), layout, image.LayoutSpec{
 		Files: files,

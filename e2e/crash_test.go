@@ -560,7 +560,7 @@ func (n *nodeProcess) removeLeftovers(t testing.TB) {
 		for _, p := range processesMentioning(t, n.stateDir) {
 			t.Errorf("node %s: process left: %s", n.name, p)
 		}
-		for _, m := range mountsUnder(t, n.stateDir) {
+		for _, m := range runtimetest.MountsUnder(t, n.stateDir) {
 			t.Errorf("node %s: mount left: %s", n.name, m)
 		}
 		entries, err := os.ReadDir(netns.Dir)
@@ -593,22 +593,6 @@ func processesMentioning(t testing.TB, s string) []string {
 		}
 		if line := strings.ReplaceAll(string(cmdline), "\x00", " "); strings.Contains(line, s) {
 			out = append(out, e.Name()+": "+line)
-		}
-	}
-	return out
-}
-
-// mountsUnder lists the mount points below dir.
-func mountsUnder(t testing.TB, dir string) []string {
-	t.Helper()
-	body, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if fields := strings.Fields(line); len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			out = append(out, fields[4])
 		}
 	}
 	return out

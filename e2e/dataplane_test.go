@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,20 +27,7 @@ import (
 func buildShellImage(t testing.TB, dir string) string {
 	t.Helper()
 	files := map[string]string{}
-	for guest, name := range map[string]string{"/bin/sh": "dash", "/bin/cat": "cat", "/bin/false": "false", "/bin/sleep": "sleep"} {
-		host, err := exec.LookPath(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[guest] = host
-		out, err := exec.Command("ldd", host).Output()
-		if err != nil {
-			t.Fatalf("ldd %s: %v", host, err)
-		}
-		for _, m := range regexp.MustCompile(`(?m)(/\S+) \(0x`).FindAllStringSubmatch(string(out), -1) {
-			files[m[1]] = m[1]
-		}
-	}
+	addPrograms(t, files, map[string]string{"/bin/sh": "dash", "/bin/cat": "cat", "/bin/false": "false", "/bin/sleep": "sleep"})
 	layout := filepath.Join(dir, "shell-image")
 	digest, err := image.BuildLayout(t.Context(), layout, image.LayoutSpec{
 		Files:  files,

@@ -11,6 +11,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 )
 
 // nothingLeftOf fails when the node still holds anything of actor uid
@@ -34,7 +35,7 @@ func (c *cluster) nothingLeftOf(n *nodeAgent, worker, uid string) {
 		}
 		return nil
 	})
-	for _, m := range mountsUnder(c.t, n.state) {
+	for _, m := range runtimetest.MountsUnder(c.t, n.state) {
 		if strings.Contains(m, uid) {
 			c.t.Errorf("node %s: mount %s of deleted actor %s", n.name, m, uid)
 		}

@@ -164,7 +164,7 @@ func runscProcesses(t testing.TB, stateDir string) []string {
 func nodeLeftovers(t testing.TB, n *nodeProcess) []string {
 	t.Helper()
 	left := processesMentioning(t, n.stateDir)
-	for _, m := range mountsUnder(t, n.stateDir) {
+	for _, m := range runtimetest.MountsUnder(t, n.stateDir) {
 		left = append(left, "mount "+m)
 	}
 	prefix := "torpor-" + n.name + "-"

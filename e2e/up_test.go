@@ -22,29 +22,8 @@ import (
 // finds everything in the config `up` wrote. A second `up` on the same data
 // directory needs no new tokens and has the actor back.
 func TestUpQuickstart(t *testing.T) {
-	runtimetest.RequireRoot(t)
-	dataDir, configHome := shortTempDir(t), t.TempDir()
-	api, routerAddr := freeAddr(t), freeAddr(t)
-	suffix := randomHex(3)
-	n := &nodeProcess{
-		name: "e2u-" + suffix, stateDir: filepath.Join(dataDir, "node"), workers: 2,
-		network: netns.Config{Bridge: "tu" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 244+mrand.IntN(4), mrand.IntN(256))},
-	}
-	n.network.Node = n.name
-	args := []string{"up", "--data-dir", dataDir, "--listen", api, "--router-listen", routerAddr, "--node-listen", freeAddr(t),
-		"--node-name", n.name, "--workers", strconv.Itoa(n.workers), "--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)}
-	args = append(args, allowExamples(t)...)
-	t.Setenv("XDG_CONFIG_HOME", configHome)
-	cli := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(torporBinary(t), args...)
-		cmd.Dir = moduleRoot(t)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("torpor %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	u := newUp(t, 2)
+	cli, start, routerAddr := u.cli, u.start, u.router
 	curl := func() string {
 		t.Helper()
 		out, err := exec.Command("curl", "-sS", "--max-time", "30", "-H", "Host: c1.default.actors.localhost", "http://"+routerAddr+"/").CombinedOutput()
@@ -53,16 +32,7 @@ func TestUpQuickstart(t *testing.T) {
 		}
 		return strings.TrimSpace(string(out))
 	}
-	start := func(name string) *process {
-		t.Helper()
-		p := startProcess(t, name, args...)
-		if n.process == nil {
-			t.Cleanup(func() { n.removeLeftovers(t) })
-		}
-		n.process = p
-		waitForOutput(t, p, "Torpor is up.")
-		return p
-	}
+	dataDir := u.dataDir
 
 	up := start("up")
 	cli("template", "apply", "-f", "examples/counter/template.yaml", "--wait")
@@ -99,8 +69,65 @@ func TestUpQuickstart(t *testing.T) {
 	}
 }
 
+// upInstance is `torpor up` as a user runs it, on ports, a bridge and a
+// data directory of its own, with the CLI configured by it.
+type upInstance struct {
+	t       testing.TB
+	node    *nodeProcess
+	args    []string
+	dataDir string
+	api     string
+	router  string
+	// routerTLS is the router's HTTPS address (E2B sandboxes).
+	routerTLS string
+}
+
+// newUp prepares `torpor up` with workers and extra flags; start runs
+// it.
+func newUp(t testing.TB, workers int, extra ...string) *upInstance {
+	t.Helper()
+	runtimetest.RequireRoot(t)
+	u := &upInstance{t: t, dataDir: shortTempDir(t), api: freeAddr(t), router: freeAddr(t), routerTLS: freeAddr(t)}
+	suffix := randomHex(3)
+	u.node = &nodeProcess{
+		name: "e2u-" + suffix, stateDir: filepath.Join(u.dataDir, "node"), workers: workers,
+		network: netns.Config{Bridge: "tu" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 244+mrand.IntN(4), mrand.IntN(256))},
+	}
+	u.node.network.Node = u.node.name
+	u.args = []string{"up", "--data-dir", u.dataDir, "--listen", u.api, "--router-listen", u.router, "--router-tls-listen", u.routerTLS, "--node-listen", freeAddr(t),
+		"--node-name", u.node.name, "--workers", strconv.Itoa(u.node.workers), "--bridge", u.node.network.Bridge, "--cidr", u.node.network.CIDR, "--runsc", runtimetest.Runsc(t)}
+	u.args = append(u.args, allowExamples(t)...)
+	u.args = append(u.args, extra...)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	return u
+}
+
+// start runs `torpor up` (again, after a stop) and waits until it is up.
+func (u *upInstance) start(name string) *process {
+	u.t.Helper()
+	p := startProcess(u.t, name, u.args...)
+	if u.node.process == nil {
+		u.t.Cleanup(func() { u.node.removeLeftovers(u.t) })
+	}
+	u.node.process = p
+	waitForOutput(u.t, p, "Torpor is up.")
+	return p
+}
+
+// cli runs the torpor CLI, configured by up, from the repository's root.
+func (u *upInstance) cli(args ...string) string {
+	u.t.Helper()
+	cmd := exec.Command(torporBinary(u.t), args...)
+	cmd.Dir = moduleRoot(u.t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		u.t.Fatalf("torpor %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 // waitForOutput waits until p has printed text.
-func waitForOutput(t *testing.T, p *process, text string) {
+func waitForOutput(t testing.TB, p *process, text string) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for !strings.Contains(tail(p.logPath, 1<<20), text) {
@@ -112,7 +139,7 @@ func waitForOutput(t *testing.T, p *process, text string) {
 }
 
 // moduleRoot is the repository, where the README's relative paths start.
-func moduleRoot(t *testing.T) string {
+func moduleRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {

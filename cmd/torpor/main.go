@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/envd"
 	"github.com/torpor-dev/torpor/internal/guestfs"
 	"github.com/torpor-dev/torpor/internal/version"
 )
@@ -29,6 +30,11 @@ func main() {
 	// command tree, nothing else (see internal/guestfs).
 	if len(os.Args) > 1 && os.Args[1] == guestfs.Command {
 		os.Exit(guestfs.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	// The E2B in-sandbox API the node starts inside E2B sandboxes (see
+	// internal/envd), likewise outside the command tree.
+	if len(os.Args) > 1 && os.Args[1] == envd.Command {
+		os.Exit(envd.Main(os.Args[2:], os.Stdin, os.Stderr))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	root := cli.NewRoot()

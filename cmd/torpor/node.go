@@ -161,7 +161,7 @@ func cleanupNode(ctx context.Context, out io.Writer, cfg node.Config, f nodeFlag
 	if err != nil {
 		return err
 	}
-	mounts, err := mountsUnder(cfg.StateDir)
+	mounts, err := runtime.MountsUnder(cfg.StateDir)
 	if err != nil {
 		return err
 	}
@@ -179,7 +179,7 @@ func cleanupNode(ctx context.Context, out io.Writer, cfg node.Config, f nodeFlag
 		removed = append(removed, "sandbox of worker "+name)
 	}
 	errs = append(errs, rt.Close(ctx))
-	left, err := mountsUnder(cfg.StateDir)
+	left, err := runtime.MountsUnder(cfg.StateDir)
 	if err != nil {
 		return err
 	}
@@ -201,21 +201,6 @@ func cleanupNode(ctx context.Context, out io.Writer, cfg node.Config, f nodeFlag
 		return fmt.Errorf("cleanup of node %s: %w", cfg.Name, err)
 	}
 	return nil
-}
-
-// mountsUnder lists the mount points below dir.
-func mountsUnder(dir string) ([]string, error) {
-	body, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if fields := strings.Fields(line); len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			out = append(out, fields[4])
-		}
-	}
-	return out, nil
 }
 
 func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) error {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -24,6 +25,7 @@ func newRouterCommand() *cobra.Command {
 		join          joinFlags
 		stateDir      string
 		listen        string
+		tlsListen     string
 		metricsListen string
 		logs          logFlags
 		traces        traceFlags
@@ -42,6 +44,15 @@ The router reports the traffic it serves to the control plane four times a
 second, and a request for an actor it has not reported active for half a
 second before it looks the actor up; the control plane applies the templates' idle policies and
 evicts idle actors when a resume finds no free worker.
+
+An E2B sandbox's port P is reached at P-<sandbox id>.<domain>, or at any
+host with the headers E2b-Sandbox-Id and E2b-Sandbox-Port (which the E2B SDK
+sends to E2B_SANDBOX_URL); the control plane says which actor the ID is. A
+sandbox that is not running answers 502 and is resumed only if it was
+created with autoResume. With --tls-listen the router also serves HTTPS with
+a certificate from the installation's CA for *.<domain>, <domain> and the
+loopback names, issued at start (the control plane must serve the domain:
+torpor server --ingress-domain) and renewed before it expires.
 
 Prometheus metrics are served at /metrics (with /healthz) on
 --metrics-listen when it is set; otherwise on --listen, to requests that name
@@ -88,7 +99,7 @@ revokes it.`,
 			cfg.Name = member.Name
 			cfg.Logger = logger
 			cfg.AdminOnIngress = metricsListen == ""
-			return runRouter(cmd.Context(), cfg, &member, listen, metricsListen)
+			return runRouter(cmd.Context(), cfg, &member, listeners{listen: listen, tls: tlsListen, metrics: metricsListen})
 		},
 	}
 	flags := cmd.Flags()
@@ -97,6 +108,7 @@ revokes it.`,
 	join.register(flags, "torpor token create --client NAME --role router")
 	flags.StringVar(&stateDir, "state-dir", "", "where the router keeps its certificate (default <data dir>/router/<name>)")
 	flags.StringVar(&listen, "listen", "127.0.0.1:7080", "address to serve actors' traffic on")
+	flags.StringVar(&tlsListen, "tls-listen", "", "address to serve HTTPS on, with a certificate for *.<domain> from the installation's CA (E2B sandboxes: https://<port>-<id>.<domain>); empty: none")
 	flags.StringVar(&cfg.Domain, "domain", router.DefaultDomain, "parent domain of actor host names: <actor>.<space>.<domain>")
 	flags.DurationVar(&cfg.ParkTimeout, "park-timeout", router.DefaultParkTimeout, "how long requests wait for a free worker or an unavailable control plane before 503")
 	flags.DurationVar(&cfg.ResumeTimeout, "resume-timeout", router.DefaultResumeTimeout, "how long requests wait for a resume before 504")
@@ -110,11 +122,17 @@ revokes it.`,
 // certificate and CA.
 const routerCredentialsFile = "router-credentials.json"
 
-// startRouter gets the router's certificate (joining if it has none), then
-// runs in g, in this order, the certificate's renewal, the activity
-// reports and the router serving actors' traffic on ln (and /metrics on
-// metricsLn, when set).
-func startRouter(ctx context.Context, g *rungroup.Group, cfg router.Config, member *identity.Member, ln, metricsLn net.Listener) (*router.Router, error) {
+// routerListeners are where the router serves: actors' traffic on ln, and
+// on tls over HTTPS when set, /metrics on metrics when set.
+type routerListeners struct {
+	ln, tls, metrics net.Listener
+}
+
+// startRouter gets the router's certificate (joining if it has none) and
+// its HTTPS certificate when it serves HTTPS, then runs in g, in this
+// order, the certificates' renewals, the activity reports and the router
+// serving on its listeners.
+func startRouter(ctx context.Context, g *rungroup.Group, cfg router.Config, member *identity.Member, lns routerListeners) (*router.Router, error) {
 	creds, err := member.Credentials(ctx)
 	if err != nil {
 		return nil, err
@@ -124,42 +142,77 @@ func startRouter(ctx context.Context, g *rungroup.Group, cfg router.Config, memb
 	if err != nil {
 		return nil, err
 	}
+	var ingress *router.IngressTLS
+	if lns.tls != nil {
+		if ingress, err = rt.IngressTLS(ctx); err != nil {
+			return nil, err
+		}
+	}
 	g.Go("router certificate", func(ctx context.Context) error {
 		member.KeepRenewed(ctx, creds)
 		return nil
 	})
+	if ingress != nil {
+		g.Go("router HTTPS certificate", ingress.Run)
+	}
 	g.Go("router activity reports", rt.Run)
-	g.Go("router", func(ctx context.Context) error { return httpserve.Serve(ctx, ln, rt, nil) })
-	if metricsLn != nil {
-		g.Go("router metrics", func(ctx context.Context) error { return httpserve.Serve(ctx, metricsLn, rt.Admin(), nil) })
+	if lns.ln != nil {
+		g.Go("router", func(ctx context.Context) error { return httpserve.Serve(ctx, lns.ln, rt, nil) })
+	}
+	if ingress != nil {
+		g.Go("router HTTPS", func(ctx context.Context) error { return httpserve.Serve(ctx, lns.tls, rt, ingress.Config()) })
+	}
+	if lns.metrics != nil {
+		g.Go("router metrics", func(ctx context.Context) error { return httpserve.Serve(ctx, lns.metrics, rt.Admin(), nil) })
 	}
 	return rt, nil
+}
+
+// listeners are the addresses torpor router serves on; tls and metrics
+// may be empty (none).
+type listeners struct {
+	listen, tls, metrics string
 }
 
 // runRouter serves the router (and its metrics listener, if any) and
 // reports activity until ctx is done; the first part to fail stops the
 // rest.
-func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, listen, metricsListen string) error {
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", listen, err)
+func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, addrs listeners) error {
+	if addrs.listen == "" && addrs.tls == "" {
+		return errors.New("--listen and --tls-listen are both empty: the router would serve nothing")
 	}
-	var mln net.Listener
-	logAttrs := []any{"listen", ln.Addr().String(), "server", cfg.Server}
-	if metricsListen != "" {
-		if mln, err = net.Listen("tcp", metricsListen); err != nil {
-			ln.Close()
-			return fmt.Errorf("listen on %s: %w", metricsListen, err)
+	var lns routerListeners
+	closeAll := func() {
+		for _, l := range []net.Listener{lns.ln, lns.tls, lns.metrics} {
+			if l != nil {
+				l.Close()
+			}
 		}
-		logAttrs = append(logAttrs, "metrics", mln.Addr().String())
+	}
+	logAttrs := []any{"server", cfg.Server}
+	for _, l := range []struct {
+		name, addr string
+		ln         *net.Listener
+	}{
+		{"listen", addrs.listen, &lns.ln},
+		{"tls", addrs.tls, &lns.tls},
+		{"metrics", addrs.metrics, &lns.metrics},
+	} {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("listen on %s: %w", l.addr, err)
+		}
+		*l.ln = ln
+		logAttrs = append(logAttrs, l.name, ln.Addr().String())
 	}
 	g := rungroup.New(ctx)
-	rt, err := startRouter(ctx, g, cfg, member, ln, mln)
+	rt, err := startRouter(ctx, g, cfg, member, lns)
 	if err != nil {
-		ln.Close()
-		if mln != nil {
-			mln.Close()
-		}
+		closeAll()
 		return err
 	}
 	cfg.Logger.Info("serving actors", append(logAttrs, "domain", rt.Domain())...)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/torpor-dev/torpor/internal/cli"
 	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/router"
 	"github.com/torpor-dev/torpor/internal/server"
 	"github.com/torpor-dev/torpor/internal/workflow"
 )
@@ -86,9 +87,12 @@ or put server, ca and token in the client config file
 	flags.StringVar(&opts.TrustDomain, "trust-domain", identity.DefaultTrustDomain, "trust domain of the SPIFFE IDs the CA issues (fixed when the CA is created)")
 	flags.StringVar(&opts.Issuer, "issuer", "", "iss of workload JWTs, the URL verifiers find /.well-known/jwks.json under (default https://<listen>)")
 	flags.StringSliceVar(&opts.TLSNames, "tls-san", nil, "more DNS names or IP addresses for the server certificate (it always has the listen host, 127.0.0.1 and localhost)")
+	flags.StringSliceVar(&opts.IngressDomains, "ingress-domain", []string{router.DefaultDomain}, "domains routers may get HTTPS certificates for (*.<domain> and <domain>, from the CA): their --domain")
 	flags.DurationVar(&opts.MemberCertTTL, "member-cert-ttl", identity.DefaultMemberCertTTL, "lifetime of node and API client certificates (they renew at two thirds of it)")
 	flags.StringVar(&opts.AdminTokenFile, "admin-token-file", "", "where to write the admin token (default <data dir>/admin-token)")
 	flags.StringVar(&opts.CAFile, "ca-file", "", "where to write the CA certificate clients verify the server with (default <data dir>/ca.pem)")
+	flags.StringVar(&opts.E2BListen, "e2b-listen", "", "address to serve the E2B-compatible API on in plain HTTP (docs/e2b.md); empty: none (the API port serves it under /sandboxes and /v2/sandboxes, over HTTPS)")
+	flags.StringVar(&opts.E2BDomain, "e2b-domain", "", "domain the E2B API answers the SDK with: the routers' domain (a port may follow), sandbox ports being <port>-<id>.<domain>; empty: none, the SDK uses its E2B_DOMAIN")
 	flags.StringToIntVar(&opts.Headroom, "headroom", nil, "per worker pool, workers to keep free by evicting idle actors early, so a resume rarely waits for an eviction (POOL=N,...)")
 	images.register(flags)
 	kubernetes.register(flags)

@@ -40,6 +40,8 @@ type upFlags struct {
 	nodeListen   string
 	nodeName     string
 	domain       string
+	e2bListen    string
+	e2bDomain    string
 	workers      int
 	headroom     int
 	node         nodeFlags
@@ -49,6 +51,8 @@ type upFlags struct {
 	// metricsListen serves every part's metrics on one plain HTTP
 	// endpoint.
 	metricsListen string
+	// routerTLSListen serves the router over HTTPS too ("": not).
+	routerTLSListen string
 }
 
 func newUpCommand() *cobra.Command {
@@ -70,9 +74,12 @@ actor, then stops. Needs root (sandboxes and network namespaces).`,
 	flags.StringVar(&f.dataDir, "data-dir", "", "where the database, snapshots and node state live (default $XDG_DATA_HOME/torpor or ~/.local/share/torpor)")
 	flags.StringVar(&f.listen, "listen", "127.0.0.1:7070", "API address")
 	flags.StringVar(&f.routerListen, "router-listen", "127.0.0.1:7080", "router address (actors' HTTP traffic)")
+	flags.StringVar(&f.routerTLSListen, "router-tls-listen", "127.0.0.1:7443", "router HTTPS address, with a certificate for *.<domain> from the installation's CA (ca.pem): E2B sandboxes at https://<port>-<id>.<domain>:<its port>; empty: none")
 	flags.StringVar(&f.nodeListen, "node-listen", "127.0.0.1:7071", "node agent address")
 	flags.StringVar(&f.metricsListen, "metrics-listen", "127.0.0.1:7090", "address of /metrics (plain HTTP): the server's, the node agent's and the router's metrics in one place; empty: none")
 	flags.StringVar(&f.domain, "domain", router.DefaultDomain, "actors are reached at <actor>.<space>.<domain>")
+	flags.StringVar(&f.e2bListen, "e2b-listen", "127.0.0.1:7030", "address of the E2B-compatible API in plain HTTP (E2B_API_URL=http://ADDR; docs/e2b.md); empty: none (the API port serves it too, over HTTPS)")
+	flags.StringVar(&f.e2bDomain, "e2b-domain", "", "domain the E2B API answers the SDK with, sandbox ports being <port>-<id>.<domain> (default <--domain>:<router port>)")
 	flags.IntVar(&f.workers, "workers", 4, "worker slots")
 	flags.IntVar(&f.headroom, "headroom", 0, "workers to keep free by evicting idle actors early, so a resume rarely waits for an eviction")
 	flags.StringVar(&f.nodeName, "node-name", defaultNodeName(), "name of the node agent (a DNS-1123 label); workers are <name>-w<i>")
@@ -120,6 +127,17 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 		apiLn.Close()
 		return fmt.Errorf("--router-listen: %w", err)
 	}
+	var routerTLSLn net.Listener
+	if f.routerTLSListen != "" {
+		if routerTLSLn, err = net.Listen("tcp", f.routerTLSListen); err != nil {
+			apiLn.Close()
+			routerLn.Close()
+			return fmt.Errorf("--router-tls-listen: %w", err)
+		}
+		// Closed by the router's server once it serves; closing it again
+		// then is harmless.
+		defer routerTLSLn.Close()
+	}
 	var metricsLn net.Listener
 	if f.metricsListen != "" {
 		if metricsLn, err = net.Listen("tcp", f.metricsListen); err != nil {
@@ -128,6 +146,19 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 			return fmt.Errorf("--metrics-listen: %w", err)
 		}
 		defer metricsLn.Close()
+	}
+	var e2bLn net.Listener
+	if f.e2bListen != "" {
+		if e2bLn, err = net.Listen("tcp", f.e2bListen); err != nil {
+			apiLn.Close()
+			routerLn.Close()
+			return fmt.Errorf("--e2b-listen: %w", err)
+		}
+	}
+	if f.e2bDomain == "" {
+		// What the router answers: the SDK reaches a sandbox's port at
+		// <port>-<id>.<domain>, the router's port included.
+		f.e2bDomain = net.JoinHostPort(f.domain, strconv.Itoa(routerLn.Addr().(*net.TCPAddr).Port))
 	}
 	// One registry for the three parts: each metric once, build and
 	// process metrics included.
@@ -138,6 +169,9 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 		Store: "sqlite:" + filepath.Join(f.dataDir, "torpor.db"), Snapshots: f.node.snapshots,
 		AdminTokenFile: filepath.Join(f.dataDir, "admin-token"), CAFile: filepath.Join(f.dataDir, "ca.pem"),
 		Images: images, Headroom: map[string]int{"default": f.headroom}, Registry: metrics,
+		E2BListener: e2bLn, E2BDomain: f.e2bDomain,
+		// The router's HTTPS certificate is for its domain.
+		IngressDomains: []string{f.domain},
 	})
 	if err != nil {
 		routerLn.Close()
@@ -166,7 +200,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	})
 	// The router joins over the API, so it starts once the API serves. A
 	// router that cannot start stops the rest, as a failing part does.
-	if _, err := startRouter(ctx, g, router.Config{Server: cp.URL, Domain: f.domain, Logger: logger, AdminOnIngress: true, Registerer: metrics}, upRouterMember(f, cp, logger), routerLn, nil); err != nil {
+	if _, err := startRouter(ctx, g, router.Config{Server: cp.URL, Domain: f.domain, Logger: logger, AdminOnIngress: true, Registerer: metrics}, upRouterMember(f, cp, logger), routerListeners{ln: routerLn, tls: routerTLSLn}); err != nil {
 		routerLn.Close()
 		g.Go("router", func(context.Context) error { return err })
 	}
@@ -174,6 +208,10 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	// Every endpoint the CLI uses goes into its config, the router's too
 	// (port-forward tunnels through it).
 	routerURL := "http://" + dialable(routerLn.Addr())
+	routerTLSURL := ""
+	if routerTLSLn != nil {
+		routerTLSURL = "https://" + dialable(routerTLSLn.Addr())
+	}
 	// "up" means a request can be served: wait for the node's workers.
 	select {
 	case <-agent.Registered():
@@ -187,7 +225,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	if err != nil {
 		logger.Warn("write client config", "err", err)
 	}
-	printWelcome(stderr, cp.URL, configPath, routerURL, f)
+	printWelcome(stderr, cp, configPath, routerURL, routerTLSURL, f)
 
 	select {
 	case <-ctx.Done():
@@ -257,8 +295,9 @@ func suspendAll(stderr io.Writer, srv *server.Server, nodeCfg node.Config, f upF
 	}
 }
 
-func printWelcome(w io.Writer, apiURL, configPath, routerURL string, f upFlags) {
+func printWelcome(w io.Writer, cp *server.Running, configPath, routerURL, routerTLSURL string, f upFlags) {
 	self := os.Args[0]
+	apiURL := cp.URL
 	fmt.Fprintf(w, `
 Torpor is up.
   API      %s   (the CLI finds it, its CA and the admin token: %s)
@@ -266,7 +305,15 @@ Torpor is up.
   router   %s   (actors answer at <actor>.<space>.%s)
   workers  %d gVisor slots
   data     %s   (admin-token and ca.pem for other clients)
-
+`, apiURL, configPath, apiURL, routerURL, f.domain, f.workers, f.dataDir)
+	if routerTLSURL != "" {
+		fmt.Fprintf(w, "  https    %s   (the router over HTTPS, certificate for *.%s from ca.pem)\n", routerTLSURL, f.domain)
+	}
+	if cp.E2BURL != "" {
+		fmt.Fprintf(w, "  E2B      %s   (for the E2B SDK: E2B_API_URL=%s E2B_DOMAIN=%s E2B_SANDBOX_URL=%s; docs/e2b.md)\n",
+			cp.E2BURL, cp.E2BURL, f.e2bDomain, routerURL)
+	}
+	fmt.Fprintf(w, `
 Next, in another terminal:
   %s template apply -f examples/counter/template.yaml --wait
   %s actor create c1 --template counter
@@ -275,8 +322,7 @@ Next, in another terminal:
   curl -H 'Host: c1.default.%s' %s/
 
 Ctrl-C suspends running actors and stops.
-`, apiURL, configPath, apiURL, routerURL, f.domain, f.workers, f.dataDir,
-		self, self, f.domain, routerURL, self, f.domain, routerURL)
+`, self, self, f.domain, routerURL, self, f.domain, routerURL)
 }
 
 // dialable is addr as a client on this machine dials it: an unspecified

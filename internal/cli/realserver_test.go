@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -154,6 +155,31 @@ func TestTokensAgainstRealServer(t *testing.T) {
 	}
 	if msg := fails(t, url, "--token", "torpor-forged", "actor", "list"); !strings.HasPrefix(msg, "Error: unauthenticated: ") {
 		t.Errorf("forged token: %q", msg)
+	}
+
+	// An E2B key is an API token of its one space, for the CLI too.
+	var key torporv1.CreateTokenResponse
+	decodeAs(t, formatJSON, ok(t, url, "token", "create", "--spaces", "default", "--e2b", "-o", "json"), &key)
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{64}$`).MatchString(key.GetToken()) || time.Until(key.GetExpireTime().AsTime()) < 364*24*time.Hour {
+		t.Fatalf("E2B key %v, want e2b_<64 hex> for a year", &key)
+	}
+	if r := torpor(t, url, "--token", key.GetToken(), "actor", "list"); r.code != 0 || r.stderr != "No actors found.\n" {
+		t.Errorf("the E2B key's space: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if msg := fails(t, url, "--token", key.GetToken(), "actor", "list", "--space", "other"); !strings.HasPrefix(msg, "Error: permission_denied: ") {
+		t.Errorf("another space with the E2B key: %q", msg)
+	}
+	if tokens := ok(t, url, "token", "list"); !strings.Contains(tokens, key.GetId()[:12]) || !strings.Contains(tokens, "E2B") {
+		t.Errorf("token list does not show the E2B key %s:\n%s", key.GetId()[:12], tokens)
+	}
+	for _, args := range [][]string{
+		{"token", "create", "--e2b"},
+		{"token", "create", "--e2b", "--spaces", "default,other"},
+		{"token", "create", "--e2b", "--node", "n1"},
+	} {
+		if msg := fails(t, url, args...); !strings.Contains(msg, "--e2b") {
+			t.Errorf("%v: %q, want an error naming --e2b", args, msg)
+		}
 	}
 
 	join := ok(t, url, "token", "create", "--node", "n1")

@@ -17,7 +17,7 @@ func newTokenCommand(a *app) *cobra.Command {
 	noun := &cobra.Command{
 		Use:     "token",
 		Example: "  torpor token create --node node-b\n  torpor token list",
-		Short:   "Make, list and revoke tokens: join tokens for nodes and clients, API tokens for spaces (admin only)",
+		Short:   "Make, list and revoke tokens: join tokens for nodes and clients, API tokens and E2B keys for spaces (admin only)",
 	}
 	noun.AddCommand(newTokenCreateCommand(a), newTokenListCommand(a), newTokenRevokeCommand(a))
 	return noun
@@ -35,11 +35,12 @@ func newTokenCreateCommand(a *app) *cobra.Command {
 		node, client, role string
 		spaces             []string
 		ttl                time.Duration
+		e2b                bool
 	)
 	create := &cobra.Command{
-		Use:     "create (--node NAME | --client NAME --role ROLE [--spaces A,B] | --spaces A,B) [--ttl DURATION]",
-		Example: "  torpor token create --node node-b\n  torpor token create --client edge --role router\n  torpor token create --spaces team-a --ttl 24h",
-		Short:   "Create a join token or an API token and print it",
+		Use:     "create (--node NAME | --client NAME --role ROLE [--spaces A,B] | --spaces A,B | --spaces A --e2b) [--ttl DURATION]",
+		Example: "  torpor token create --node node-b\n  torpor token create --client edge --role router\n  torpor token create --spaces team-a --ttl 24h\n  torpor token create --spaces team-a --e2b",
+		Short:   "Create a join token, an API token or an E2B key and print it",
 		Long: `Create a token and print it; the server keeps only its hash, so this is the
 only time it is shown.
 
@@ -54,11 +55,17 @@ only time it is shown.
                   login for the CLI) and renews it; torpor client delete revokes it.
   --spaces A,B    alone: an API token for the templates, actors and snapshots of
                   spaces A and B (torpor --token ...).
+  --spaces A --e2b
+                  an E2B API key (e2b_...) for the sandboxes of space A, for the
+                  E2B SDK (E2B_API_KEY); it is an API token of space A too.
 
-Join tokens last 1h by default, API tokens 24h.`,
+Join tokens last 1h by default, API tokens 24h, E2B keys 365 days.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req := &torporv1.CreateTokenRequest{Spaces: spaces}
+			if e2b && (node != "" || client != "") {
+				return fmt.Errorf("--e2b: an E2B key is an API key for one space, not a join token (leave out --node and --client)")
+			}
 			switch {
 			case node != "" && client != "":
 				return fmt.Errorf("--node and --client: a join token is for one member")
@@ -75,6 +82,10 @@ Join tokens last 1h by default, API tokens 24h.`,
 				req.Purpose, req.Name, req.Role = torporv1.TokenPurpose_TOKEN_PURPOSE_CLIENT_JOIN, client, r
 			case role != "":
 				return fmt.Errorf("--role goes with --client NAME")
+			case e2b && len(spaces) != 1:
+				return fmt.Errorf("--e2b: an E2B key is for exactly one space; name it with --spaces A (got %d)", len(spaces))
+			case e2b:
+				req.Purpose = torporv1.TokenPurpose_TOKEN_PURPOSE_E2B
 			case len(spaces) > 0:
 				req.Purpose = torporv1.TokenPurpose_TOKEN_PURPOSE_API
 			default:
@@ -109,6 +120,8 @@ Join tokens last 1h by default, API tokens 24h.`,
 			case client != "":
 				fmt.Fprintf(w, "ca-fingerprint: %s\n\nLog the CLI in as %s (once; it keeps the certificate next to its config file):\n  torpor login --name %s --join-token %s --ca-fingerprint %s\n",
 					resp.GetCaFingerprint(), client, client, resp.GetToken(), resp.GetCaFingerprint())
+			case e2b:
+				fmt.Fprintf(w, "\nUse it with the E2B SDK for the sandboxes of space %s: E2B_API_KEY=%s\n(it also works as an API token: torpor --token %s ...)\n", spaces[0], resp.GetToken(), resp.GetToken())
 			default:
 				fmt.Fprintf(w, "\nUse it for spaces %s: torpor --token %s ...\n", strings.Join(spaces, ", "), resp.GetToken())
 			}
@@ -120,7 +133,8 @@ Join tokens last 1h by default, API tokens 24h.`,
 	flags.StringVar(&client, "client", "", "make a join token for this API client (with --role)")
 	flags.StringVar(&role, "role", "", "the client's role: router, user or admin")
 	flags.StringSliceVar(&spaces, "spaces", nil, "spaces of the API token or client (comma-separated)")
-	flags.DurationVar(&ttl, "ttl", 0, "lifetime (default 1h for a join token, 24h for an API token; at most 8760h)")
+	flags.BoolVar(&e2b, "e2b", false, "make an E2B API key (e2b_...) for the one space --spaces names")
+	flags.DurationVar(&ttl, "ttl", 0, "lifetime (default 1h for a join token, 24h for an API token, 8760h for an E2B key; at most 8760h)")
 	return create
 }
 

@@ -161,6 +161,34 @@ func (a *Authority) ServerCertificate(hosts []string) (tls.Certificate, error) {
 	return tls.Certificate{Certificate: issued.Chain, PrivateKey: key, Leaf: issued.Certificate}, nil
 }
 
+// IssueIngressCertificate signs router's serving certificate for the key
+// of csr: the DNS names *.<domain> and <domain>, where E2B sandboxes are
+// reached (<port>-<id>.<domain>), and the loopback names (localhost, 127.0.0.1,
+// ::1), for clients on the router's host that address it directly (the
+// E2B SDK's E2B_SANDBOX_URL). It serves only: no client may authenticate
+// with it. The caller checks that router may serve domain.
+func (a *Authority) IssueIngressCertificate(router, domain string, csr []byte) (*Issued, error) {
+	if err := validate.Name("router", router); err != nil {
+		return nil, err
+	}
+	for label := range strings.SplitSeq(domain, ".") {
+		if err := validate.Name("domain", label); err != nil {
+			return nil, err
+		}
+	}
+	pub, err := csrKey(csr)
+	if err != nil {
+		return nil, err
+	}
+	return a.issue(pub, &x509.Certificate{
+		Subject:     pkix.Name{Organization: []string{"torpor"}, CommonName: "*." + domain},
+		URIs:        []*url.URL{spiffeURL(a.cfg.TrustDomain, "ingress", router)},
+		DNSNames:    []string{"*." + domain, domain, "localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, a.cfg.ServerCertTTL)
+}
+
 func (a *Authority) issue(pub crypto.PublicKey, tmpl *x509.Certificate, ttl time.Duration) (*Issued, error) {
 	now := a.cfg.Now()
 	tmpl.SerialNumber = randomSerial()

@@ -29,6 +29,10 @@ const (
 	// PurposeAPI authenticates an API client to some spaces until it
 	// expires (AuthenticateAPIToken).
 	PurposeAPI TokenPurpose = "api"
+	// PurposeE2B is an E2B API key: an API token of exactly one space,
+	// shaped like the keys the E2B SDK expects (e2b_ and 64 hex digits),
+	// which the E2B-compatible API forwards as the caller's credential.
+	PurposeE2B TokenPurpose = "e2b"
 )
 
 // Token lifetimes.
@@ -36,10 +40,16 @@ const (
 	DefaultJoinTokenTTL = time.Hour
 	DefaultAPITokenTTL  = 24 * time.Hour
 	MaxTokenTTL         = 365 * 24 * time.Hour
+	// DefaultE2BKeyTTL: E2B keys are configured once into SDK clients,
+	// like the keys E2B issues, so they last as long as a token may.
+	DefaultE2BKeyTTL = MaxTokenTTL
 )
 
 const (
-	tokenPrefix       = "torpor-"
+	tokenPrefix = "torpor-"
+	// e2bKeyPrefix starts an E2B key; 32 random bytes in lower-case hex
+	// follow.
+	e2bKeyPrefix      = "e2b_"
 	tokenSecretPrefix = "identity/token/"
 	// minTokenIDPrefix is the shortest id prefix RevokeToken accepts.
 	minTokenIDPrefix = 8
@@ -55,8 +65,8 @@ type TokenRequest struct {
 	// Name (join tokens) is the only member name the token joins; empty
 	// joins any.
 	Name string
-	// Spaces the token (PurposeAPI) or the client (PurposeClientJoin)
-	// has access to.
+	// Spaces the token (PurposeAPI; exactly one for PurposeE2B) or the
+	// client (PurposeClientJoin) has access to.
 	Spaces []string
 	// Role (PurposeClientJoin) of the client.
 	Role Role
@@ -118,14 +128,24 @@ func (a *Authority) CreateToken(ctx context.Context, req TokenRequest) (Token, e
 			return Token{}, &validate.FieldError{Path: "spaces", Reason: "an API token needs at least one space"}
 		}
 		ttl = cmp.Or(ttl, DefaultAPITokenTTL)
+	case PurposeE2B:
+		if req.Name != "" {
+			return Token{}, &validate.FieldError{Path: "name", Reason: "only a join token names a member"}
+		}
+		ttl = cmp.Or(ttl, DefaultE2BKeyTTL)
 	default:
-		return Token{}, &validate.FieldError{Path: "purpose", Reason: fmt.Sprintf("%q is not a token purpose (%s, %s or %s)", req.Purpose, PurposeNodeJoin, PurposeClientJoin, PurposeAPI)}
+		return Token{}, &validate.FieldError{Path: "purpose", Reason: fmt.Sprintf("%q is not a token purpose (%s, %s, %s or %s)", req.Purpose, PurposeNodeJoin, PurposeClientJoin, PurposeAPI, PurposeE2B)}
 	}
 	spaces, err := checkSpaces(req.Spaces)
 	if err != nil {
 		return Token{}, err
 	}
 	rec.Spaces = spaces
+	// One space: the E2B API has no notion of spaces, so the key alone
+	// says which one its sandboxes are in.
+	if req.Purpose == PurposeE2B && len(spaces) != 1 {
+		return Token{}, &validate.FieldError{Path: "spaces", Reason: fmt.Sprintf("an E2B key is for exactly one space, not %d", len(spaces))}
+	}
 	if req.Purpose == PurposeClientJoin {
 		if err := checkRole(req.Role, spaces); err != nil {
 			return Token{}, err
@@ -139,9 +159,7 @@ func (a *Authority) CreateToken(ctx context.Context, req TokenRequest) (Token, e
 	if err != nil {
 		return Token{}, err
 	}
-	raw := make([]byte, 32)
-	rand.Read(raw)
-	secret := tokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
+	secret := newTokenSecret(req.Purpose)
 	stored, err := a.secrets.GetOrCreateSecret(ctx, tokenSecretName(secret), func() ([]byte, error) { return data, nil })
 	if err != nil {
 		return Token{}, fmt.Errorf("store token: %w", err)
@@ -150,6 +168,17 @@ func (a *Authority) CreateToken(ctx context.Context, req TokenRequest) (Token, e
 		return Token{}, errors.New("store token: a token with the same hash exists (the random source is broken)")
 	}
 	return Token{ID: tokenID(secret), Secret: secret, Expires: rec.Expires}, nil
+}
+
+// newTokenSecret returns a new token of purpose: 256 random bits, in the
+// shape of an E2B key for PurposeE2B.
+func newTokenSecret(purpose TokenPurpose) string {
+	raw := make([]byte, 32)
+	rand.Read(raw)
+	if purpose == PurposeE2B {
+		return e2bKeyPrefix + hex.EncodeToString(raw)
+	}
+	return tokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
 }
 
 // checkSpaces validates space names and returns them sorted, without
@@ -238,7 +267,7 @@ func tokenSecretName(secret string) string { return tokenSecretPrefix + tokenID(
 
 // lookupToken returns the live record of a token of one of purposes.
 func (a *Authority) lookupToken(ctx context.Context, secret string, purposes ...TokenPurpose) (tokenRecord, error) {
-	if !strings.HasPrefix(secret, tokenPrefix) {
+	if !strings.HasPrefix(secret, tokenPrefix) && !strings.HasPrefix(secret, e2bKeyPrefix) {
 		return tokenRecord{}, fmt.Errorf("%w: not a torpor token", ErrInvalidToken)
 	}
 	name := tokenSecretName(secret)
@@ -302,8 +331,9 @@ func (a *Authority) Join(ctx context.Context, secret, name string, csr []byte) (
 }
 
 // AuthenticateAPIToken returns the spaces an API token gives access to.
+// An E2B key is an API token of its one space.
 func (a *Authority) AuthenticateAPIToken(ctx context.Context, secret string) ([]string, error) {
-	rec, err := a.lookupToken(ctx, secret, PurposeAPI)
+	rec, err := a.lookupToken(ctx, secret, PurposeAPI, PurposeE2B)
 	if err != nil {
 		return nil, err
 	}

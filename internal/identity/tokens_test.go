@@ -3,6 +3,7 @@ package identity
 import (
 	"crypto/x509"
 	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -149,6 +150,53 @@ func TestAPITokens(t *testing.T) {
 	}
 }
 
+// An E2B key is shaped like E2B's keys, lasts a year by default, and is an
+// API token of its one space: accepted where API tokens are, and listed
+// and revoked like them.
+func TestE2BKeys(t *testing.T) {
+	a, clk := newAuthority(t, "sqlite")
+	ctx := testContext(t)
+	key, err := a.CreateToken(ctx, TokenRequest{Purpose: PurposeE2B, Spaces: []string{"team-a", "team-a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{64}$`).MatchString(key.Secret) {
+		t.Errorf("E2B key %q, want e2b_ and 64 lower-case hex digits", key.Secret)
+	}
+	if want := clk.Now().Add(DefaultE2BKeyTTL); !key.Expires.Equal(want) {
+		t.Errorf("expires %s, want %s", key.Expires, want)
+	}
+	spaces, err := a.AuthenticateAPIToken(ctx, key.Secret)
+	if err != nil || !slices.Equal(spaces, []string{"team-a"}) {
+		t.Fatalf("spaces = %v, %v; want [team-a]", spaces, err)
+	}
+	if _, err := a.Join(ctx, key.Secret, "node-1", csrOf(t)); !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("an E2B key joins a node: %v", err)
+	}
+	forged := "e2b_" + strings.Repeat("0", 64)
+	if _, err := a.AuthenticateAPIToken(ctx, forged); !errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), "unknown") {
+		t.Errorf("unknown E2B key: err = %v, want invalid token (unknown)", err)
+	}
+	infos, err := a.ListTokens(ctx)
+	if err != nil || len(infos) != 1 || infos[0].ID != key.ID || infos[0].Purpose != PurposeE2B || !slices.Equal(infos[0].Spaces, []string{"team-a"}) {
+		t.Fatalf("ListTokens = %+v, %v", infos, err)
+	}
+	if _, err := a.RevokeToken(ctx, key.ID[:12]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AuthenticateAPIToken(ctx, key.Secret); !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("revoked E2B key: err = %v, want invalid token", err)
+	}
+	short, err := a.CreateToken(ctx, TokenRequest{Purpose: PurposeE2B, Spaces: []string{"b"}, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	if _, err := a.AuthenticateAPIToken(ctx, short.Secret); !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("expired E2B key: err = %v, want invalid token", err)
+	}
+}
+
 func TestCreateTokenChecksRequest(t *testing.T) {
 	a, _ := newAuthority(t, "sqlite")
 	cases := []struct {
@@ -170,6 +218,12 @@ func TestCreateTokenChecksRequest(t *testing.T) {
 		{"bad client space", TokenRequest{Purpose: PurposeClientJoin, Role: RoleRouter, Spaces: []string{"A"}}, "spaces[0]"},
 		{"negative ttl", TokenRequest{Purpose: PurposeNodeJoin, TTL: -time.Second}, "ttl"},
 		{"ttl too long", TokenRequest{Purpose: PurposeAPI, Spaces: []string{"a"}, TTL: MaxTokenTTL + time.Second}, "ttl"},
+		{"E2B key without a space", TokenRequest{Purpose: PurposeE2B}, "spaces"},
+		{"E2B key of two spaces", TokenRequest{Purpose: PurposeE2B, Spaces: []string{"a", "b"}}, "spaces"},
+		{"E2B key with a bad space", TokenRequest{Purpose: PurposeE2B, Spaces: []string{"A"}}, "spaces[0]"},
+		{"E2B key with a name", TokenRequest{Purpose: PurposeE2B, Name: "n", Spaces: []string{"a"}}, "name"},
+		{"E2B key with a role", TokenRequest{Purpose: PurposeE2B, Role: RoleUser, Spaces: []string{"a"}}, "role"},
+		{"E2B key ttl too long", TokenRequest{Purpose: PurposeE2B, Spaces: []string{"a"}, TTL: MaxTokenTTL + time.Second}, "ttl"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

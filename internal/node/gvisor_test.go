@@ -403,7 +403,7 @@ func (n *gvisorNode) wantNoWorkloads(t testing.TB) {
 	if len(sandboxes) > 0 {
 		t.Errorf("sandboxes left: %v", sandboxes)
 	}
-	for _, m := range mountsUnder(t, n.stateDir) {
+	for _, m := range runtimetest.MountsUnder(t, n.stateDir) {
 		if filepath.Base(m) != "null-netns" {
 			t.Errorf("mount left: %s", m)
 		}
@@ -414,23 +414,6 @@ func (n *gvisorNode) wantNoWorkloads(t testing.TB) {
 	if procs := processesMentioning(t, n.stateDir); len(procs) > 0 {
 		t.Errorf("processes left: %v", procs)
 	}
-}
-
-// mountsUnder lists the mount points below dir.
-func mountsUnder(t testing.TB, dir string) []string {
-	t.Helper()
-	body, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for line := range strings.SplitSeq(string(body), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			out = append(out, fields[4])
-		}
-	}
-	return out
 }
 
 // processesMentioning lists the command lines that contain s.

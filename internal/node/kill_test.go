@@ -228,7 +228,7 @@ func TestKilledAgentAdoptsItsWorkloads(t *testing.T) {
 	if err := p.cmd.Wait(); err != nil {
 		t.Fatalf("agent exited with %v", err)
 	}
-	if m := mountsUnder(t, cfg.StateDir); len(m) > 0 {
+	if m := runtimetest.MountsUnder(t, cfg.StateDir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 	entries, _ := os.ReadDir(netns.Dir)

@@ -201,6 +201,7 @@ func (sn *snapshots) source(ctx context.Context, req *torporv1.RestoreRequest) (
 		if src.memory, err = memoryImage("golden", req.GetGolden(), dir); err != nil {
 			return fail(err)
 		}
+		src.golden = true
 	}
 	return src, release, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/image"
+	"github.com/torpor-dev/torpor/internal/runtime/fake"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
@@ -98,5 +100,85 @@ func TestNodeRefusesWhatApplyRefuses(t *testing.T) {
 	// Nothing was left behind on the worker.
 	if _, err := n.run(ctx, "a1", "op-good", 0); err != nil {
 		t.Fatalf("Run of a good workload after the refusals: %v", err)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	n := newFakeNode(t)
+	ctx := context.Background()
+	good := func() *torporv1.RunRequest {
+		return &torporv1.RunRequest{Op: op("a1", "op-1", n.worker(0)), Workload: n.workload("a1")}
+	}
+	tests := []struct {
+		name   string
+		change func(*torporv1.RunRequest)
+		code   connect.Code
+		field  string
+	}{
+		{"no op", func(r *torporv1.RunRequest) { r.Op = nil }, connect.CodeInvalidArgument, "op"},
+		{"no actor uid", func(r *torporv1.RunRequest) { r.Op.ActorUid = "" }, connect.CodeInvalidArgument, "op.actorUid"},
+		{"path in operation id", func(r *torporv1.RunRequest) { r.Op.OperationId = "../../etc" }, connect.CodeInvalidArgument, "op.operationId"},
+		{"no worker", func(r *torporv1.RunRequest) { r.Op.Worker = "" }, connect.CodeInvalidArgument, "op.worker"},
+		{"unknown worker", func(r *torporv1.RunRequest) { r.Op.Worker = "n1-w9" }, connect.CodeNotFound, "worker n1-w9 is not on node n1"},
+		{"other actor's workload", func(r *torporv1.RunRequest) { r.Workload.ActorUid = "a2" }, connect.CodeInvalidArgument, "workload.actorUid"},
+		{"no containers", func(r *torporv1.RunRequest) { r.Workload.Template = &torporv1.TemplateSpec{} }, connect.CodeInvalidArgument, "workload.template.containers"},
+		{"unpinned image", func(r *torporv1.RunRequest) {
+			r.Workload.Template = appTemplate(t)
+			r.Workload.Template.Containers[0].Image = "oci:/somewhere:latest"
+		}, connect.CodeInvalidArgument, "workload.template.containers[0].image"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := good()
+			tt.change(req)
+			_, err := n.client.Run(ctx, connect.NewRequest(req))
+			wantCode(t, err, tt.code)
+			if !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("error %v does not name %s", err, tt.field)
+			}
+		})
+	}
+	restoreTests := []struct {
+		name  string
+		req   *torporv1.RestoreRequest
+		field string
+	}{
+		{"BOOT", &torporv1.RestoreRequest{Scope: torporv1.RestoreScope_RESTORE_SCOPE_BOOT}, "scope"},
+		{"FULL without snapshot", &torporv1.RestoreRequest{Scope: torporv1.RestoreScope_RESTORE_SCOPE_FULL}, "snapshot"},
+		{"DATA_ON_GOLDEN without golden", &torporv1.RestoreRequest{Scope: torporv1.RestoreScope_RESTORE_SCOPE_DATA_ON_GOLDEN}, "golden"},
+		{"bad location", &torporv1.RestoreRequest{Scope: torporv1.RestoreScope_RESTORE_SCOPE_DATA, Snapshot: &torporv1.SnapshotSource{Location: "../x", ManifestDigest: "sha256:00"}}, "snapshot.location"},
+		{"no digest", &torporv1.RestoreRequest{Scope: torporv1.RestoreScope_RESTORE_SCOPE_DATA, Snapshot: &torporv1.SnapshotSource{Location: "s/a1/x"}}, "snapshot.manifestDigest"},
+	}
+	for _, tt := range restoreTests {
+		t.Run("restore "+tt.name, func(t *testing.T) {
+			tt.req.Op, tt.req.Workload = op("a1", "op-r", n.worker(0)), n.workload("a1")
+			_, err := n.client.Restore(ctx, connect.NewRequest(tt.req))
+			wantCode(t, err, connect.CodeInvalidArgument)
+			if !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("error %v does not name %s", err, tt.field)
+			}
+		})
+	}
+	checkpointTests := []struct {
+		name  string
+		req   *torporv1.CheckpointRequest
+		field string
+	}{
+		{"no scope", &torporv1.CheckpointRequest{Target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE, Location: "s/a1/x"}, "scope"},
+		{"no target", &torporv1.CheckpointRequest{Scope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, Location: "s/a1/x"}, "target"},
+		{"bad location", &torporv1.CheckpointRequest{Scope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, Target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE, Location: "s/a1"}, "location"},
+	}
+	for _, tt := range checkpointTests {
+		t.Run("checkpoint "+tt.name, func(t *testing.T) {
+			tt.req.Op = op("a1", "op-c", n.worker(0))
+			_, err := n.client.Checkpoint(ctx, connect.NewRequest(tt.req))
+			wantCode(t, err, connect.CodeInvalidArgument)
+			if !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("error %v does not name %s", err, tt.field)
+			}
+		})
+	}
+	if c := len(n.rt.Calls()); slices.ContainsFunc(n.rt.Calls(), func(c fake.Call) bool { return c.Method != "Sandboxes" && c.Method != "Stats" }) {
+		t.Fatalf("bad requests reached the runtime (%d calls): %v", c, n.rt.Calls())
 	}
 }

@@ -1,11 +1,19 @@
 package router
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/store"
 )
@@ -62,5 +70,111 @@ func TestRouterReportsOnlyItsSpaces(t *testing.T) {
 	got, err := e.store.ActivityOf(context.Background(), []store.ActivityKey{{Space: key.Space, Name: key.Name}})
 	if err != nil || len(got) != 0 {
 		t.Errorf("activity stored: %+v, %v; want none", got, err)
+	}
+}
+
+func TestIdlePolicy(t *testing.T) {
+	tests := []struct {
+		action    torporv1.IdleAction
+		wantState torporv1.ActorState
+	}{
+		{torporv1.IdleAction_IDLE_ACTION_SUSPEND, torporv1.ActorState_ACTOR_STATE_SUSPENDED},
+		{torporv1.IdleAction_IDLE_ACTION_PAUSE, torporv1.ActorState_ACTOR_STATE_PAUSED},
+	}
+	for _, tt := range tests {
+		t.Run(tt.action.String(), func(t *testing.T) {
+			e := newEnv(t, 1, helloWorkload)
+			key := e.createActor("app", &torporv1.IdlePolicy{IdleSeconds: 1, Action: tt.action})
+			tr := e.newRouter(Config{ReportInterval: 50 * time.Millisecond})
+			if status, body := tr.get(t, key, "/"); status != http.StatusOK {
+				t.Fatalf("first request: %d %q", status, body)
+			}
+			e.waitState(key, tt.wantState)
+			events, err := e.actors.ListActorEvents(context.Background(), connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(events.Msg.GetEvents(), func(ev *torporv1.ActorEvent) bool { return strings.HasPrefix(ev.GetReason(), "idle for ") }) {
+				t.Errorf("no event says the actor was stopped for being idle: %v", events.Msg.GetEvents())
+			}
+			if status, body := tr.get(t, key, "/again"); status != http.StatusOK || body != "hello from app at /again" {
+				t.Fatalf("request after idling: %d %q", status, body)
+			}
+			if n := e.agent.count("Restore"); n != 1 {
+				t.Errorf("restored %d times, want 1", n)
+			}
+			if got := e.state(key); got != torporv1.ActorState_ACTOR_STATE_RUNNING {
+				t.Errorf("actor is %s after the request, want RUNNING", got)
+			}
+		})
+	}
+}
+
+func TestIdlePolicyWaitsForOpenStreams(t *testing.T) {
+	finish := make(chan struct{})
+	e := newEnv(t, 1, func(string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, "open\n")
+			http.NewResponseController(w).Flush()
+			select {
+			case <-finish:
+			case <-r.Context().Done():
+			}
+		})
+	})
+	key := e.createActor("app", &torporv1.IdlePolicy{IdleSeconds: 1, Action: torporv1.IdleAction_IDLE_ACTION_SUSPEND})
+	tr := e.newRouter(Config{ReportInterval: 50 * time.Millisecond})
+	resp, err := http.DefaultClient.Do(tr.request(t, http.MethodGet, key, "/stream", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "open\n" {
+		t.Fatalf("stream start %q, %v", line, err)
+	}
+	// Well past the idle period, with many idle sweeps of the control
+	// plane, the open stream the router reports keeps the actor running.
+	time.Sleep(1500 * time.Millisecond)
+	if got := e.state(key); got != torporv1.ActorState_ACTOR_STATE_RUNNING {
+		t.Fatalf("actor is %s with a stream open, want RUNNING", got)
+	}
+	if n := e.agent.count("Checkpoint"); n != 0 {
+		t.Fatalf("checkpointed %d times with a stream open", n)
+	}
+	close(finish)
+	io.Copy(io.Discard, resp.Body)
+	e.waitState(key, torporv1.ActorState_ACTOR_STATE_SUSPENDED)
+}
+
+func TestRequestDuringIdleSuspendWaitsAndResumes(t *testing.T) {
+	e := newEnv(t, 1, helloWorkload)
+	key := e.createActor("app", &torporv1.IdlePolicy{IdleSeconds: 1, Action: torporv1.IdleAction_IDLE_ACTION_SUSPEND})
+	tr := e.newRouter(Config{ReportInterval: 50 * time.Millisecond})
+	entered, release := e.agent.gate("Checkpoint")
+	defer release()
+	if status, body := tr.get(t, key, "/"); status != http.StatusOK {
+		t.Fatalf("first request: %d %q", status, body)
+	}
+	<-entered // the idle suspend is checkpointing
+	type answer struct {
+		status int
+		body   string
+	}
+	done := make(chan answer, 1)
+	go func() {
+		status, body := tr.get(t, key, "/during")
+		done <- answer{status, body}
+	}()
+	waitFor(t, "the request to arrive", func() bool {
+		tr.actors.mu.Lock()
+		defer tr.actors.mu.Unlock()
+		return tr.actors.m[key] != nil && tr.actors.m[key].inflight == 1
+	})
+	release()
+	if a := <-done; a.status != http.StatusOK || a.body != "hello from app at /during" {
+		t.Fatalf("request during the suspend: %d %q", a.status, a.body)
+	}
+	if n := e.agent.count("Restore"); n != 1 {
+		t.Errorf("restored %d times, want 1", n)
 	}
 }

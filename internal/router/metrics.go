@@ -39,6 +39,9 @@ const (
 	callGet    = "get_actor"
 	callResume = "resume_actor"
 	callReport = "report_activity"
+	// callLookupSandbox resolves a sandbox ID the router has not cached,
+	// or one it does not place.
+	callLookupSandbox = "lookup_sandbox"
 )
 
 // activationOf is the activation histogram of the resumed actor a.
@@ -78,7 +81,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.requestCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "torpor_router_request_control_plane_calls_total",
-		Help: "Control-plane calls made while a request waited, by call (get_actor, resume_actor, report_activity); over torpor_router_requests_total, the calls per proxied request. Batched activity reports and the placement watch are not counted.",
+		Help: "Control-plane calls made while a request waited, by call (get_actor, resume_actor, report_activity, lookup_sandbox); over torpor_router_requests_total, the calls per proxied request. Batched activity reports and the placement watch are not counted.",
 	}, []string{"call"})
 	m.watchRestarts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "torpor_router_placement_watch_restarts_total",

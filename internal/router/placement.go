@@ -139,12 +139,14 @@ func (r *Router) watchOnce(ctx context.Context, version *int64) (applied bool, e
 func (r *Router) apply(b *torporv1.PlacementBatch) {
 	if b.GetReplace() {
 		r.actors.reset()
+		r.sandboxes.reset()
 	}
 	for _, p := range b.GetPlacements() {
 		key := ActorKey{Space: p.GetSpace(), Name: p.GetName()}
 		switch p.GetState() {
 		case torporv1.ActorState_ACTOR_STATE_UNSPECIFIED:
 			r.actors.gone(p.GetActorUid())
+			r.sandboxes.gone(p.GetActorUid())
 		case torporv1.ActorState_ACTOR_STATE_RUNNING:
 			at, err := placementOf(p.GetActorUid(), p.GetActorVersion(), p.GetWorker(), p.GetPort())
 			if err != nil {

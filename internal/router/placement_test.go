@@ -25,7 +25,7 @@ import (
 func (tr *testRouter) requestCalls(t testing.TB) float64 {
 	t.Helper()
 	n := 0.0
-	for _, call := range []string{callGet, callResume, callReport} {
+	for _, call := range []string{callGet, callResume, callReport, callLookupSandbox} {
 		n += tr.metric(t, "torpor_router_request_control_plane_calls_total", map[string]string{"call": call})
 	}
 	return n

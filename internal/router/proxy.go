@@ -3,6 +3,7 @@ package router
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -108,7 +109,13 @@ func newProxy(log *slog.Logger, dialer *net.Dialer) *proxy {
 // why and leaves the answer to the caller.
 func (p *proxy) serve(w http.ResponseWriter, req *http.Request, t proxyTarget) (proxyOutcome, error) {
 	a := &attempt{target: t, outcome: proxied}
-	p.rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), attemptKey{}, a)))
+	out := req.WithContext(context.WithValue(req.Context(), attemptKey{}, a))
+	if req.Body != nil && req.Body != http.NoBody {
+		held := &heldBody{body: req.Body}
+		out.Body = held
+		defer held.release(w)
+	}
+	p.rp.ServeHTTP(w, out)
 	return a.outcome, a.err
 }
 
@@ -140,6 +147,9 @@ type recorder struct {
 	// itself: both for the request's log line.
 	id  string
 	err error
+	// expected: the answer is the normal one for the request (a paused
+	// or killed sandbox's 502), not a failure worth a warning.
+	expected bool
 }
 
 // answer writes the router's own answer: msg and the request id for the
@@ -150,6 +160,26 @@ func (r *recorder) answer(status int, msg string, err error) {
 		return // something was sent already (an upgrade failing half way)
 	}
 	http.Error(r, fmt.Sprintf("torpor router: %s (request id %s)", msg, r.id), status)
+}
+
+// answerJSON is answer for the clients of sandboxes, in the shape E2B's
+// edge answers with and the SDK reads the message of:
+// {"code": <status>, "message": "..."}, the message naming the sandbox.
+func (r *recorder) answerJSON(status int, msg string, err error) {
+	r.err = err
+	if r.status != 0 {
+		return
+	}
+	body, _ := json.Marshal(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{status, fmt.Sprintf("torpor router: %s (request id %s)", msg, r.id)})
+	h := r.Header()
+	h.Del("Content-Length")
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	r.WriteHeader(status)
+	_, _ = r.Write(append(body, '\n'))
 }
 
 func (r *recorder) WriteHeader(code int) {

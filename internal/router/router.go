@@ -30,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -44,8 +43,6 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
-	"github.com/torpor-dev/torpor/internal/enum"
-	"github.com/torpor-dev/torpor/internal/exits"
 	"github.com/torpor-dev/torpor/internal/slotgate"
 	"github.com/torpor-dev/torpor/internal/tracing"
 	"github.com/torpor-dev/torpor/internal/version"
@@ -110,6 +107,9 @@ type Router struct {
 	cfg     Config
 	api     actorAPI
 	watcher placementWatcher
+	// sandboxAPI resolves E2B sandbox IDs; sandboxes caches its answers.
+	sandboxAPI sandboxAPI
+	sandboxes  *sandboxTable
 	// dialer connects to slot gates, for proxied requests and tunnels.
 	dialer  net.Dialer
 	log     *slog.Logger
@@ -170,15 +170,18 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	placements := torporv1connect.NewPlacementServiceClient(cfg.HTTPClient, cfg.Server, connect.WithInterceptors(tracing.Interceptor()))
 	r := &Router{
-		cfg:     cfg,
-		api:     torporv1connect.NewActorServiceClient(cfg.HTTPClient, cfg.Server, connect.WithInterceptors(tracing.Interceptor())),
-		watcher: torporv1connect.NewPlacementServiceClient(cfg.HTTPClient, cfg.Server),
-		dialer:  net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
-		log:     cfg.Logger,
-		metrics: m,
-		actors:  newActorTable(),
-		flights: flights{m: map[ActorKey]*resumeFlight{}},
+		cfg:        cfg,
+		api:        torporv1connect.NewActorServiceClient(cfg.HTTPClient, cfg.Server, connect.WithInterceptors(tracing.Interceptor())),
+		watcher:    placements,
+		sandboxAPI: placements,
+		sandboxes:  newSandboxTable(),
+		dialer:     net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
+		log:        cfg.Logger,
+		metrics:    m,
+		actors:     newActorTable(),
+		flights:    flights{m: map[ActorKey]*resumeFlight{}},
 	}
 	r.proxy = newProxy(r.log, &r.dialer)
 	admin := http.NewServeMux()
@@ -200,10 +203,21 @@ func (r *Router) Admin() http.Handler { return r.admin }
 // error of a request that failed.
 const RequestIDHeader = "Torpor-Request-Id"
 
-// ServeHTTP routes one request to its actor.
+// route is where a request goes: an actor, on its template's port, or a
+// port of a sandbox (an actor too, once the sandbox index has said which).
+type route struct {
+	key ActorKey
+	// sandbox is set for a request addressed to a sandbox, and port is
+	// then the port it asked for.
+	sandbox *sandboxRef
+	port    int
+}
+
+// ServeHTTP routes one request to its actor or sandbox.
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
-	key, err := actorOf(req, r.cfg.Domain)
+	addr, err := addressOf(req, r.cfg.Domain)
+	rt := route{key: addr.actor}
 	if errors.Is(err, errNoActor) && r.cfg.AdminOnIngress && (req.URL.Path == "/metrics" || req.URL.Path == "/healthz") {
 		r.admin.ServeHTTP(w, req)
 		return
@@ -220,18 +234,21 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		r.metrics.requests.WithLabelValues(strconv.Itoa(status)).Inc()
 		actor := ""
-		if err == nil {
-			actor = key.String()
+		if rt.key != (ActorKey{}) {
+			actor = rt.key.String()
 		}
 		attrs := []any{"request_id", rec.id, "actor", actor, "method", req.Method, "path", req.URL.Path, "status", status,
 			"duration", time.Since(start), "bytes", rec.bytes.Load()}
+		if addr.sandbox != "" {
+			attrs = append(attrs, "sandbox", addr.sandbox, "port", addr.port)
+		}
 		if resumed > 0 {
 			attrs = append(attrs, "resume", resumed)
 		}
 		level := slog.LevelInfo
 		if rec.err != nil {
 			attrs = append(attrs, "err", rec.err)
-			if status >= http.StatusInternalServerError {
+			if status >= http.StatusInternalServerError && !rec.expected {
 				level = slog.LevelWarn
 			}
 		}
@@ -239,11 +256,26 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}()
 	if err != nil {
 		if errors.Is(err, errNoActor) {
-			err = fmt.Errorf("%w: address it with Host: <actor>.<space>.%s or the header %s: <space>/<actor>", err, r.cfg.Domain, ActorHeader)
+			err = fmt.Errorf("%w: address it with Host: <actor>.<space>.%s or the header %s: <space>/<actor>, or a sandbox with Host: <port>-<sandbox id>.%s or the headers %s and %s",
+				err, r.cfg.Domain, ActorHeader, r.cfg.Domain, SandboxIDHeader, SandboxPortHeader)
 		}
 		// The message speaks only of the Host or header the client sent.
 		rec.answer(http.StatusBadRequest, err.Error(), err)
 		return
+	}
+	if addr.sandbox != "" {
+		if req.Method == http.MethodConnect {
+			err = fmt.Errorf("sandbox %s: tunnels (CONNECT) address actors, as <actor>.<space>.%s:<port>; a sandbox's ports are reached as <port>-<sandbox id>.%s", addr.sandbox, r.cfg.Domain, r.cfg.Domain)
+			rec.answer(http.StatusMethodNotAllowed, err.Error(), err)
+			return
+		}
+		ref, lookErr := r.sandbox(req.Context(), addr.sandbox)
+		ref.id = addr.sandbox
+		rt = route{key: ref.key, sandbox: &ref, port: addr.port}
+		if lookErr != nil {
+			r.writeError(rec, req, rt, lookErr)
+			return
+		}
 	}
 	if req.ContentLength != 0 {
 		// Let the workload answer while the body is still arriving, as it
@@ -253,19 +285,22 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		_ = http.NewResponseController(w).EnableFullDuplex()
 	}
 	if req.Method == http.MethodConnect {
-		r.serveTunnel(rec, req, key, start, &resumed)
+		r.serveTunnel(rec, req, rt.key, start, &resumed)
 		return
 	}
-	r.serveActor(rec, req, key, start, &resumed)
+	r.serveActor(rec, req, rt, start, &resumed)
 }
 
 // statusClientGone is logged and counted for requests whose client went
 // away before any answer (the nginx convention).
 const statusClientGone = 499
 
-// serveActor proxies req to the actor, resuming it first if needed;
-// *resumed is how long the request waited for a resume (0 when it did not).
-func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start time.Time, resumed *time.Duration) {
+// serveActor proxies req to the actor (or sandbox) of rt, resuming it
+// first if needed (for a sandbox, only if it was created with
+// autoResume); *resumed is how long the request waited for a resume (0
+// when it did not).
+func (r *Router) serveActor(w *recorder, req *http.Request, rt route, start time.Time, resumed *time.Duration) {
+	key := rt.key
 	ctx, span := tracing.Start(req.Context(), "router.request", attribute.String("actor", key.String()), attribute.String("request_id", w.id))
 	defer span.End()
 	req = req.WithContext(ctx)
@@ -280,13 +315,19 @@ func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start 
 	// re-resolve after a failed dial does not repeat.
 	var activation prometheus.Observer
 	for attempt := 0; ; attempt++ {
-		at, woken, err := r.resolveActor(ctx, key, attempt > 0, resumed)
+		at, woken, err := r.resolve(ctx, &rt, attempt > 0, resumed)
 		if woken != nil {
 			activation = r.metrics.activationOf(woken)
 		}
 		if err != nil {
-			r.writeError(w, req, key, err)
+			r.writeError(w, req, rt, err)
 			return
+		}
+		// The placement is the table's (forget compares it); the target
+		// is the port the request asked for.
+		dest := at
+		if rt.port != 0 {
+			dest.target.Port = rt.port
 		}
 		// A workload that was just resumed has passed its readiness probe,
 		// so failing to reach it is its fault; a placement from the table
@@ -294,7 +335,7 @@ func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start 
 		// the placement stale (and that nothing was sent): it is resolved
 		// again whatever its source, up to maxRefusals.
 		outcome, err := r.proxy.serve(w, req, proxyTarget{
-			actor: key, at: at, retryDial: attempt == 0 && *resumed == 0,
+			actor: key, at: dest, retryDial: attempt == 0 && *resumed == 0,
 			activationStart: activationStart(start, *resumed), activation: activation,
 		})
 		switch {
@@ -302,12 +343,12 @@ func (r *Router) serveActor(w *recorder, req *http.Request, key ActorKey, start 
 			return
 		case outcome == unanswered, outcome == refused && attempt >= maxRefusals:
 			if errors.Is(err, slotgate.ErrUnreachable) {
-				err = &closedPort{port: at.target.Port, err: err}
+				err = &closedPort{port: dest.target.Port, err: err}
 			}
-			r.writeError(w, req, key, fmt.Errorf("actor %s at %s: %w: %w", key, at.target, errNoAnswer, err))
+			r.writeError(w, req, rt, fmt.Errorf("actor %s at %s: %w: %w", key, dest.target, errNoAnswer, err))
 			return
 		}
-		r.log.Debug("placement refused or unreachable, resolving again", "actor", key.String(), "placement", at.target.String(), "err", err)
+		r.log.Debug("placement refused or unreachable, resolving again", "actor", key.String(), "placement", dest.target.String(), "err", err)
 		r.actors.forget(key, at)
 	}
 }
@@ -341,6 +382,20 @@ func (r *Router) resolveActor(ctx context.Context, key ActorKey, fresh bool, res
 			return at, nil, nil
 		}
 	}
+	return r.resumeFor(ctx, key, resumed)
+}
+
+// resolve is resolveActor or, for a sandbox, resolveSandbox.
+func (r *Router) resolve(ctx context.Context, rt *route, fresh bool, resumed *time.Duration) (placement, *torporv1.Actor, error) {
+	if rt.sandbox != nil {
+		return r.resolveSandbox(ctx, rt.sandbox, fresh, resumed)
+	}
+	return r.resolveActor(ctx, rt.key, fresh, resumed)
+}
+
+// resumeFor waits for the actor to be RUNNING (ResumeActor answers a
+// running one as it is) and returns where it runs and the actor.
+func (r *Router) resumeFor(ctx context.Context, key ActorKey, resumed *time.Duration) (placement, *torporv1.Actor, error) {
 	waitStart := time.Now()
 	a, err := r.awaitResume(ctx, key)
 	*resumed += max(time.Since(waitStart), time.Nanosecond)
@@ -379,97 +434,6 @@ var (
 	// errNoAnswer: the workload did not answer (refused, reset, closed).
 	errNoAnswer = errors.New("the workload did not answer")
 )
-
-// writeError answers a request the router could not get to its actor.
-func (r *Router) writeError(w *recorder, req *http.Request, key ActorKey, err error) {
-	if req.Context().Err() != nil {
-		w.err = err // the client went away; nobody reads an answer
-		return
-	}
-	status, msg := clientAnswer(key, err)
-	if status == http.StatusServiceUnavailable {
-		// Parked requests already waited the park bound; a retry parks
-		// again, so the client may come back at once. An actor whose
-		// workload exited comes back when its restart is due.
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfter(err, time.Now())))
-	}
-	w.answer(status, msg, err)
-}
-
-// closedPort: nothing accepts connections on the actor's port.
-type closedPort struct {
-	port int
-	err  error
-}
-
-func (e *closedPort) Error() string { return e.err.Error() }
-func (e *closedPort) Unwrap() error { return e.err }
-
-// retryAfter is the seconds a client refused for err may wait before it
-// asks again: until the restart of an actor whose workload exited, else
-// at once (1).
-func retryAfter(err error, now time.Time) int {
-	if next := exits.Of(err).GetNextRestartTime(); next != nil {
-		return max(1, int(math.Ceil(next.AsTime().Sub(now).Seconds())))
-	}
-	return 1
-}
-
-// exitedAnswer is what the client of an actor whose workload exited is
-// told: the container and how it ended, never its output (which may say
-// anything, to anyone who can reach the router: the actor's events and
-// logs hold it for its users), and when it restarts.
-func exitedAnswer(key ActorKey, exited *torporv1.WorkloadExited) (int, string) {
-	what := fmt.Sprintf("actor %s: %s", key, exits.Status(exited.GetExit()))
-	if next := exited.GetNextRestartTime(); next != nil {
-		return http.StatusServiceUnavailable, fmt.Sprintf("%s; it restarts in %s, retry", what, max(time.Until(next.AsTime()), 0).Round(time.Second))
-	}
-	return http.StatusBadGateway, fmt.Sprintf("%s and is not restarted (restartPolicy %s)", what, enum.Name(exited.GetRestartPolicy()))
-}
-
-// clientAnswer is what the client of a request for the actor is told of
-// err: the status and what happened in words that name only the actor. The
-// status depends on the code the control plane answered, the words never
-// on what it said: its messages speak of workers, uids and node or runtime
-// output.
-func clientAnswer(key ActorKey, err error) (int, string) {
-	var closed *closedPort
-	if exited := exits.Of(err); exited != nil {
-		return exitedAnswer(key, exited)
-	}
-	switch {
-	case errors.As(err, &closed):
-		return http.StatusBadGateway, fmt.Sprintf("actor %s did not answer: nothing accepts connections on port %d", key, closed.port)
-	case errors.Is(err, errNoWorker):
-		return http.StatusServiceUnavailable, fmt.Sprintf("actor %s: %v, retry", key, errNoWorker)
-	case errors.Is(err, errControlPlaneDown):
-		return http.StatusServiceUnavailable, fmt.Sprintf("actor %s: %v, retry", key, errControlPlaneDown)
-	case errors.Is(err, errResumeTimeout):
-		return http.StatusGatewayTimeout, fmt.Sprintf("actor %s: %v, retry", key, errResumeTimeout)
-	case errors.Is(err, errDeleting):
-		return http.StatusConflict, fmt.Sprintf("actor %s is being deleted", key)
-	case errors.Is(err, errNoAnswer):
-		return http.StatusBadGateway, fmt.Sprintf("actor %s did not answer", key)
-	}
-	switch connect.CodeOf(err) {
-	case connect.CodeNotFound:
-		return http.StatusNotFound, fmt.Sprintf("actor %s not found", key)
-	case connect.CodePermissionDenied:
-		// The router's credentials do not cover the actor's space.
-		return http.StatusForbidden, fmt.Sprintf("actor %s is not served by this router", key)
-	case connect.CodeUnauthenticated:
-		// The control plane no longer takes the router's own credentials:
-		// an operator must act, and the client should know it is not its
-		// request.
-		return http.StatusBadGateway, "this router's credentials were refused by the control plane (its client was deleted, or its certificate expired): join it with a new token"
-	case connect.CodeFailedPrecondition:
-		return http.StatusConflict, fmt.Sprintf("actor %s cannot be resumed now", key)
-	}
-	if errors.Is(err, errResumeFailed) {
-		return http.StatusBadGateway, fmt.Sprintf("actor %s could not be resumed", key)
-	}
-	return http.StatusBadGateway, fmt.Sprintf("actor %s could not be reached", key)
-}
 
 // slogPrinter adapts slog to promhttp's error log.
 type slogPrinter struct{ log *slog.Logger }

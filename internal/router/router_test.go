@@ -5,17 +5,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -454,112 +449,6 @@ func TestWebSocketUpgradePassesThrough(t *testing.T) {
 	}
 }
 
-func TestIdlePolicy(t *testing.T) {
-	tests := []struct {
-		action    torporv1.IdleAction
-		wantState torporv1.ActorState
-	}{
-		{torporv1.IdleAction_IDLE_ACTION_SUSPEND, torporv1.ActorState_ACTOR_STATE_SUSPENDED},
-		{torporv1.IdleAction_IDLE_ACTION_PAUSE, torporv1.ActorState_ACTOR_STATE_PAUSED},
-	}
-	for _, tt := range tests {
-		t.Run(tt.action.String(), func(t *testing.T) {
-			e := newEnv(t, 1, helloWorkload)
-			key := e.createActor("app", &torporv1.IdlePolicy{IdleSeconds: 1, Action: tt.action})
-			tr := e.newRouter(Config{ReportInterval: 50 * time.Millisecond})
-			if status, body := tr.get(t, key, "/"); status != http.StatusOK {
-				t.Fatalf("first request: %d %q", status, body)
-			}
-			e.waitState(key, tt.wantState)
-			events, err := e.actors.ListActorEvents(context.Background(), connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.ContainsFunc(events.Msg.GetEvents(), func(ev *torporv1.ActorEvent) bool { return strings.HasPrefix(ev.GetReason(), "idle for ") }) {
-				t.Errorf("no event says the actor was stopped for being idle: %v", events.Msg.GetEvents())
-			}
-			if status, body := tr.get(t, key, "/again"); status != http.StatusOK || body != "hello from app at /again" {
-				t.Fatalf("request after idling: %d %q", status, body)
-			}
-			if n := e.agent.count("Restore"); n != 1 {
-				t.Errorf("restored %d times, want 1", n)
-			}
-			if got := e.state(key); got != torporv1.ActorState_ACTOR_STATE_RUNNING {
-				t.Errorf("actor is %s after the request, want RUNNING", got)
-			}
-		})
-	}
-}
-
-func TestIdlePolicyWaitsForOpenStreams(t *testing.T) {
-	finish := make(chan struct{})
-	e := newEnv(t, 1, func(string) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprint(w, "open\n")
-			http.NewResponseController(w).Flush()
-			select {
-			case <-finish:
-			case <-r.Context().Done():
-			}
-		})
-	})
-	key := e.createActor("app", &torporv1.IdlePolicy{IdleSeconds: 1, Action: torporv1.IdleAction_IDLE_ACTION_SUSPEND})
-	tr := e.newRouter(Config{ReportInterval: 50 * time.Millisecond})
-	resp, err := http.DefaultClient.Do(tr.request(t, http.MethodGet, key, "/stream", nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "open\n" {
-		t.Fatalf("stream start %q, %v", line, err)
-	}
-	// Well past the idle period, with many idle sweeps of the control
-	// plane, the open stream the router reports keeps the actor running.
-	time.Sleep(1500 * time.Millisecond)
-	if got := e.state(key); got != torporv1.ActorState_ACTOR_STATE_RUNNING {
-		t.Fatalf("actor is %s with a stream open, want RUNNING", got)
-	}
-	if n := e.agent.count("Checkpoint"); n != 0 {
-		t.Fatalf("checkpointed %d times with a stream open", n)
-	}
-	close(finish)
-	io.Copy(io.Discard, resp.Body)
-	e.waitState(key, torporv1.ActorState_ACTOR_STATE_SUSPENDED)
-}
-
-func TestRequestDuringIdleSuspendWaitsAndResumes(t *testing.T) {
-	e := newEnv(t, 1, helloWorkload)
-	key := e.createActor("app", &torporv1.IdlePolicy{IdleSeconds: 1, Action: torporv1.IdleAction_IDLE_ACTION_SUSPEND})
-	tr := e.newRouter(Config{ReportInterval: 50 * time.Millisecond})
-	entered, release := e.agent.gate("Checkpoint")
-	defer release()
-	if status, body := tr.get(t, key, "/"); status != http.StatusOK {
-		t.Fatalf("first request: %d %q", status, body)
-	}
-	<-entered // the idle suspend is checkpointing
-	type answer struct {
-		status int
-		body   string
-	}
-	done := make(chan answer, 1)
-	go func() {
-		status, body := tr.get(t, key, "/during")
-		done <- answer{status, body}
-	}()
-	waitFor(t, "the request to arrive", func() bool {
-		tr.actors.mu.Lock()
-		defer tr.actors.mu.Unlock()
-		return tr.actors.m[key] != nil && tr.actors.m[key].inflight == 1
-	})
-	release()
-	if a := <-done; a.status != http.StatusOK || a.body != "hello from app at /during" {
-		t.Fatalf("request during the suspend: %d %q", a.status, a.body)
-	}
-	if n := e.agent.count("Restore"); n != 1 {
-		t.Errorf("restored %d times, want 1", n)
-	}
-}
-
 func TestStaleEndpointIsResolvedAgain(t *testing.T) {
 	e := newEnv(t, 1, helloWorkload)
 	key := e.createActor("app", nil)
@@ -577,123 +466,6 @@ func TestStaleEndpointIsResolvedAgain(t *testing.T) {
 	}
 	if n := e.callCount(torporv1connect.ActorServiceResumeActorProcedure); n != 2 {
 		t.Errorf("ResumeActor called %d times, want 2", n)
-	}
-}
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) requestLines(t *testing.T) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var lines []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if m["msg"] == "request" {
-			lines = append(lines, m)
-		}
-	}
-	return lines
-}
-
-func TestAccessLog(t *testing.T) {
-	e := newEnv(t, 1, helloWorkload)
-	key := e.createActor("app", nil)
-	var logs syncBuffer
-	tr := e.newRouter(Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	_, first := tr.get(t, key, "/one")
-	_, second := tr.get(t, key, "/two")
-	// A line is written once the handler returns, which may be after the
-	// client has read the whole answer.
-	var lines []map[string]any
-	waitFor(t, "two request log lines", func() bool { lines = logs.requestLines(t); return len(lines) >= 2 })
-	if len(lines) != 2 {
-		t.Fatalf("%d request log lines, want 2", len(lines))
-	}
-	for i, want := range []struct {
-		path    string
-		bytes   int
-		resumed bool
-	}{{"/one", len(first), true}, {"/two", len(second), false}} {
-		l := lines[i]
-		if l["actor"] != "default/app" || l["method"] != "GET" || l["path"] != want.path || l["status"] != float64(200) || l["bytes"] != float64(want.bytes) {
-			t.Errorf("line %d: %v", i, l)
-		}
-		if _, ok := l["duration"]; !ok {
-			t.Errorf("line %d has no duration: %v", i, l)
-		}
-		if _, ok := l["resume"]; ok != want.resumed {
-			t.Errorf("line %d: resume present %v, want %v: %v", i, ok, want.resumed, l)
-		}
-	}
-}
-
-func TestMetricsExposed(t *testing.T) {
-	e := newEnv(t, 1, helloWorkload)
-	key := e.createActor("app", nil)
-	tr := e.newRouter(Config{AdminOnIngress: true})
-	if status, _ := tr.get(t, key, "/"); status != http.StatusOK {
-		t.Fatalf("actor request: %d", status)
-	}
-	// A request naming an actor reaches the actor, whatever its path.
-	if status, body := tr.get(t, key, "/metrics"); status != http.StatusOK || body != "hello from app at /metrics" {
-		t.Fatalf("actor's /metrics: %d %q", status, body)
-	}
-	for name, h := range map[string]func() (int, string){
-		"ingress": func() (int, string) {
-			resp, err := http.Get(tr.url + "/metrics")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			return resp.StatusCode, string(b)
-		},
-		"admin handler": func() (int, string) {
-			rec := httptest.NewRecorder()
-			tr.Admin().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-			return rec.Code, rec.Body.String()
-		},
-	} {
-		status, body := h()
-		if status != http.StatusOK {
-			t.Fatalf("%s: /metrics answered %d", name, status)
-		}
-		for _, want := range []string{
-			`torpor_router_requests_total{code="200"} 2`,
-			`torpor_router_resumes_total{result="running"} 1`,
-			`torpor_router_resumes_total{result="no_worker"} 0`,
-			`torpor_router_activation_seconds_count{restore="boot",template="t-app"} 1`,
-			"torpor_router_parked_requests 0",
-		} {
-			if !strings.Contains(body, want) {
-				t.Errorf("%s: /metrics lacks %q:\n%s", name, want, body)
-			}
-		}
-	}
-
-	// Without AdminOnIngress the ingress serves actors only.
-	plain := e.newRouter(Config{})
-	resp, err := http.Get(plain.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("/metrics on an ingress without admin: %d, want 400", resp.StatusCode)
 	}
 }
 

@@ -67,7 +67,7 @@ func (r *Router) serveTunnel(w *recorder, req *http.Request, key ActorKey, start
 		return
 	}
 	if err != nil {
-		r.writeError(w, req, key, err)
+		r.writeError(w, req, route{key: key}, err)
 		return
 	}
 	defer backend.Close()
@@ -210,6 +210,6 @@ func (r *Router) refuseTunnel(w *recorder, req *http.Request, key ActorKey, err 
 	case connect.CodePermissionDenied:
 		w.answer(http.StatusForbidden, fmt.Sprintf("the token gives no access to actor %s", key), err)
 	default:
-		r.writeError(w, req, key, err)
+		r.writeError(w, req, route{key: key}, err)
 	}
 }

@@ -66,6 +66,12 @@ type Workload struct {
 	// Extra files to place in the sandbox (e.g. identity), host path by
 	// guest directory.
 	ExtraMounts map[string]string
+	// Init, when set, is an argument vector the first container's process
+	// runs under: it is started as Init followed by the container's own
+	// argv (the in-sandbox API's supervisor of E2B sandboxes). What it
+	// starts descends from the container's process, unlike what an exec
+	// starts, which runsc kills when it restores a sandbox.
+	Init []string
 }
 
 // ExecSpec is a process to run in a container of a slot's workload, with

@@ -81,6 +81,9 @@ func (w Workload) check(hostsExist bool) ([]Checked, error) {
 		if err != nil {
 			return nil, err
 		}
+		if i == 0 && len(w.Init) > 0 {
+			checked.Process.Args = append(slices.Clone(w.Init), checked.Process.Args...)
+		}
 		out = append(out, checked)
 	}
 	return out, nil

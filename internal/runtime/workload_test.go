@@ -186,6 +186,14 @@ func TestWorkloadCheckSeveralContainers(t *testing.T) {
 	if !slices.Equal(cs[1].Process.Args, []string{"/side"}) {
 		t.Fatalf("side runs %q, want its own command", cs[1].Process.Args)
 	}
+	// Init runs the first container's process under it, and only that one.
+	w.Init = []string{"/sup", "--"}
+	if cs, err = w.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cs[0].Process.Args, []string{"/sup", "--", "/app"}) || !slices.Equal(cs[1].Process.Args, []string{"/side"}) {
+		t.Fatalf("with Init: main runs %q, side %q; want /sup -- /app and /side", cs[0].Process.Args, cs[1].Process.Args)
+	}
 	want := []BindMount{{Host: data, Guest: "/srv/shared", ReadOnly: true}, {Host: certs, Guest: "/var/run/identity", ReadOnly: true}}
 	if !slices.Equal(cs[1].Mounts, want) {
 		t.Fatalf("side's mounts = %+v, want %+v", cs[1].Mounts, want)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -40,19 +41,33 @@ func (s *actorService) CreateActor(ctx context.Context, req *connect.Request[tor
 	if err := refuseSandboxSettings(a.GetSpec()); err != nil {
 		return nil, err
 	}
-	meta := userMeta(a.GetMetadata())
+	created, err := createSuspendedActor(ctx, s.store, userMeta(a.GetMetadata()), &torporv1.ActorSpec{
+		Template: a.GetSpec().GetTemplate(), TemplateRevision: a.GetSpec().GetTemplateRevision(), WorkerSelector: a.GetSpec().GetWorkerSelector(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(created), nil
+}
+
+// createSuspendedActor creates an actor SUSPENDED, on the revision spec
+// names of its template (0: the latest), in one transaction with the
+// checks that its space exists and that revision may take new actors.
+func createSuspendedActor(ctx context.Context, st store.Store, meta *torporv1.ObjectMeta, spec *torporv1.ActorSpec) (*torporv1.Actor, error) {
 	var created *torporv1.Actor
-	err := s.store.InTx(ctx, func(tx store.Tx) error {
+	err := st.InTx(ctx, func(tx store.Tx) error {
 		if err := requireSpace(ctx, tx, meta.GetSpace()); err != nil {
 			return err
 		}
-		rev, err := requireRevision(ctx, tx, meta.GetSpace(), a.GetSpec().GetTemplate(), a.GetSpec().GetTemplateRevision())
+		rev, err := requireRevision(ctx, tx, meta.GetSpace(), spec.GetTemplate(), spec.GetTemplateRevision())
 		if err != nil {
 			return err
 		}
+		onRevision := proto.CloneOf(spec)
+		onRevision.TemplateRevision = rev
 		created, err = tx.Actors().Create(ctx, &torporv1.Actor{
 			Metadata: meta,
-			Spec:     &torporv1.ActorSpec{Template: a.GetSpec().GetTemplate(), TemplateRevision: rev, WorkerSelector: a.GetSpec().GetWorkerSelector()},
+			Spec:     onRevision,
 			Status: &torporv1.ActorStatus{
 				State:     torporv1.ActorState_ACTOR_STATE_SUSPENDED,
 				StateTime: timestamppb.New(time.Now()),
@@ -60,10 +75,7 @@ func (s *actorService) CreateActor(ctx context.Context, req *connect.Request[tor
 		})
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(created), nil
+	return created, err
 }
 
 func (s *actorService) GetActor(ctx context.Context, req *connect.Request[torporv1.GetRequest]) (*connect.Response[torporv1.Actor], error) {

@@ -5,8 +5,9 @@ package server
 //
 //   - the admin token, or the certificate of an admin client: everything
 //     except what only a node may call;
-//   - an API token (identity.PurposeAPI), or the certificate of a user
-//     client: templates, actors and snapshots of the spaces it names, and
+//   - an API token (identity.PurposeAPI, or an E2B key, identity.PurposeE2B,
+//     which is one of a single space), or the certificate of a user client:
+//     templates, actors, sandboxes and snapshots of the spaces it names, and
 //     nothing else (spaces, workers and nodes are administration);
 //   - the certificate of a router client: getting, resuming, suspending
 //     and pausing the actors of its spaces (of all, if it names none),
@@ -95,6 +96,8 @@ var accessRules = func() map[string]access {
 		torporv1connect.IdentityServiceRevokeTokenProcedure:      accessAdmin,
 		torporv1connect.IdentityServiceListClientsProcedure:      accessAdmin,
 		torporv1connect.IdentityServiceDeleteClientProcedure:     accessAdmin,
+		// The call checks the domain; the router's spaces do not matter.
+		torporv1connect.IdentityServiceIssueIngressCertificateProcedure: accessRouter,
 	}
 	byService := map[string]access{
 		torporv1connect.SpaceServiceName:    accessAdmin,
@@ -102,6 +105,7 @@ var accessRules = func() map[string]access {
 		torporv1connect.TemplateServiceName: accessSpace,
 		torporv1connect.ActorServiceName:    accessSpace,
 		torporv1connect.SnapshotServiceName: accessSpace,
+		torporv1connect.SandboxServiceName:  accessSpace,
 	}
 	for service, a := range byService {
 		for _, m := range methods(service) {

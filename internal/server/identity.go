@@ -7,12 +7,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/kube"
 	"github.com/torpor-dev/torpor/internal/store"
@@ -28,10 +31,19 @@ type identityService struct {
 	log       *slog.Logger
 	// kube verifies Kubernetes tokens; nil off Kubernetes.
 	kube *kube.Cluster
+	// ingressDomains are those routers may have certificates for.
+	ingressDomains []string
 }
 
 func (s *Server) newIdentityService() *identityService {
-	return &identityService{store: s.store, authority: s.identity, log: s.log, kube: s.opts.Kubernetes}
+	domains := []string{client.DefaultDomain}
+	if len(s.opts.IngressDomains) > 0 {
+		domains = nil
+		for _, d := range s.opts.IngressDomains {
+			domains = append(domains, strings.Trim(strings.ToLower(d), "."))
+		}
+	}
+	return &identityService{store: s.store, authority: s.identity, log: s.log, kube: s.opts.Kubernetes, ingressDomains: domains}
 }
 
 // identityConfig is the trust domain and JWT issuer of Options: by
@@ -141,6 +153,29 @@ func (i *identityService) RenewCertificate(ctx context.Context, req *connect.Req
 	return connect.NewResponse(issuedCertificate(a, issued)), nil
 }
 
+// IssueIngressCertificate issues a router its HTTPS serving certificate,
+// for a domain the control plane serves (Options.IngressDomains) only.
+func (i *identityService) IssueIngressCertificate(ctx context.Context, req *connect.Request[torporv1.IssueIngressCertificateRequest]) (*connect.Response[torporv1.IssuedCertificate], error) {
+	domain := strings.Trim(strings.ToLower(req.Msg.GetDomain()), ".")
+	if !slices.Contains(i.ingressDomains, domain) {
+		return nil, invalidArgument("domain", "%q is not a domain this control plane serves (%s; see torpor server --ingress-domain)", req.Msg.GetDomain(), strings.Join(i.ingressDomains, ", "))
+	}
+	router := "admin"
+	if name, _, ok := identity.CallerClient(ctx); ok {
+		router = name
+	}
+	a, err := i.authority.Authority(ctx)
+	if err != nil {
+		return nil, i.failure(ctx, "issue ingress certificate", err)
+	}
+	issued, err := a.IssueIngressCertificate(router, domain, req.Msg.GetCsr())
+	if err != nil {
+		return nil, i.failure(ctx, "issue ingress certificate", err)
+	}
+	i.log.InfoContext(ctx, "ingress certificate issued", "router", router, "domain", domain, "expires", issued.Certificate.NotAfter)
+	return connect.NewResponse(issuedCertificate(a, issued)), nil
+}
+
 func errClientUnknown() error {
 	return connect.NewError(connect.CodeUnauthenticated, errors.New("the client certificate's client was deleted or joined again: join with a new token"))
 }
@@ -150,6 +185,7 @@ var (
 		torporv1.TokenPurpose_TOKEN_PURPOSE_NODE_JOIN:   identity.PurposeNodeJoin,
 		torporv1.TokenPurpose_TOKEN_PURPOSE_CLIENT_JOIN: identity.PurposeClientJoin,
 		torporv1.TokenPurpose_TOKEN_PURPOSE_API:         identity.PurposeAPI,
+		torporv1.TokenPurpose_TOKEN_PURPOSE_E2B:         identity.PurposeE2B,
 	}
 	clientRoles = map[torporv1.ClientRole]identity.Role{
 		torporv1.ClientRole_CLIENT_ROLE_ADMIN:  identity.RoleAdmin,
@@ -181,7 +217,7 @@ func (i *identityService) CreateToken(ctx context.Context, req *connect.Request[
 	}
 	purpose, ok := tokenPurposes[req.Msg.GetPurpose()]
 	if !ok {
-		return nil, invalidArgument("purpose", "%s is not a token purpose (NODE_JOIN, CLIENT_JOIN or API)", req.Msg.GetPurpose())
+		return nil, invalidArgument("purpose", "%s is not a token purpose (NODE_JOIN, CLIENT_JOIN, API or E2B)", req.Msg.GetPurpose())
 	}
 	var role identity.Role
 	if r := req.Msg.GetRole(); r != torporv1.ClientRole_CLIENT_ROLE_UNSPECIFIED {

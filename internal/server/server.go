@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
-	"github.com/torpor-dev/torpor/internal/errdefs"
+	"github.com/torpor-dev/torpor/internal/e2b"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/kube"
@@ -60,6 +60,10 @@ type Options struct {
 	// carries besides the listen host, 127.0.0.1 and localhost: the names
 	// clients reach the API by.
 	TLSNames []string
+	// IngressDomains are the domains routers may have serving
+	// certificates for (IssueIngressCertificate): *.<domain> and
+	// <domain>. Default: client.DefaultDomain.
+	IngressDomains []string
 	// MemberCertTTL is the lifetime of node and API client certificates
 	// (renewed at two thirds of it). Default identity.DefaultMemberCertTTL.
 	MemberCertTTL time.Duration
@@ -79,6 +83,17 @@ type Options struct {
 	// apply) and how the server reads them for the command check; nil
 	// allows none.
 	Images *image.Policy
+	// E2BDomain is the domain the E2B-compatible API (internal/e2b)
+	// answers the SDK with: it reaches a sandbox's port at
+	// <port>-<sandboxID>.<E2BDomain>, so it names the routers (a port
+	// may follow). Empty: none is answered, and the SDK uses its own
+	// (E2B_DOMAIN).
+	E2BDomain string
+	// E2BListener, when set, serves the E2B-compatible API in plain HTTP
+	// (E2BListen names its address, for a listener Start opens). The API
+	// port serves it too, under /sandboxes and /v2/sandboxes.
+	E2BListen   string
+	E2BListener net.Listener
 	// Kubernetes, when set, is the cluster the installation runs on:
 	// members may join with their pods' ServiceAccount tokens, only its
 	// Nodes register as nodes, and their cordons, drains and deletions
@@ -151,10 +166,19 @@ func (s *Server) Authority(ctx context.Context) (*identity.Authority, error) {
 // Handler serves the API. Every call but Join needs a credential (see
 // auth.go): an API token, or a client certificate, which the TLS layer of
 // ServeAPI verifies.
-func (s *Server) Handler() http.Handler {
+func (s *Server) Handler() http.Handler { return s.handlers().api }
+
+// handlers are what the server's listeners serve: the API, with the
+// E2B-compatible API under its paths (e2b.Prefixes), and that alone.
+type handlers struct {
+	api http.Handler
+	e2b http.Handler
+}
+
+func (s *Server) handlers() handlers {
 	opts := append([]connect.HandlerOption{
 		connect.WithReadMaxBytes(maxRequestBytes),
-		connect.WithInterceptors(tracing.Interceptor(), edgeErrors(s.log), &gate{identity: s.identity, admin: &s.admin, log: s.log}),
+		connect.WithInterceptors(tracing.Interceptor(), edgeErrors{log: s.log}, &gate{identity: s.identity, admin: &s.admin, log: s.log}),
 	}, strictJSONCodecs()...)
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store, engine: s.engine}, opts...))
@@ -164,6 +188,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine, kube: s.opts.Kubernetes}, opts...))
 	mux.Handle(torporv1connect.NewPlacementServiceHandler(&placementService{store: s.store}, opts...))
+	mux.Handle(torporv1connect.NewSandboxServiceHandler(&sandboxService{store: s.store, engine: s.engine, log: s.log}, opts...))
 	ids := s.newIdentityService()
 	mux.Handle(ids.handler(opts...))
 	mux.Handle("GET /.well-known/", ids.authority.WellKnown(s.log))
@@ -171,7 +196,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.Handle("GET /dashboard/", dashboard())
 	mux.Handle("GET /dashboard", http.RedirectHandler("/dashboard/", http.StatusMovedPermanently))
-	return identity.CallerMiddleware(s.identity.TrustDomain(), mux)
+	// The E2B gateway calls the connect handlers above in this process,
+	// each call with the caller's E2B key, through the same gate as any
+	// other caller.
+	gw := e2b.New(e2b.Config{APIURL: e2b.InProcessURL, HTTPClient: e2b.InProcess(mux), Domain: s.opts.E2BDomain, Logger: s.log}).Handler()
+	for _, prefix := range e2b.Prefixes {
+		mux.Handle(prefix, gw)
+	}
+	return handlers{api: identity.CallerMiddleware(s.identity.TrustDomain(), mux), e2b: gw}
 }
 
 func (s *Server) wakeGoldens() {
@@ -185,6 +217,11 @@ func (s *Server) wakeGoldens() {
 // an actor stops at most this long after its idle time ran out.
 const idleSweepInterval = time.Second
 
+// leaseInterval is how often the control plane ends the leases of E2B
+// sandboxes that are over: a sandbox is killed or paused at most this
+// long after its lease end.
+const leaseInterval = time.Second
+
 // restartSweepInterval is how often the control plane looks for actors
 // whose restart after an exit is due: a restart comes at most this long
 // after its back-off.
@@ -192,8 +229,8 @@ const restartSweepInterval = 250 * time.Millisecond
 
 // RunBackground finishes what a previous control plane left in flight, then
 // keeps watching until ctx is done: node heartbeats (lost nodes crash
-// their actors), stale steps, idle actors, golden builds and orphaned
-// snapshot files.
+// their actors), stale steps, idle actors, sandbox leases, golden builds
+// and orphaned snapshot files.
 func (s *Server) RunBackground(ctx context.Context) {
 	if err := s.engine.RequeueGoldens(ctx); err != nil {
 		s.log.Error("requeue golden builds", "err", err)
@@ -208,6 +245,7 @@ func (s *Server) RunBackground(ctx context.Context) {
 	go s.every(ctx, time.Hour, "sweep orphaned snapshots", s.sweepOrphans)
 	// Every replica sweeps: the steps' compare-and-set lets one act.
 	go s.every(ctx, idleSweepInterval, "apply idle policies", s.engine.SweepIdle)
+	go s.every(ctx, leaseInterval, "end sandbox leases", s.engine.EnforceLeases)
 	go s.every(ctx, restartSweepInterval, "restart exited actors", s.engine.RestartExited)
 	go s.every(ctx, time.Hour, "prune activity records", s.engine.PruneActivity)
 	s.wakeGoldens()
@@ -262,31 +300,4 @@ type snapshotObjects struct{ store snapshot.ObjectStore }
 
 func (o snapshotObjects) DeleteSnapshot(ctx context.Context, location string) error {
 	return snapshot.DeleteSnapshot(ctx, o.store, location)
-}
-
-// edgeErrors gives every failed call the status code a user can act on
-// (errdefs.ToConnect: the engine and the store return errors of a kind,
-// not codes) and logs it with its procedure; server-side faults at error
-// level, caller mistakes at debug.
-func edgeErrors(logger *slog.Logger) connect.UnaryInterceptorFunc {
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			start := time.Now()
-			resp, err := next(ctx, req)
-			if err != nil {
-				err = errdefs.ToConnect(err)
-				level := slog.LevelDebug
-				switch connect.CodeOf(err) {
-				case connect.CodeInternal, connect.CodeUnknown, connect.CodeDataLoss:
-					level = slog.LevelError
-				case connect.CodeUnavailable:
-					// The store or a node out of reach: an operator wants
-					// to see it even though the client may retry.
-					level = slog.LevelWarn
-				}
-				logger.Log(ctx, level, "call failed", "procedure", req.Spec().Procedure, "code", connect.CodeOf(err).String(), "err", err, "duration", time.Since(start))
-			}
-			return resp, err
-		}
-	}
 }

@@ -27,6 +27,9 @@ type Running struct {
 	Objects snapshot.ObjectStore
 	// URL is the API's base URL, https://<bound address>.
 	URL string
+	// E2BURL is the base URL of the plain-HTTP E2B-compatible API,
+	// http://<bound address>; empty when it has no listener of its own.
+	E2BURL string
 	// Authority is the installation's CA, CAPEM its certificate (what
 	// clients verify the API with), AdminToken the admin's API token.
 	Authority  *identity.Authority
@@ -92,9 +95,23 @@ func Start(ctx context.Context, opts Options) (r *Running, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("serve API: %w", err)
 	}
+	e2bLn := opts.E2BListener
+	if e2bLn == nil && opts.E2BListen != "" {
+		if e2bLn, err = net.Listen("tcp", opts.E2BListen); err != nil {
+			return nil, fmt.Errorf("listen on %s (E2B API): %w", opts.E2BListen, err)
+		}
+	}
+	if e2bLn != nil {
+		closers = append(closers, e2bLn.Close)
+		r.E2BURL = "http://" + e2bLn.Addr().String()
+	}
 	r.end = end
 	r.group = rungroup.New(ctx)
-	r.group.Go("API", func(ctx context.Context) error { return httpserve.Serve(ctx, ln, r.Server.Handler(), tlsConfig) })
+	h := r.Server.handlers()
+	r.group.Go("API", func(ctx context.Context) error { return httpserve.Serve(ctx, ln, h.api, tlsConfig) })
+	if e2bLn != nil {
+		r.group.Go("E2B API", func(ctx context.Context) error { return httpserve.Serve(ctx, e2bLn, h.e2b, nil) })
+	}
 	r.group.Go("background work", func(ctx context.Context) error {
 		r.Server.RunBackground(ctx)
 		return nil
@@ -103,7 +120,7 @@ func Start(ctx context.Context, opts Options) (r *Running, err error) {
 		r.group.Go("Kubernetes", r.Server.RunKubernetes)
 	}
 	opts.Logger.Info("serving API", "listen", ln.Addr().String(), "store", opts.Store, "snapshots", opts.Snapshots,
-		"admin_token_file", opts.AdminTokenFile, "ca_file", opts.CAFile)
+		"admin_token_file", opts.AdminTokenFile, "ca_file", opts.CAFile, "e2b_url", r.E2BURL, "e2b_domain", opts.E2BDomain)
 	return r, nil
 }
 

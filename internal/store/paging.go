@@ -43,3 +43,8 @@ func ListAll[T Object](ctx context.Context, c Collection[T], opts ListOptions) (
 	}
 	return all, nil
 }
+
+// PageTokenAfter is the page token of a list that goes on after record
+// (space, name): for a caller that pages through a list it filters
+// itself, whose pages end between the store's.
+func PageTokenAfter(space, name string) string { return encodePageToken(space, name) }

@@ -43,16 +43,20 @@ var (
 // Suspend checkpoints a running actor to snapshot storage (its template's
 // onCommit scope) and frees its worker.
 func (e *Engine) Suspend(ctx context.Context, space, name string) (*torporv1.Actor, error) {
-	return e.checkpoint(ctx, space, name, suspendKind)
+	return e.checkpoint(ctx, space, name, suspendKind, "")
 }
 
 // Pause checkpoints a running actor on its node (onPause scope) and frees
 // its worker; the next resume prefers that node.
 func (e *Engine) Pause(ctx context.Context, space, name string) (*torporv1.Actor, error) {
-	return e.checkpoint(ctx, space, name, pauseKind)
+	return e.checkpoint(ctx, space, name, pauseKind, "")
 }
 
-func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkpointKind) (a *torporv1.Actor, err error) {
+// checkpoint checkpoints the actor as kind, waiting for a step under way
+// first. With onNode set, only while the actor runs there: one that left
+// the node meanwhile (a drain's list is older than the resume that moved
+// it) is answered as it is, untouched.
+func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkpointKind, onNode string) (a *torporv1.Actor, err error) {
 	start := e.now()
 	defer func() { e.metrics.observe(kind.metric(), start, err) }()
 	for range maxAttempts {
@@ -69,6 +73,9 @@ func (e *Engine) checkpoint(ctx context.Context, space, name string, kind checkp
 			}
 			continue
 		case state == torporv1.ActorState_ACTOR_STATE_RUNNING:
+			if onNode != "" && a.GetStatus().GetWorker().GetNode() != onNode {
+				return a, nil
+			}
 		default:
 			return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s is %s: only a RUNNING actor can be %s", actorKey(a), enum.Name(state), enum.Name(kind.done))
 		}

@@ -75,7 +75,7 @@ func (e *Engine) Drain(ctx context.Context, node string) error {
 	}
 	var errs []error
 	for _, a := range actors {
-		if err := e.drainActor(ctx, a); err != nil {
+		if err := e.drainActor(ctx, node, a); err != nil {
 			errs = append(errs, fmt.Errorf("drain node %s: actor %s: %w", node, actorKey(a), err))
 		}
 	}
@@ -137,17 +137,20 @@ func (e *Engine) actorsOn(ctx context.Context, node string) ([]*torporv1.Actor, 
 	return actors, nil
 }
 
-// drainActor suspends a to snapshot storage, resuming it first where it is
-// paused. A step in flight is waited for by Suspend; an actor that ended
-// up suspended, crashed or deleted meanwhile needs nothing more.
-func (e *Engine) drainActor(ctx context.Context, a *torporv1.Actor) error {
+// drainActor suspends a, listed on node, to snapshot storage, resuming it
+// first where it is paused. A step in flight is waited for; an actor that
+// ended up suspended, crashed, deleted or running on another node
+// meanwhile needs nothing more. (Every control-plane replica drains: a
+// list one made before another's drain finished names actors that may
+// have been resumed elsewhere since, by their traffic.)
+func (e *Engine) drainActor(ctx context.Context, node string, a *torporv1.Actor) error {
 	space, name := a.GetMetadata().GetSpace(), a.GetMetadata().GetName()
 	if a.GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_PAUSED {
 		if _, err := e.Resume(ctx, space, name, ResumeOptions{}); err != nil {
 			return fmt.Errorf("resume to move its local checkpoint: %w", err)
 		}
 	}
-	_, err := e.Suspend(ctx, space, name)
+	_, err := e.checkpoint(ctx, space, name, suspendKind, node)
 	if errors.Is(err, errdefs.ErrFailedPrecondition) || errors.Is(err, store.ErrNotFound) {
 		cur, gerr := e.store.Actors().Get(ctx, space, name)
 		if errors.Is(gerr, store.ErrNotFound) || gerr == nil && !holdsWorker(cur.GetStatus().GetState()) && cur.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_PAUSED {

@@ -123,3 +123,30 @@ func TestForgetNodeCrashesItsActorsAtOnce(t *testing.T) {
 	}
 	e.checkPlacement()
 }
+
+// Every control-plane replica drains: one replica's list of the node's
+// actors may be older than another's drain and the resume, by traffic,
+// that moved an actor to another node since. The drain leaves that actor
+// running where it is now.
+func TestDrainLeavesAnActorThatMovedSinceTheList(t *testing.T) {
+	e := newEnv(t, 1, "n1", "n2")
+	e.createActor("moved")
+	if got := nodeOf(e.resume("moved", ResumeOptions{})); got != "n1" {
+		t.Fatalf("moved on %s, want n1", got)
+	}
+	listed := e.actor("moved") // as a drain of n1 lists it
+	e.cordon("n1", Cordon{Draining: true, Reason: "drain"})
+	e.suspend("moved") // another replica's drain
+	if got := nodeOf(e.resume("moved", ResumeOptions{})); got != "n2" {
+		t.Fatalf("moved resumed on %s while n1 drains, want n2", got)
+	}
+	if err := e.engine.drainActor(e.ctx, "n1", listed); err != nil {
+		t.Fatal(err)
+	}
+	a := e.actor("moved")
+	wantState(t, a, torporv1.ActorState_ACTOR_STATE_RUNNING)
+	if nodeOf(a) != "n2" {
+		t.Fatalf("moved after the stale drain: on %s, want still on n2", nodeOf(a))
+	}
+	e.checkPlacement()
+}

@@ -42,6 +42,11 @@ type RestoreInput struct {
 	Golden string
 	// Cold boot was asked for explicitly (only meaningful without state).
 	ForceBoot bool
+	// NoGolden: the actor never starts on a golden image. An E2B
+	// sandbox's container process is the in-sandbox API's supervisor,
+	// which a template's golden image does not run (and runsc restores a
+	// sandbox only with the argv it was captured with).
+	NoGolden bool
 }
 
 // RestorePlan is the decision: how to bring the actor back.
@@ -58,7 +63,8 @@ type RestorePlan struct {
 // DecideRestore is the single place that maps a resume's inputs to a
 // restore scope. Rules:
 //   - no state: the current template's golden when there is one (unless a
-//     cold boot is forced), else a cold boot;
+//     cold boot is forced or the actor never starts on one), else a cold
+//     boot;
 //   - same template: the source's own scope; a DATA source rides the
 //     golden when the template's policy is GOLDEN and a golden exists;
 //   - template replaced: memory never crosses templates, so DATA, or
@@ -69,6 +75,9 @@ type RestorePlan struct {
 // A local checkpoint's SourceTemplateUID is the template it was captured
 // under, never a durable snapshot's.
 func DecideRestore(in RestoreInput) RestorePlan {
+	if in.NoGolden {
+		in.Golden = ""
+	}
 	onGolden := in.FromData == torporv1.FromData_FROM_DATA_GOLDEN && in.Golden != ""
 	if in.Source == SourceNone {
 		if in.Golden != "" && !in.ForceBoot {

@@ -115,3 +115,26 @@ func TestSameGuest(t *testing.T) {
 		t.Fatal("a snapshot without a recorded spec is taken for the same guest")
 	}
 }
+
+// TestDecideRestoreNoGolden: an actor that never starts on a golden image
+// (an E2B sandbox) cold-boots without state and restores DATA without
+// the golden, whatever the template's policy; its own memory restores as
+// ever.
+func TestDecideRestoreNoGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   RestoreInput
+		want torporv1.RestoreScope
+	}{
+		{"no state", RestoreInput{Source: SourceNone, Golden: "g"}, torporv1.RestoreScope_RESTORE_SCOPE_BOOT},
+		{"data on golden policy", RestoreInput{Source: SourceDurable, SourceScope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_DATA, SourceTemplateUID: "t", ActorTemplateUID: "t", FromData: torporv1.FromData_FROM_DATA_GOLDEN, Golden: "g"}, torporv1.RestoreScope_RESTORE_SCOPE_DATA},
+		{"own memory", RestoreInput{Source: SourceDurable, SourceScope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, SourceTemplateUID: "t", ActorTemplateUID: "t", Golden: "g"}, torporv1.RestoreScope_RESTORE_SCOPE_FULL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.in.NoGolden = true
+			if got := DecideRestore(tc.in); got.Scope != tc.want || got.Golden != "" {
+				t.Fatalf("plan %+v, want scope %v without a golden", got, tc.want)
+			}
+		})
+	}
+}

@@ -35,6 +35,13 @@ func (e *Engine) Delete(ctx context.Context, space, name string, opts DeleteOpti
 	if err != nil {
 		return err
 	}
+	return e.deleteActor(ctx, a, opts, "")
+}
+
+// deleteActor is Delete of a as read: its DELETING intent is a
+// compare-and-set on that version (Aborted when a changed since). why,
+// when set, is the reason in the actor's history instead of the request.
+func (e *Engine) deleteActor(ctx context.Context, a *torporv1.Actor, opts DeleteOptions, why string) error {
 	switch state := a.GetStatus().GetState(); {
 	case state == torporv1.ActorState_ACTOR_STATE_DELETING:
 	case state == torporv1.ActorState_ACTOR_STATE_SUSPENDED, state == torporv1.ActorState_ACTOR_STATE_PAUSED, state == torporv1.ActorState_ACTOR_STATE_CRASHED,
@@ -43,6 +50,11 @@ func (e *Engine) Delete(ctx context.Context, space, name string, opts DeleteOpti
 		reason := "delete requested"
 		if holdsWorker(state) {
 			reason = fmt.Sprintf("delete requested with force: the %s workload is stopped without a snapshot", enum.Name(state))
+		}
+		if why != "" {
+			reason = why
+		}
+		if holdsWorker(state) {
 			// What the interrupted step may have written, for the delete
 			// to remove (Recover too, from the intent).
 			if k := a.GetStatus().GetOperation().GetKind(); k == torporv1.OperationKind_OPERATION_KIND_SUSPEND || k == torporv1.OperationKind_OPERATION_KIND_PAUSE {

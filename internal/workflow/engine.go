@@ -145,6 +145,9 @@ type Hooks struct {
 	// AfterIdleClaim runs once an idle stop or eviction committed its
 	// claim and before it reads the actor's activity again.
 	AfterIdleClaim func(actor *torporv1.Actor)
+	// BeforeLeaseEnd runs once a lease end read the sandbox again, found
+	// its lease over, and before it claims the kill or the suspend.
+	BeforeLeaseEnd func(actor *torporv1.Actor)
 }
 
 // New returns an engine.

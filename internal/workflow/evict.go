@@ -40,10 +40,11 @@ type evictionCandidate struct {
 // invariant 10): it pauses or suspends, per its idle policy, the RUNNING
 // actor of the lowest eviction priority, least recently active first,
 // among those on a worker that fits a, idle for at least their
-// template's minimum, with no request in flight and not opted out. The
-// stop's finalize reserves the worker for a (WorkerStatus), so no other
-// resume takes it, and concurrent resumes each evict their own victim:
-// a victim's claim is a compare-and-set that only one of them wins. It
+// template's minimum, with no request in flight, not opted out and no E2B
+// sandbox (its lease keeps it). The stop's finalize reserves the worker
+// for a (WorkerStatus), so no other resume takes it, and concurrent
+// resumes each evict their own victim: a victim's claim is a
+// compare-and-set that only one of them wins. It
 // returns nil once a victim is stopped (or its stop failed, which may
 // free its worker too: the caller's claim decides), and
 // ResourceExhausted, naming why, when nothing can be evicted. a may be a
@@ -122,10 +123,13 @@ func (e *Engine) evictionCandidates(ctx context.Context, fit []*torporv1.Worker)
 	}
 	now := e.now()
 	var cands []evictionCandidate
-	never, inFlight, recent := 0, 0, 0
+	never, inFlight, recent, leased := 0, 0, 0, 0
 	for _, a := range running {
 		c := evictionCandidate{actor: a, p: policyOf(a.GetStatus().GetCurrentTemplateSpec()), act: acts[a.GetMetadata().GetUid()]}
 		switch {
+		case isSandbox(a):
+			// Its lease keeps it; the lease's end stops it (leases.go).
+			leased++
 		case c.p.never:
 			never++
 		case c.act.InFlight > 0:
@@ -143,7 +147,7 @@ func (e *Engine) evictionCandidates(ctx context.Context, fit []*torporv1.Worker)
 	for _, n := range []struct {
 		n    int
 		what string
-	}{{inFlight, "serving requests"}, {recent, "active more recently than their templates' eviction minimum"}, {never, "never evicted by their templates"}} {
+	}{{inFlight, "serving requests"}, {recent, "active more recently than their templates' eviction minimum"}, {never, "never evicted by their templates"}, {leased, "E2B sandboxes, kept until their lease ends"}} {
 		if n.n > 0 {
 			why = append(why, fmt.Sprintf("%d %s", n.n, n.what))
 		}

@@ -124,8 +124,9 @@ func (e *Engine) touch(ctx context.Context, a *torporv1.Actor) {
 // checkpoint on a node.
 const idleSweepers = 4
 
-// SweepIdle applies the idle policy to every RUNNING actor: one idle for
-// its policy's time, with nothing in flight, is paused or suspended; then
+// SweepIdle applies the idle policy to every RUNNING actor but E2B
+// sandboxes (leases.go): one idle for its policy's time, with nothing in
+// flight, is paused or suspended; then
 // it keeps the pools' headroom (keepHeadroom) and the templates' warm
 // workers (keepWarm).
 // Every replica may sweep: the step's compare-and-set lets one act, and a
@@ -158,7 +159,9 @@ func (e *Engine) stopIdleActors(ctx context.Context) error {
 	for _, a := range running {
 		p := policyOf(a.GetStatus().GetCurrentTemplateSpec())
 		act := acts[a.GetMetadata().GetUid()]
-		if p.idle == 0 || act.busy(now.Add(-p.idle)) {
+		// A sandbox's lease, not its idleness, decides when it stops
+		// (EnforceLeases).
+		if isSandbox(a) || p.idle == 0 || act.busy(now.Add(-p.idle)) {
 			continue
 		}
 		sem <- struct{}{}

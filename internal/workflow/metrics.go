@@ -20,6 +20,8 @@ type metrics struct {
 	noEvictable    prometheus.Counter
 	// Warm workers (warmworkers.go).
 	warmed *prometheus.CounterVec
+	// E2B sandboxes' leases (leases.go).
+	leaseEnds *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -58,9 +60,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "torpor_workers_warmed_total",
 			Help: "Free workers the control plane had warmed for a template's next actor (TemplateSpec.warm_workers), by template.",
 		}, []string{"template"}),
+		leaseEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "torpor_sandbox_lease_ends_total",
+			Help: "E2B sandboxes whose lease ended, by action (kill: deleted without a snapshot; pause: suspended, as auto_pause asked).",
+		}, []string{"action"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.steps, m.stepSeconds, m.snapshotBytes, m.stops, m.stopsCancelled, m.evictionWait, m.noEvictable, m.warmed)
+		reg.MustRegister(m.steps, m.stepSeconds, m.snapshotBytes, m.stops, m.stopsCancelled, m.evictionWait, m.noEvictable, m.warmed, m.leaseEnds)
 	}
 	return m
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/runtime"
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 )
 
 // TestRestoreIntoWarmSlot restores a workload into a slot warmed for it
@@ -86,7 +87,7 @@ func TestRestoreIntoWarmSlot(t *testing.T) {
 	if err := h.rt.Checkpoint(ctx, b, t.TempDir(), false); err != nil {
 		t.Fatal(err)
 	}
-	if got := mountsUnder(t, h.root); len(got) > 1 {
+	if got := runtimetest.MountsUnder(t, h.root); len(got) > 1 {
 		t.Fatalf("mounts left after the checkpoint: %v", got)
 	}
 	if data, err := os.ReadFile(filepath.Join(moved.Volumes["data"], "state.log")); err != nil || strings.Count(string(data), "\n") != 4 {

@@ -432,3 +432,14 @@ func RequireRoot(t testing.TB) {
 		t.Fatal("this test needs root (sandboxes, network namespaces); run the tests as root as CI does")
 	}
 }
+
+// MountsUnder lists the mount points below dir (runtime.MountsUnder),
+// failing t if they cannot be read.
+func MountsUnder(t testing.TB, dir string) []string {
+	t.Helper()
+	mounts, err := runtime.MountsUnder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mounts
+}

@@ -218,6 +218,60 @@ func (x *JoinRequest) GetKubernetesToken() string {
 	return ""
 }
 
+type IssueIngressCertificateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PKCS#10 certificate request (DER), signed by the router's serving key.
+	Csr []byte `protobuf:"bytes,1,opt,name=csr,proto3" json:"csr,omitempty"`
+	// The router's domain (torpor router --domain).
+	Domain        string `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueIngressCertificateRequest) Reset() {
+	*x = IssueIngressCertificateRequest{}
+	mi := &file_torpor_v1_identity_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueIngressCertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueIngressCertificateRequest) ProtoMessage() {}
+
+func (x *IssueIngressCertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_identity_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueIngressCertificateRequest.ProtoReflect.Descriptor instead.
+func (*IssueIngressCertificateRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *IssueIngressCertificateRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+func (x *IssueIngressCertificateRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
 type RenewCertificateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// PKCS#10 certificate request (DER); a new key is recommended.
@@ -228,7 +282,7 @@ type RenewCertificateRequest struct {
 
 func (x *RenewCertificateRequest) Reset() {
 	*x = RenewCertificateRequest{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[1]
+	mi := &file_torpor_v1_identity_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -240,7 +294,7 @@ func (x *RenewCertificateRequest) String() string {
 func (*RenewCertificateRequest) ProtoMessage() {}
 
 func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[1]
+	mi := &file_torpor_v1_identity_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -253,7 +307,7 @@ func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{1}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RenewCertificateRequest) GetCsr() []byte {
@@ -279,7 +333,7 @@ type IssuedCertificate struct {
 
 func (x *IssuedCertificate) Reset() {
 	*x = IssuedCertificate{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[2]
+	mi := &file_torpor_v1_identity_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -291,7 +345,7 @@ func (x *IssuedCertificate) String() string {
 func (*IssuedCertificate) ProtoMessage() {}
 
 func (x *IssuedCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[2]
+	mi := &file_torpor_v1_identity_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -304,7 +358,7 @@ func (x *IssuedCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssuedCertificate.ProtoReflect.Descriptor instead.
 func (*IssuedCertificate) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{2}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *IssuedCertificate) GetCertificateChain() [][]byte {
@@ -355,7 +409,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[3]
+	mi := &file_torpor_v1_identity_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +421,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[3]
+	mi := &file_torpor_v1_identity_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +434,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{3}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateTokenRequest) GetPurpose() TokenPurpose {
@@ -434,7 +488,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[4]
+	mi := &file_torpor_v1_identity_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +500,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[4]
+	mi := &file_torpor_v1_identity_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +513,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{4}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateTokenResponse) GetToken() string {
@@ -507,7 +561,7 @@ type TokenInfo struct {
 
 func (x *TokenInfo) Reset() {
 	*x = TokenInfo{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[5]
+	mi := &file_torpor_v1_identity_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +573,7 @@ func (x *TokenInfo) String() string {
 func (*TokenInfo) ProtoMessage() {}
 
 func (x *TokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[5]
+	mi := &file_torpor_v1_identity_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +586,7 @@ func (x *TokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenInfo.ProtoReflect.Descriptor instead.
 func (*TokenInfo) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{5}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TokenInfo) GetId() string {
@@ -592,7 +646,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[6]
+	mi := &file_torpor_v1_identity_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +658,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[6]
+	mi := &file_torpor_v1_identity_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +671,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{6}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{7}
 }
 
 type ListTokensResponse struct {
@@ -629,7 +683,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[7]
+	mi := &file_torpor_v1_identity_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +695,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[7]
+	mi := &file_torpor_v1_identity_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +708,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{7}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListTokensResponse) GetTokens() []*TokenInfo {
@@ -674,7 +728,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[8]
+	mi := &file_torpor_v1_identity_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +740,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[8]
+	mi := &file_torpor_v1_identity_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +753,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RevokeTokenRequest) GetId() string {
@@ -718,7 +772,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[9]
+	mi := &file_torpor_v1_identity_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +784,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[9]
+	mi := &file_torpor_v1_identity_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +797,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{9}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RevokeTokenResponse) GetToken() *TokenInfo {
@@ -770,7 +824,7 @@ type Client struct {
 
 func (x *Client) Reset() {
 	*x = Client{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[10]
+	mi := &file_torpor_v1_identity_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +836,7 @@ func (x *Client) String() string {
 func (*Client) ProtoMessage() {}
 
 func (x *Client) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[10]
+	mi := &file_torpor_v1_identity_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +849,7 @@ func (x *Client) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Client.ProtoReflect.Descriptor instead.
 func (*Client) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{10}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Client) GetName() string {
@@ -841,7 +895,7 @@ type ListClientsRequest struct {
 
 func (x *ListClientsRequest) Reset() {
 	*x = ListClientsRequest{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[11]
+	mi := &file_torpor_v1_identity_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +907,7 @@ func (x *ListClientsRequest) String() string {
 func (*ListClientsRequest) ProtoMessage() {}
 
 func (x *ListClientsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[11]
+	mi := &file_torpor_v1_identity_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +920,7 @@ func (x *ListClientsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsRequest.ProtoReflect.Descriptor instead.
 func (*ListClientsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{11}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{12}
 }
 
 type ListClientsResponse struct {
@@ -878,7 +932,7 @@ type ListClientsResponse struct {
 
 func (x *ListClientsResponse) Reset() {
 	*x = ListClientsResponse{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[12]
+	mi := &file_torpor_v1_identity_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +944,7 @@ func (x *ListClientsResponse) String() string {
 func (*ListClientsResponse) ProtoMessage() {}
 
 func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[12]
+	mi := &file_torpor_v1_identity_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +957,7 @@ func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsResponse.ProtoReflect.Descriptor instead.
 func (*ListClientsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{12}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListClientsResponse) GetClients() []*Client {
@@ -922,7 +976,7 @@ type DeleteClientRequest struct {
 
 func (x *DeleteClientRequest) Reset() {
 	*x = DeleteClientRequest{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[13]
+	mi := &file_torpor_v1_identity_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +988,7 @@ func (x *DeleteClientRequest) String() string {
 func (*DeleteClientRequest) ProtoMessage() {}
 
 func (x *DeleteClientRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[13]
+	mi := &file_torpor_v1_identity_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1001,7 @@ func (x *DeleteClientRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteClientRequest.ProtoReflect.Descriptor instead.
 func (*DeleteClientRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteClientRequest) GetName() string {
@@ -965,7 +1019,7 @@ type DeleteClientResponse struct {
 
 func (x *DeleteClientResponse) Reset() {
 	*x = DeleteClientResponse{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[14]
+	mi := &file_torpor_v1_identity_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1031,7 @@ func (x *DeleteClientResponse) String() string {
 func (*DeleteClientResponse) ProtoMessage() {}
 
 func (x *DeleteClientResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[14]
+	mi := &file_torpor_v1_identity_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1044,7 @@ func (x *DeleteClientResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteClientResponse.ProtoReflect.Descriptor instead.
 func (*DeleteClientResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{14}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{15}
 }
 
 // WorkloadClaim names what a node says runs on one of its workers. The
@@ -1009,7 +1063,7 @@ type WorkloadClaim struct {
 
 func (x *WorkloadClaim) Reset() {
 	*x = WorkloadClaim{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[15]
+	mi := &file_torpor_v1_identity_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1075,7 @@ func (x *WorkloadClaim) String() string {
 func (*WorkloadClaim) ProtoMessage() {}
 
 func (x *WorkloadClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[15]
+	mi := &file_torpor_v1_identity_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1088,7 @@ func (x *WorkloadClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadClaim.ProtoReflect.Descriptor instead.
 func (*WorkloadClaim) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{15}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkloadClaim) GetWorkerNamespace() string {
@@ -1077,7 +1131,7 @@ type MintCertRequest struct {
 
 func (x *MintCertRequest) Reset() {
 	*x = MintCertRequest{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[16]
+	mi := &file_torpor_v1_identity_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1143,7 @@ func (x *MintCertRequest) String() string {
 func (*MintCertRequest) ProtoMessage() {}
 
 func (x *MintCertRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[16]
+	mi := &file_torpor_v1_identity_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1156,7 @@ func (x *MintCertRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintCertRequest.ProtoReflect.Descriptor instead.
 func (*MintCertRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MintCertRequest) GetWorkload() *WorkloadClaim {
@@ -1130,7 +1184,7 @@ type MintJWTRequest struct {
 
 func (x *MintJWTRequest) Reset() {
 	*x = MintJWTRequest{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[17]
+	mi := &file_torpor_v1_identity_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1196,7 @@ func (x *MintJWTRequest) String() string {
 func (*MintJWTRequest) ProtoMessage() {}
 
 func (x *MintJWTRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[17]
+	mi := &file_torpor_v1_identity_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1209,7 @@ func (x *MintJWTRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintJWTRequest.ProtoReflect.Descriptor instead.
 func (*MintJWTRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{17}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MintJWTRequest) GetWorkload() *WorkloadClaim {
@@ -1184,7 +1238,7 @@ type MintJWTResponse struct {
 
 func (x *MintJWTResponse) Reset() {
 	*x = MintJWTResponse{}
-	mi := &file_torpor_v1_identity_proto_msgTypes[18]
+	mi := &file_torpor_v1_identity_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1250,7 @@ func (x *MintJWTResponse) String() string {
 func (*MintJWTResponse) ProtoMessage() {}
 
 func (x *MintJWTResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_identity_proto_msgTypes[18]
+	mi := &file_torpor_v1_identity_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1263,7 @@ func (x *MintJWTResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintJWTResponse.ProtoReflect.Descriptor instead.
 func (*MintJWTResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{18}
+	return file_torpor_v1_identity_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MintJWTResponse) GetToken() string {
@@ -1242,7 +1296,10 @@ const file_torpor_v1_identity_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
 	"\x03csr\x18\x03 \x01(\fR\x03csr\x12)\n" +
-	"\x10kubernetes_token\x18\x04 \x01(\tR\x0fkubernetesToken\"+\n" +
+	"\x10kubernetes_token\x18\x04 \x01(\tR\x0fkubernetesToken\"J\n" +
+	"\x1eIssueIngressCertificateRequest\x12\x10\n" +
+	"\x03csr\x18\x01 \x01(\fR\x03csr\x12\x16\n" +
+	"\x06domain\x18\x02 \x01(\tR\x06domain\"+\n" +
 	"\x17RenewCertificateRequest\x12\x10\n" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\"\xbd\x01\n" +
 	"\x11IssuedCertificate\x12+\n" +
@@ -1322,7 +1379,7 @@ const file_torpor_v1_identity_proto_rawDesc = "" +
 	"\x17CLIENT_ROLE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CLIENT_ROLE_ADMIN\x10\x01\x12\x16\n" +
 	"\x12CLIENT_ROLE_ROUTER\x10\x02\x12\x14\n" +
-	"\x10CLIENT_ROLE_USER\x10\x032\xb3\x05\n" +
+	"\x10CLIENT_ROLE_USER\x10\x032\x97\x06\n" +
 	"\x0fIdentityService\x12<\n" +
 	"\x04Join\x12\x16.torpor.v1.JoinRequest\x1a\x1c.torpor.v1.IssuedCertificate\x12T\n" +
 	"\x10RenewCertificate\x12\".torpor.v1.RenewCertificateRequest\x1a\x1c.torpor.v1.IssuedCertificate\x12L\n" +
@@ -1331,7 +1388,8 @@ const file_torpor_v1_identity_proto_rawDesc = "" +
 	"ListTokens\x12\x1c.torpor.v1.ListTokensRequest\x1a\x1d.torpor.v1.ListTokensResponse\x12L\n" +
 	"\vRevokeToken\x12\x1d.torpor.v1.RevokeTokenRequest\x1a\x1e.torpor.v1.RevokeTokenResponse\x12L\n" +
 	"\vListClients\x12\x1d.torpor.v1.ListClientsRequest\x1a\x1e.torpor.v1.ListClientsResponse\x12O\n" +
-	"\fDeleteClient\x12\x1e.torpor.v1.DeleteClientRequest\x1a\x1f.torpor.v1.DeleteClientResponse\x12D\n" +
+	"\fDeleteClient\x12\x1e.torpor.v1.DeleteClientRequest\x1a\x1f.torpor.v1.DeleteClientResponse\x12b\n" +
+	"\x17IssueIngressCertificate\x12).torpor.v1.IssueIngressCertificateRequest\x1a\x1c.torpor.v1.IssuedCertificate\x12D\n" +
 	"\bMintCert\x12\x1a.torpor.v1.MintCertRequest\x1a\x1c.torpor.v1.IssuedCertificate\x12@\n" +
 	"\aMintJWT\x12\x19.torpor.v1.MintJWTRequest\x1a\x1a.torpor.v1.MintJWTResponseB9Z7github.com/torpor-dev/torpor/api/gen/torpor/v1;torporv1b\x06proto3"
 
@@ -1348,70 +1406,73 @@ func file_torpor_v1_identity_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_identity_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_torpor_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_torpor_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_torpor_v1_identity_proto_goTypes = []any{
-	(TokenPurpose)(0),               // 0: torpor.v1.TokenPurpose
-	(ClientRole)(0),                 // 1: torpor.v1.ClientRole
-	(*JoinRequest)(nil),             // 2: torpor.v1.JoinRequest
-	(*RenewCertificateRequest)(nil), // 3: torpor.v1.RenewCertificateRequest
-	(*IssuedCertificate)(nil),       // 4: torpor.v1.IssuedCertificate
-	(*CreateTokenRequest)(nil),      // 5: torpor.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),     // 6: torpor.v1.CreateTokenResponse
-	(*TokenInfo)(nil),               // 7: torpor.v1.TokenInfo
-	(*ListTokensRequest)(nil),       // 8: torpor.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),      // 9: torpor.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),      // 10: torpor.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),     // 11: torpor.v1.RevokeTokenResponse
-	(*Client)(nil),                  // 12: torpor.v1.Client
-	(*ListClientsRequest)(nil),      // 13: torpor.v1.ListClientsRequest
-	(*ListClientsResponse)(nil),     // 14: torpor.v1.ListClientsResponse
-	(*DeleteClientRequest)(nil),     // 15: torpor.v1.DeleteClientRequest
-	(*DeleteClientResponse)(nil),    // 16: torpor.v1.DeleteClientResponse
-	(*WorkloadClaim)(nil),           // 17: torpor.v1.WorkloadClaim
-	(*MintCertRequest)(nil),         // 18: torpor.v1.MintCertRequest
-	(*MintJWTRequest)(nil),          // 19: torpor.v1.MintJWTRequest
-	(*MintJWTResponse)(nil),         // 20: torpor.v1.MintJWTResponse
-	(*timestamppb.Timestamp)(nil),   // 21: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 22: google.protobuf.Duration
+	(TokenPurpose)(0),                      // 0: torpor.v1.TokenPurpose
+	(ClientRole)(0),                        // 1: torpor.v1.ClientRole
+	(*JoinRequest)(nil),                    // 2: torpor.v1.JoinRequest
+	(*IssueIngressCertificateRequest)(nil), // 3: torpor.v1.IssueIngressCertificateRequest
+	(*RenewCertificateRequest)(nil),        // 4: torpor.v1.RenewCertificateRequest
+	(*IssuedCertificate)(nil),              // 5: torpor.v1.IssuedCertificate
+	(*CreateTokenRequest)(nil),             // 6: torpor.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),            // 7: torpor.v1.CreateTokenResponse
+	(*TokenInfo)(nil),                      // 8: torpor.v1.TokenInfo
+	(*ListTokensRequest)(nil),              // 9: torpor.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),             // 10: torpor.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),             // 11: torpor.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),            // 12: torpor.v1.RevokeTokenResponse
+	(*Client)(nil),                         // 13: torpor.v1.Client
+	(*ListClientsRequest)(nil),             // 14: torpor.v1.ListClientsRequest
+	(*ListClientsResponse)(nil),            // 15: torpor.v1.ListClientsResponse
+	(*DeleteClientRequest)(nil),            // 16: torpor.v1.DeleteClientRequest
+	(*DeleteClientResponse)(nil),           // 17: torpor.v1.DeleteClientResponse
+	(*WorkloadClaim)(nil),                  // 18: torpor.v1.WorkloadClaim
+	(*MintCertRequest)(nil),                // 19: torpor.v1.MintCertRequest
+	(*MintJWTRequest)(nil),                 // 20: torpor.v1.MintJWTRequest
+	(*MintJWTResponse)(nil),                // 21: torpor.v1.MintJWTResponse
+	(*timestamppb.Timestamp)(nil),          // 22: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 23: google.protobuf.Duration
 }
 var file_torpor_v1_identity_proto_depIdxs = []int32{
-	21, // 0: torpor.v1.IssuedCertificate.expire_time:type_name -> google.protobuf.Timestamp
+	22, // 0: torpor.v1.IssuedCertificate.expire_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: torpor.v1.CreateTokenRequest.purpose:type_name -> torpor.v1.TokenPurpose
-	22, // 2: torpor.v1.CreateTokenRequest.ttl:type_name -> google.protobuf.Duration
+	23, // 2: torpor.v1.CreateTokenRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 3: torpor.v1.CreateTokenRequest.role:type_name -> torpor.v1.ClientRole
-	21, // 4: torpor.v1.CreateTokenResponse.expire_time:type_name -> google.protobuf.Timestamp
+	22, // 4: torpor.v1.CreateTokenResponse.expire_time:type_name -> google.protobuf.Timestamp
 	0,  // 5: torpor.v1.TokenInfo.purpose:type_name -> torpor.v1.TokenPurpose
 	1,  // 6: torpor.v1.TokenInfo.role:type_name -> torpor.v1.ClientRole
-	21, // 7: torpor.v1.TokenInfo.create_time:type_name -> google.protobuf.Timestamp
-	21, // 8: torpor.v1.TokenInfo.expire_time:type_name -> google.protobuf.Timestamp
-	7,  // 9: torpor.v1.ListTokensResponse.tokens:type_name -> torpor.v1.TokenInfo
-	7,  // 10: torpor.v1.RevokeTokenResponse.token:type_name -> torpor.v1.TokenInfo
+	22, // 7: torpor.v1.TokenInfo.create_time:type_name -> google.protobuf.Timestamp
+	22, // 8: torpor.v1.TokenInfo.expire_time:type_name -> google.protobuf.Timestamp
+	8,  // 9: torpor.v1.ListTokensResponse.tokens:type_name -> torpor.v1.TokenInfo
+	8,  // 10: torpor.v1.RevokeTokenResponse.token:type_name -> torpor.v1.TokenInfo
 	1,  // 11: torpor.v1.Client.role:type_name -> torpor.v1.ClientRole
-	21, // 12: torpor.v1.Client.create_time:type_name -> google.protobuf.Timestamp
-	12, // 13: torpor.v1.ListClientsResponse.clients:type_name -> torpor.v1.Client
-	17, // 14: torpor.v1.MintCertRequest.workload:type_name -> torpor.v1.WorkloadClaim
-	17, // 15: torpor.v1.MintJWTRequest.workload:type_name -> torpor.v1.WorkloadClaim
-	21, // 16: torpor.v1.MintJWTResponse.expire_time:type_name -> google.protobuf.Timestamp
+	22, // 12: torpor.v1.Client.create_time:type_name -> google.protobuf.Timestamp
+	13, // 13: torpor.v1.ListClientsResponse.clients:type_name -> torpor.v1.Client
+	18, // 14: torpor.v1.MintCertRequest.workload:type_name -> torpor.v1.WorkloadClaim
+	18, // 15: torpor.v1.MintJWTRequest.workload:type_name -> torpor.v1.WorkloadClaim
+	22, // 16: torpor.v1.MintJWTResponse.expire_time:type_name -> google.protobuf.Timestamp
 	2,  // 17: torpor.v1.IdentityService.Join:input_type -> torpor.v1.JoinRequest
-	3,  // 18: torpor.v1.IdentityService.RenewCertificate:input_type -> torpor.v1.RenewCertificateRequest
-	5,  // 19: torpor.v1.IdentityService.CreateToken:input_type -> torpor.v1.CreateTokenRequest
-	8,  // 20: torpor.v1.IdentityService.ListTokens:input_type -> torpor.v1.ListTokensRequest
-	10, // 21: torpor.v1.IdentityService.RevokeToken:input_type -> torpor.v1.RevokeTokenRequest
-	13, // 22: torpor.v1.IdentityService.ListClients:input_type -> torpor.v1.ListClientsRequest
-	15, // 23: torpor.v1.IdentityService.DeleteClient:input_type -> torpor.v1.DeleteClientRequest
-	18, // 24: torpor.v1.IdentityService.MintCert:input_type -> torpor.v1.MintCertRequest
-	19, // 25: torpor.v1.IdentityService.MintJWT:input_type -> torpor.v1.MintJWTRequest
-	4,  // 26: torpor.v1.IdentityService.Join:output_type -> torpor.v1.IssuedCertificate
-	4,  // 27: torpor.v1.IdentityService.RenewCertificate:output_type -> torpor.v1.IssuedCertificate
-	6,  // 28: torpor.v1.IdentityService.CreateToken:output_type -> torpor.v1.CreateTokenResponse
-	9,  // 29: torpor.v1.IdentityService.ListTokens:output_type -> torpor.v1.ListTokensResponse
-	11, // 30: torpor.v1.IdentityService.RevokeToken:output_type -> torpor.v1.RevokeTokenResponse
-	14, // 31: torpor.v1.IdentityService.ListClients:output_type -> torpor.v1.ListClientsResponse
-	16, // 32: torpor.v1.IdentityService.DeleteClient:output_type -> torpor.v1.DeleteClientResponse
-	4,  // 33: torpor.v1.IdentityService.MintCert:output_type -> torpor.v1.IssuedCertificate
-	20, // 34: torpor.v1.IdentityService.MintJWT:output_type -> torpor.v1.MintJWTResponse
-	26, // [26:35] is the sub-list for method output_type
-	17, // [17:26] is the sub-list for method input_type
+	4,  // 18: torpor.v1.IdentityService.RenewCertificate:input_type -> torpor.v1.RenewCertificateRequest
+	6,  // 19: torpor.v1.IdentityService.CreateToken:input_type -> torpor.v1.CreateTokenRequest
+	9,  // 20: torpor.v1.IdentityService.ListTokens:input_type -> torpor.v1.ListTokensRequest
+	11, // 21: torpor.v1.IdentityService.RevokeToken:input_type -> torpor.v1.RevokeTokenRequest
+	14, // 22: torpor.v1.IdentityService.ListClients:input_type -> torpor.v1.ListClientsRequest
+	16, // 23: torpor.v1.IdentityService.DeleteClient:input_type -> torpor.v1.DeleteClientRequest
+	3,  // 24: torpor.v1.IdentityService.IssueIngressCertificate:input_type -> torpor.v1.IssueIngressCertificateRequest
+	19, // 25: torpor.v1.IdentityService.MintCert:input_type -> torpor.v1.MintCertRequest
+	20, // 26: torpor.v1.IdentityService.MintJWT:input_type -> torpor.v1.MintJWTRequest
+	5,  // 27: torpor.v1.IdentityService.Join:output_type -> torpor.v1.IssuedCertificate
+	5,  // 28: torpor.v1.IdentityService.RenewCertificate:output_type -> torpor.v1.IssuedCertificate
+	7,  // 29: torpor.v1.IdentityService.CreateToken:output_type -> torpor.v1.CreateTokenResponse
+	10, // 30: torpor.v1.IdentityService.ListTokens:output_type -> torpor.v1.ListTokensResponse
+	12, // 31: torpor.v1.IdentityService.RevokeToken:output_type -> torpor.v1.RevokeTokenResponse
+	15, // 32: torpor.v1.IdentityService.ListClients:output_type -> torpor.v1.ListClientsResponse
+	17, // 33: torpor.v1.IdentityService.DeleteClient:output_type -> torpor.v1.DeleteClientResponse
+	5,  // 34: torpor.v1.IdentityService.IssueIngressCertificate:output_type -> torpor.v1.IssuedCertificate
+	5,  // 35: torpor.v1.IdentityService.MintCert:output_type -> torpor.v1.IssuedCertificate
+	21, // 36: torpor.v1.IdentityService.MintJWT:output_type -> torpor.v1.MintJWTResponse
+	27, // [27:37] is the sub-list for method output_type
+	17, // [17:27] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name
@@ -1428,7 +1489,7 @@ func file_torpor_v1_identity_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_identity_proto_rawDesc), len(file_torpor_v1_identity_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

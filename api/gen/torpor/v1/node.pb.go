@@ -752,8 +752,11 @@ type Workload struct {
 	// API: given again on every start and restore.
 	Env             map[string]string `protobuf:"bytes,8,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	EnvdAccessToken string            `protobuf:"bytes,9,opt,name=envd_access_token,json=envdAccessToken,proto3" json:"envd_access_token,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The workload is an E2B sandbox: the node runs the in-sandbox API
+	// (envd, port 49983) in it after every start and restore.
+	Envd          bool `protobuf:"varint,10,opt,name=envd,proto3" json:"envd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Workload) Reset() {
@@ -847,6 +850,13 @@ func (x *Workload) GetEnvdAccessToken() string {
 		return x.EnvdAccessToken
 	}
 	return ""
+}
+
+func (x *Workload) GetEnvd() bool {
+	if x != nil {
+		return x.Envd
+	}
+	return false
 }
 
 type RunRequest struct {
@@ -1920,7 +1930,7 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\tOperation\x12\x1b\n" +
 	"\tactor_uid\x18\x01 \x01(\tR\bactorUid\x12!\n" +
 	"\foperation_id\x18\x02 \x01(\tR\voperationId\x12\x16\n" +
-	"\x06worker\x18\x03 \x01(\tR\x06worker\"\x85\x03\n" +
+	"\x06worker\x18\x03 \x01(\tR\x06worker\"\x99\x03\n" +
 	"\bWorkload\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x1b\n" +
@@ -1931,7 +1941,9 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\vforked_from\x18\a \x01(\tR\n" +
 	"forkedFrom\x12.\n" +
 	"\x03env\x18\b \x03(\v2\x1c.torpor.v1.Workload.EnvEntryR\x03env\x12*\n" +
-	"\x11envd_access_token\x18\t \x01(\tR\x0fenvdAccessToken\x1a6\n" +
+	"\x11envd_access_token\x18\t \x01(\tR\x0fenvdAccessToken\x12\x12\n" +
+	"\x04envd\x18\n" +
+	" \x01(\bR\x04envd\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x01\n" +

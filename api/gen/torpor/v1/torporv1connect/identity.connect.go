@@ -53,6 +53,9 @@ const (
 	// IdentityServiceDeleteClientProcedure is the fully-qualified name of the IdentityService's
 	// DeleteClient RPC.
 	IdentityServiceDeleteClientProcedure = "/torpor.v1.IdentityService/DeleteClient"
+	// IdentityServiceIssueIngressCertificateProcedure is the fully-qualified name of the
+	// IdentityService's IssueIngressCertificate RPC.
+	IdentityServiceIssueIngressCertificateProcedure = "/torpor.v1.IdentityService/IssueIngressCertificate"
 	// IdentityServiceMintCertProcedure is the fully-qualified name of the IdentityService's MintCert
 	// RPC.
 	IdentityServiceMintCertProcedure = "/torpor.v1.IdentityService/MintCert"
@@ -83,6 +86,15 @@ type IdentityServiceClient interface {
 	// DeleteClient revokes an API client: its certificates stop working at
 	// once (every call reads the client's record). Admins only.
 	DeleteClient(context.Context, *connect.Request[v1.DeleteClientRequest]) (*connect.Response[v1.DeleteClientResponse], error)
+	// IssueIngressCertificate issues the calling router the certificate it
+	// serves HTTPS with: DNS names *.<domain> and <domain> (the hosts of
+	// E2B sandboxes, <port>-<id>.<domain>; an actor's host has two labels
+	// before the domain, which a wildcard does not cover) and the loopback
+	// names (localhost, 127.0.0.1, ::1), for the key of csr. Router clients and the admin
+	// only; the domain must be one the control plane serves
+	// (torpor server --ingress-domain), so a router cannot have the CA vouch
+	// for names outside the installation.
+	IssueIngressCertificate(context.Context, *connect.Request[v1.IssueIngressCertificateRequest]) (*connect.Response[v1.IssuedCertificate], error)
 	// MintCert issues the X.509 certificate of the actor on a worker of the
 	// calling node.
 	MintCert(context.Context, *connect.Request[v1.MintCertRequest]) (*connect.Response[v1.IssuedCertificate], error)
@@ -144,6 +156,12 @@ func NewIdentityServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(identityServiceMethods.ByName("DeleteClient")),
 			connect.WithClientOptions(opts...),
 		),
+		issueIngressCertificate: connect.NewClient[v1.IssueIngressCertificateRequest, v1.IssuedCertificate](
+			httpClient,
+			baseURL+IdentityServiceIssueIngressCertificateProcedure,
+			connect.WithSchema(identityServiceMethods.ByName("IssueIngressCertificate")),
+			connect.WithClientOptions(opts...),
+		),
 		mintCert: connect.NewClient[v1.MintCertRequest, v1.IssuedCertificate](
 			httpClient,
 			baseURL+IdentityServiceMintCertProcedure,
@@ -161,15 +179,16 @@ func NewIdentityServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 
 // identityServiceClient implements IdentityServiceClient.
 type identityServiceClient struct {
-	join             *connect.Client[v1.JoinRequest, v1.IssuedCertificate]
-	renewCertificate *connect.Client[v1.RenewCertificateRequest, v1.IssuedCertificate]
-	createToken      *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
-	listTokens       *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
-	revokeToken      *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
-	listClients      *connect.Client[v1.ListClientsRequest, v1.ListClientsResponse]
-	deleteClient     *connect.Client[v1.DeleteClientRequest, v1.DeleteClientResponse]
-	mintCert         *connect.Client[v1.MintCertRequest, v1.IssuedCertificate]
-	mintJWT          *connect.Client[v1.MintJWTRequest, v1.MintJWTResponse]
+	join                    *connect.Client[v1.JoinRequest, v1.IssuedCertificate]
+	renewCertificate        *connect.Client[v1.RenewCertificateRequest, v1.IssuedCertificate]
+	createToken             *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
+	listTokens              *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
+	revokeToken             *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
+	listClients             *connect.Client[v1.ListClientsRequest, v1.ListClientsResponse]
+	deleteClient            *connect.Client[v1.DeleteClientRequest, v1.DeleteClientResponse]
+	issueIngressCertificate *connect.Client[v1.IssueIngressCertificateRequest, v1.IssuedCertificate]
+	mintCert                *connect.Client[v1.MintCertRequest, v1.IssuedCertificate]
+	mintJWT                 *connect.Client[v1.MintJWTRequest, v1.MintJWTResponse]
 }
 
 // Join calls torpor.v1.IdentityService.Join.
@@ -207,6 +226,11 @@ func (c *identityServiceClient) DeleteClient(ctx context.Context, req *connect.R
 	return c.deleteClient.CallUnary(ctx, req)
 }
 
+// IssueIngressCertificate calls torpor.v1.IdentityService.IssueIngressCertificate.
+func (c *identityServiceClient) IssueIngressCertificate(ctx context.Context, req *connect.Request[v1.IssueIngressCertificateRequest]) (*connect.Response[v1.IssuedCertificate], error) {
+	return c.issueIngressCertificate.CallUnary(ctx, req)
+}
+
 // MintCert calls torpor.v1.IdentityService.MintCert.
 func (c *identityServiceClient) MintCert(ctx context.Context, req *connect.Request[v1.MintCertRequest]) (*connect.Response[v1.IssuedCertificate], error) {
 	return c.mintCert.CallUnary(ctx, req)
@@ -240,6 +264,15 @@ type IdentityServiceHandler interface {
 	// DeleteClient revokes an API client: its certificates stop working at
 	// once (every call reads the client's record). Admins only.
 	DeleteClient(context.Context, *connect.Request[v1.DeleteClientRequest]) (*connect.Response[v1.DeleteClientResponse], error)
+	// IssueIngressCertificate issues the calling router the certificate it
+	// serves HTTPS with: DNS names *.<domain> and <domain> (the hosts of
+	// E2B sandboxes, <port>-<id>.<domain>; an actor's host has two labels
+	// before the domain, which a wildcard does not cover) and the loopback
+	// names (localhost, 127.0.0.1, ::1), for the key of csr. Router clients and the admin
+	// only; the domain must be one the control plane serves
+	// (torpor server --ingress-domain), so a router cannot have the CA vouch
+	// for names outside the installation.
+	IssueIngressCertificate(context.Context, *connect.Request[v1.IssueIngressCertificateRequest]) (*connect.Response[v1.IssuedCertificate], error)
 	// MintCert issues the X.509 certificate of the actor on a worker of the
 	// calling node.
 	MintCert(context.Context, *connect.Request[v1.MintCertRequest]) (*connect.Response[v1.IssuedCertificate], error)
@@ -297,6 +330,12 @@ func NewIdentityServiceHandler(svc IdentityServiceHandler, opts ...connect.Handl
 		connect.WithSchema(identityServiceMethods.ByName("DeleteClient")),
 		connect.WithHandlerOptions(opts...),
 	)
+	identityServiceIssueIngressCertificateHandler := connect.NewUnaryHandler(
+		IdentityServiceIssueIngressCertificateProcedure,
+		svc.IssueIngressCertificate,
+		connect.WithSchema(identityServiceMethods.ByName("IssueIngressCertificate")),
+		connect.WithHandlerOptions(opts...),
+	)
 	identityServiceMintCertHandler := connect.NewUnaryHandler(
 		IdentityServiceMintCertProcedure,
 		svc.MintCert,
@@ -325,6 +364,8 @@ func NewIdentityServiceHandler(svc IdentityServiceHandler, opts ...connect.Handl
 			identityServiceListClientsHandler.ServeHTTP(w, r)
 		case IdentityServiceDeleteClientProcedure:
 			identityServiceDeleteClientHandler.ServeHTTP(w, r)
+		case IdentityServiceIssueIngressCertificateProcedure:
+			identityServiceIssueIngressCertificateHandler.ServeHTTP(w, r)
 		case IdentityServiceMintCertProcedure:
 			identityServiceMintCertHandler.ServeHTTP(w, r)
 		case IdentityServiceMintJWTProcedure:
@@ -364,6 +405,10 @@ func (UnimplementedIdentityServiceHandler) ListClients(context.Context, *connect
 
 func (UnimplementedIdentityServiceHandler) DeleteClient(context.Context, *connect.Request[v1.DeleteClientRequest]) (*connect.Response[v1.DeleteClientResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.IdentityService.DeleteClient is not implemented"))
+}
+
+func (UnimplementedIdentityServiceHandler) IssueIngressCertificate(context.Context, *connect.Request[v1.IssueIngressCertificateRequest]) (*connect.Response[v1.IssuedCertificate], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.IdentityService.IssueIngressCertificate is not implemented"))
 }
 
 func (UnimplementedIdentityServiceHandler) MintCert(context.Context, *connect.Request[v1.MintCertRequest]) (*connect.Response[v1.IssuedCertificate], error) {
