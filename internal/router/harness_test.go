@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -210,14 +211,25 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 	return e
 }
 
+// freePort is a port nothing listens on, picked below the kernel's
+// ephemeral range (32768-60999 by default): workloads listen on it at
+// every worker address, again each time they move, and a port the
+// kernel may hand out to any ":0" listener or outgoing connection of
+// another test running alongside would be taken between two moves
+// (CI saw "bind: address already in use").
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port in 20000-31999")
+	return 0
 }
 
 // outage answers the next calls of procedure Unavailable.
