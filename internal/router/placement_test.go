@@ -139,6 +139,12 @@ func TestMovesBehindTheRoutersBackNeverMisroute(t *testing.T) {
 			}
 		})
 	}
+	// A failed move ends the test: its clients stop before the router
+	// they call is closed.
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
 	// The mover suspends a running actor and resumes a suspended one
 	// through the API, which the router only hears of from its watch (or
 	// from a gate's refusal).
