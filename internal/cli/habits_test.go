@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // actorsOn starts a fake API with template counter (READY) and the named
@@ -139,32 +138,13 @@ func TestWait(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer a watching command writes while the test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // watching runs a watching command until stop is called, which returns
 // its exit code.
-func watching(t *testing.T, url string, args ...string) (stdout, stderr *syncBuffer, waitFor func(string), stop func() int) {
+func watching(t *testing.T, url string, args ...string) (stdout, stderr *testkit.SyncBuffer, waitFor func(string), stop func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	root := NewRoot()
-	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+	stdout, stderr = &testkit.SyncBuffer{}, &testkit.SyncBuffer{}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	done := make(chan int, 1)

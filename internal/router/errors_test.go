@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // TestErrorBodiesRevealNothing: when a resume fails on the node or the
@@ -50,7 +51,7 @@ func TestErrorBodiesRevealNothing(t *testing.T) {
 			if tt.fail != 0 {
 				e.agent.failWith("Run", tt.fail)
 			}
-			var logs syncBuffer
+			var logs testkit.SyncBuffer
 			tr := e.newRouter(Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 			resp, err := http.DefaultClient.Do(tr.request(t, http.MethodGet, key, "/", nil))
 			if err != nil {
@@ -78,7 +79,7 @@ func TestErrorBodiesRevealNothing(t *testing.T) {
 			}
 			var line map[string]any
 			waitFor(t, "the request's log line", func() bool {
-				for _, l := range logs.requestLines(t) {
+				for _, l := range requestLines(t, &logs) {
 					if l["request_id"] == id {
 						line = l
 						return true

@@ -1,17 +1,16 @@
 package router
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/torpor-dev/torpor/internal/metricstest"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // TestMetricsHelp: every router metric's HELP text names its labels.
@@ -23,24 +22,11 @@ func TestMetricsHelp(t *testing.T) {
 	metricstest.HelpNamesLabels(t, r.Collectors...)
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) requestLines(t *testing.T) []map[string]any {
+// requestLines are the router's "request" log lines written to logs.
+func requestLines(t *testing.T, logs *testkit.SyncBuffer) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var lines []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
@@ -55,14 +41,14 @@ func (b *syncBuffer) requestLines(t *testing.T) []map[string]any {
 func TestAccessLog(t *testing.T) {
 	e := newEnv(t, 1, helloWorkload)
 	key := e.createActor("app", nil)
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	tr := e.newRouter(Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	_, first := tr.get(t, key, "/one")
 	_, second := tr.get(t, key, "/two")
 	// A line is written once the handler returns, which may be after the
 	// client has read the whole answer.
 	var lines []map[string]any
-	waitFor(t, "two request log lines", func() bool { lines = logs.requestLines(t); return len(lines) >= 2 })
+	waitFor(t, "two request log lines", func() bool { lines = requestLines(t, &logs); return len(lines) >= 2 })
 	if len(lines) != 2 {
 		t.Fatalf("%d request log lines, want 2", len(lines))
 	}

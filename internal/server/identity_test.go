@@ -29,6 +29,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/latency"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
+	"github.com/torpor-dev/torpor/internal/testkit"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
 
@@ -232,7 +233,7 @@ func TestResumeMintsOnAnotherReplica(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			ctx := context.Background()
 			url := storetest.URL(t, backend)
-			logs := &syncBuffer{}
+			logs := &testkit.SyncBuffer{}
 			a, b := startReplica(t, url, logs), startReplica(t, url, logs)
 			nodeCert := joinNode(t, a, b, "node-1")
 
@@ -294,7 +295,7 @@ func TestMintRightAfterAssignment(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			ctx := context.Background()
 			url := storetest.URL(t, backend)
-			logs := &syncBuffer{}
+			logs := &testkit.SyncBuffer{}
 			replicas := []*replica{startReplica(t, url, logs), startReplica(t, url, logs)}
 			nodeCert := joinNode(t, replicas[0], replicas[1], "node-1")
 			clients := []torporv1connect.IdentityServiceClient{replicas[0].identity(t, nodeCert), replicas[1].identity(t, nodeCert)}
@@ -362,7 +363,7 @@ func TestMintAuthorization(t *testing.T) {
 	for _, backend := range storetest.Backends {
 		t.Run(backend, func(t *testing.T) {
 			ctx := context.Background()
-			logs := &syncBuffer{}
+			logs := &testkit.SyncBuffer{}
 			r := startReplica(t, storetest.URL(t, backend), logs)
 			st := r.store
 			nodeA, nodeB := joinNode(t, r, r, "node-a"), joinNode(t, r, r, "node-b")
