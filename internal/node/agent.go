@@ -169,10 +169,12 @@ func newDirs(root string) dirs {
 // Agent is a node agent: the composition of its parts, each behind the
 // few methods the others call.
 //
-//   - machine, the slot state machine, serves NodeAgentService: it moves
-//     each worker slot through its phases one operation at a time and
-//     settles what a previous agent left (service.go, ops.go,
-//     reconcile.go). A workload's parts come from images, snapshots,
+//   - machine, the slot state machine: it moves each worker slot
+//     through its phases one operation at a time and settles what a
+//     previous agent left (lifecycle.go, ops.go, reconcile.go). The node
+//     agent API's edge (agentAPI, edge.go) serves NodeAgentService with
+//     its operations and with the data plane's exec, logs and files
+//     (dataPlane, dataplane.go). A workload's parts come from images, snapshots,
 //     volumeDirs, workload identity and prober.
 //   - member is the node's membership of the control plane: its
 //     certificate, registration and heartbeats (membership.go). It tells
@@ -348,7 +350,7 @@ func (a *Agent) releaseIdle(ctx context.Context) error {
 // handler serves the node agent API, to the control plane only.
 func (a *Agent) handler(creds *identity.Credentials) http.Handler {
 	mux := http.NewServeMux()
-	path, h := torporv1connect.NewNodeAgentServiceHandler(a.machine, connect.WithInterceptors(tracing.Interceptor()))
+	path, h := torporv1connect.NewNodeAgentServiceHandler(&agentAPI{life: a.machine, data: newDataPlane(a.machine)}, connect.WithInterceptors(tracing.Interceptor()))
 	mux.Handle(path, onlyControlPlane(creds, h))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.Handle("GET /metrics", a.machine.metrics.handler())

@@ -53,7 +53,7 @@ func (m *slotMachine) placeEnvd(s *slot, w *torporv1.Workload) ([]string, error)
 	if !wantsEnvd(w) {
 		return nil, nil
 	}
-	helper, err := m.placeGuestHelper(s)
+	helper, err := m.guest.place(s, m.identity.dir(s))
 	if err != nil {
 		return nil, fmt.Errorf("actor %s/%s: the in-sandbox API: %w", w.GetSpace(), w.GetActor(), err)
 	}
@@ -92,7 +92,7 @@ func (m *slotMachine) ensureEnvd(ctx context.Context, s *slot, w *torporv1.Workl
 	if supervised && m.envdAnswers(ctx, s) {
 		return nil
 	}
-	helper, err := m.placeGuestHelper(s)
+	helper, err := m.guest.place(s, m.identity.dir(s))
 	if err != nil {
 		return fmt.Errorf("actor %s/%s: the in-sandbox API: %w", w.GetSpace(), w.GetActor(), err)
 	}

@@ -14,14 +14,21 @@ import (
 	"github.com/torpor-dev/torpor/internal/runtime"
 )
 
-// Exec runs a process in the worker's running workload, streaming its
+// execStream is an exec's two ways: the process's start and input in,
+// its output and exit out (a connect.BidiStream).
+type execStream interface {
+	Receive() (*torporv1.ExecRequest, error)
+	Send(*torporv1.ExecOutput) error
+}
+
+// exec runs a process in the worker's running workload, streaming its
 // input and output; the last message carries its exit status.
-func (m *slotMachine) Exec(ctx context.Context, stream *connect.BidiStream[torporv1.ExecRequest, torporv1.ExecOutput]) error {
+func (d *dataPlane) exec(ctx context.Context, stream execStream) error {
 	first, err := stream.Receive()
 	if err != nil {
 		return err
 	}
-	s, err := m.slot(first.GetWorker())
+	s, err := d.slots.slot(first.GetWorker())
 	if err != nil {
 		return err
 	}
@@ -44,10 +51,10 @@ func (m *slotMachine) Exec(ctx context.Context, stream *connect.BidiStream[torpo
 	if p.GetStdin() {
 		spec.Stdin = input
 	}
-	m.log.Debug("exec", "worker", s.name(), "actor_uid", first.GetActorUid(), "container", p.GetContainer(), "command", p.GetCommand(), "tty", p.GetTty())
+	d.log.Debug("exec", "worker", s.name(), "actor_uid", first.GetActorUid(), "container", p.GetContainer(), "command", p.GetCommand(), "tty", p.GetTty())
 	ctx, stop := untilDraining(ctx)
 	defer stop()
-	code, err := m.rt.ExecStream(ctx, s.rt, spec)
+	code, err := d.rt.ExecStream(ctx, s.rt, spec)
 	if cause := context.Cause(ctx); errors.Is(cause, errAgentStopping) {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("worker %s: exec in actor %s: %w", s.name(), first.GetActorUid(), cause))
 	}
@@ -60,7 +67,7 @@ func (m *slotMachine) Exec(ctx context.Context, stream *connect.BidiStream[torpo
 // receiveInput feeds the stream's further messages to a process: its
 // input (ending at close_stdin or the stream's end) and its terminal's
 // sizes. Closing the reader ends the feeding.
-func receiveInput(stream *connect.BidiStream[torporv1.ExecRequest, torporv1.ExecOutput]) (io.ReadCloser, <-chan runtime.TerminalSize) {
+func receiveInput(stream execStream) (io.ReadCloser, <-chan runtime.TerminalSize) {
 	r, w := io.Pipe()
 	resize := make(chan runtime.TerminalSize, 1)
 	go func() {
@@ -100,7 +107,7 @@ func terminalSize(s *torporv1.TerminalSize) runtime.TerminalSize {
 // message at a time.
 type execSender struct {
 	mu     sync.Mutex
-	stream *connect.BidiStream[torporv1.ExecRequest, torporv1.ExecOutput]
+	stream execStream
 }
 
 func (e *execSender) send(msg *torporv1.ExecOutput) error {

@@ -13,7 +13,6 @@ package node
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -25,7 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -454,70 +452,6 @@ func copyLogFiles(from, to string) error {
 		}
 	}
 	return nil
-}
-
-// Logs streams the actor's log on this node: the records asked for (the
-// last tail lines of them), then with follow each new one until the actor
-// stops here or the caller leaves. Without a worker: the log this node
-// keeps of an actor whose workload stopped here.
-func (m *slotMachine) Logs(ctx context.Context, req *connect.Request[torporv1.LogsRequest], stream *connect.ServerStream[torporv1.GetActorLogsResponse]) error {
-	msg := req.Msg
-	f := actorlog.Filter{Container: msg.GetContainer()}
-	if msg.GetSince() != nil {
-		f.Since = msg.GetSince().AsTime()
-	}
-	var recs []*torporv1.LogRecord
-	var follow chan *torporv1.LogRecord
-	if msg.GetWorker() == "" {
-		var err error
-		recs, err = m.logs.readKept(msg.GetActorUid(), f)
-		if errors.Is(err, fs.ErrNotExist) {
-			return connect.NewError(connect.CodeNotFound, fmt.Errorf("node %s keeps no log of actor %s", m.node, msg.GetActorUid()))
-		}
-		if err != nil {
-			return connect.NewError(connect.CodeInternal, fmt.Errorf("node %s: log of actor %s: %w", m.node, msg.GetActorUid(), err))
-		}
-	} else {
-		s, err := m.slot(msg.GetWorker())
-		if err != nil {
-			return err
-		}
-		if err := hosts(s, s.current(), msg.GetActorUid()); err != nil {
-			return err
-		}
-		recs, follow, err = m.logs.read(msg.GetActorUid(), f, msg.GetFollow())
-		if err != nil {
-			return connect.NewError(connect.CodeInternal, fmt.Errorf("worker %s: log of actor %s: %w", s.name(), msg.GetActorUid(), err))
-		}
-		if follow != nil {
-			defer m.logs.unfollow(msg.GetActorUid(), follow)
-		}
-	}
-	recs = actorlog.LastLines(recs, int(msg.GetTail()))
-	for batch := range slices.Chunk(recs, logBatch) {
-		if err := stream.Send(&torporv1.GetActorLogsResponse{Records: batch}); err != nil {
-			return err
-		}
-	}
-	if follow == nil {
-		return nil
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case r, ok := <-follow:
-			if !ok {
-				return nil
-			}
-			if !f.Match(r) {
-				continue
-			}
-			if err := stream.Send(&torporv1.GetActorLogsResponse{Records: []*torporv1.LogRecord{r}}); err != nil {
-				return err
-			}
-		}
-	}
 }
 
 // containerNames are w's containers' names, in order.

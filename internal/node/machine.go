@@ -17,9 +17,10 @@ import (
 
 // slotMachine is the node's slot state machine. It moves each worker slot
 // through its phases (slots.go) one operation at a time, recording every
-// outcome together with the slot's new state (ops.go), serves
-// torpor.v1.NodeAgentService with those operations (service.go), and at
-// startup settles what a previous agent left (reconcile.go). What a
+// outcome together with the slot's new state (ops.go), offers those
+// operations to the API's edge (lifecycle.go, served by agentAPI in
+// edge.go), and at startup settles what a previous agent left
+// (reconcile.go). What a
 // workload needs besides its slot comes from the parts beside it.
 type slotMachine struct {
 	node    string

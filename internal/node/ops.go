@@ -176,7 +176,7 @@ type call struct {
 func operate[T any, P interface {
 	*T
 	proto.Message
-}](ctx context.Context, m *slotMachine, method string, op *torporv1.Operation, fn func(ctx context.Context, s *slot) (P, error)) (*connect.Response[T], error) {
+}](ctx context.Context, m *slotMachine, method string, op *torporv1.Operation, fn func(ctx context.Context, s *slot) (P, error)) (P, error) {
 	if err := validateOperation(op); err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func operate[T any, P interface {
 	if err := c.rec.result(method, resp); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse((*T)(resp)), nil
+	return resp, nil
 }
 
 // execute finds the recorded outcome of key or runs fn and records it,

@@ -179,11 +179,11 @@ func warmFor(body []byte) string {
 
 // Warm warms a free worker for a template's next actor, in the
 // background (see the NodeAgentService).
-func (m *slotMachine) Warm(ctx context.Context, req *connect.Request[torporv1.WarmRequest]) (*connect.Response[torporv1.WarmResponse], error) {
-	if err := validateWarm(req.Msg); err != nil {
+func (m *slotMachine) prewarm(ctx context.Context, req *torporv1.WarmRequest) (*torporv1.WarmResponse, error) {
+	if err := validateWarm(req); err != nil {
 		return nil, err
 	}
-	s, err := m.slot(req.Msg.GetWorker())
+	s, err := m.slot(req.GetWorker())
 	if err != nil {
 		return nil, err
 	}
@@ -191,8 +191,8 @@ func (m *slotMachine) Warm(ctx context.Context, req *connect.Request[torporv1.Wa
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("node %s does not warm workers (warming is off)", m.node))
 	}
 	if cur := s.current(); cur.ActorUID != "" {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s: not warming it for template %s", s.name(), cur.ActorUID, req.Msg.GetWorkload().GetTemplateName()))
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s: not warming it for template %s", s.name(), cur.ActorUID, req.GetWorkload().GetTemplateName()))
 	}
-	m.warm.later(ctx, s, req.Msg.GetWorkload())
-	return connect.NewResponse(&torporv1.WarmResponse{}), nil
+	m.warm.later(ctx, s, req.GetWorkload())
+	return &torporv1.WarmResponse{}, nil
 }

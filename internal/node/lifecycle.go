@@ -11,23 +11,20 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
-	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/tracing"
 )
 
-var _ torporv1connect.NodeAgentServiceHandler = (*slotMachine)(nil)
-
 // Run cold-boots the actor's workload with empty durable volumes.
-func (m *slotMachine) Run(ctx context.Context, req *connect.Request[torporv1.RunRequest]) (*connect.Response[torporv1.RunResponse], error) {
-	op, w := req.Msg.GetOp(), req.Msg.GetWorkload()
+func (m *slotMachine) run(ctx context.Context, req *torporv1.RunRequest) (*torporv1.RunResponse, error) {
+	op, w := req.GetOp(), req.GetWorkload()
 	if err := validateWorkload(op, w); err != nil {
 		return nil, err
 	}
 	return operate(ctx, m, "Run", op, func(ctx context.Context, s *slot) (*torporv1.RunResponse, error) {
-		st, err := m.start(ctx, s, op, w, noSource, req.Msg.GetCheckPort())
+		st, err := m.start(ctx, s, op, w, noSource, req.GetCheckPort())
 		if err != nil {
 			return nil, err
 		}
@@ -37,8 +34,7 @@ func (m *slotMachine) Run(ctx context.Context, req *connect.Request[torporv1.Run
 
 // Restore brings the actor back from its snapshot (and the template's
 // golden image for DATA_ON_GOLDEN).
-func (m *slotMachine) Restore(ctx context.Context, req *connect.Request[torporv1.RestoreRequest]) (*connect.Response[torporv1.RestoreResponse], error) {
-	msg := req.Msg
+func (m *slotMachine) restore(ctx context.Context, msg *torporv1.RestoreRequest) (*torporv1.RestoreResponse, error) {
 	op, w := msg.GetOp(), msg.GetWorkload()
 	if err := validateWorkload(op, w); err != nil {
 		return nil, err
@@ -59,8 +55,7 @@ func (m *slotMachine) Restore(ctx context.Context, req *connect.Request[torporv1
 // Checkpoint captures the actor (memory and volumes for FULL, volumes only
 // for DATA) to snapshot storage or this node, and frees the worker unless
 // asked to leave the workload running.
-func (m *slotMachine) Checkpoint(ctx context.Context, req *connect.Request[torporv1.CheckpointRequest]) (*connect.Response[torporv1.CheckpointResponse], error) {
-	msg := req.Msg
+func (m *slotMachine) takeCheckpoint(ctx context.Context, msg *torporv1.CheckpointRequest) (*torporv1.CheckpointResponse, error) {
 	if err := validateCheckpoint(msg); err != nil {
 		return nil, err
 	}
@@ -81,12 +76,12 @@ func (m *slotMachine) Checkpoint(ctx context.Context, req *connect.Request[torpo
 // Terminate stops the actor's workload and removes its volumes; its log
 // is kept for reading (with what the workload wrote last) unless the
 // request drops it. A worker that hosts another actor is left alone.
-func (m *slotMachine) Terminate(ctx context.Context, req *connect.Request[torporv1.TerminateRequest]) (*connect.Response[torporv1.TerminateResponse], error) {
-	op := req.Msg.GetOp()
+func (m *slotMachine) terminate(ctx context.Context, req *torporv1.TerminateRequest) (*torporv1.TerminateResponse, error) {
+	op := req.GetOp()
 	return operate(ctx, m, "Terminate", op, func(ctx context.Context, s *slot) (*torporv1.TerminateResponse, error) {
 		cur := s.current()
 		var dropLog error
-		if req.Msg.GetDropLog() {
+		if req.GetDropLog() {
 			dropLog = m.logs.remove(op.GetActorUid())
 		}
 		switch cur.ActorUID {
@@ -99,7 +94,7 @@ func (m *slotMachine) Terminate(ctx context.Context, req *connect.Request[torpor
 			if err := m.vacate(ctx, s, cur); err != nil {
 				return nil, err
 			}
-			if req.Msg.GetDropLog() {
+			if req.GetDropLog() {
 				return &torporv1.TerminateResponse{}, m.logs.remove(op.GetActorUid())
 			}
 			m.logs.keep(op.GetActorUid(), "stopped on node %s, worker %s (no checkpoint)", m.node, s.name())
@@ -119,8 +114,8 @@ func (m *slotMachine) Terminate(ctx context.Context, req *connect.Request[torpor
 // deleting actor, or after the resume that read it ended), and the
 // Checkpoint that wrote it answered before the record existed, a repeat
 // of it answering from its recorded result.
-func (m *slotMachine) DropCheckpoint(ctx context.Context, req *connect.Request[torporv1.DropCheckpointRequest]) (*connect.Response[torporv1.DropCheckpointResponse], error) {
-	location := req.Msg.GetLocation()
+func (m *slotMachine) dropCheckpoint(ctx context.Context, req *torporv1.DropCheckpointRequest) (*torporv1.DropCheckpointResponse, error) {
+	location := req.GetLocation()
 	_, actorUID, _, err := snapshot.ParseLocation(location)
 	if err != nil {
 		return nil, invalid("location", "%v", err)
@@ -134,13 +129,13 @@ func (m *slotMachine) DropCheckpoint(ctx context.Context, req *connect.Request[t
 	if err := m.removeLog(actorUID); err != nil {
 		m.log.Warn("actor log not removed with its local checkpoint", "actor_uid", actorUID, "err", err)
 	}
-	return connect.NewResponse(&torporv1.DropCheckpointResponse{}), nil
+	return &torporv1.DropCheckpointResponse{}, nil
 }
 
 // Stats reports whether the worker's workload runs, whose it is and what
 // it uses.
-func (m *slotMachine) Stats(ctx context.Context, req *connect.Request[torporv1.StatsRequest]) (*connect.Response[torporv1.StatsResponse], error) {
-	s, err := m.slot(req.Msg.GetWorker())
+func (m *slotMachine) stats(ctx context.Context, req *torporv1.StatsRequest) (*torporv1.StatsResponse, error) {
+	s, err := m.slot(req.GetWorker())
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +148,7 @@ func (m *slotMachine) Stats(ctx context.Context, req *connect.Request[torporv1.S
 	if !st.Started.IsZero() {
 		resp.Started = timestamppb.New(st.Started)
 	}
-	return connect.NewResponse(resp), nil
+	return resp, nil
 }
 
 // hosts checks that the slot runs actorUID's workload.
