@@ -21,6 +21,9 @@ var codes = []struct {
 	{ErrFailedPrecondition, connect.CodeFailedPrecondition},
 	{ErrResourceExhausted, connect.CodeResourceExhausted},
 	{ErrUnavailable, connect.CodeUnavailable},
+	{ErrUnauthenticated, connect.CodeUnauthenticated},
+	{ErrPermissionDenied, connect.CodePermissionDenied},
+	{ErrUnimplemented, connect.CodeUnimplemented},
 	{context.Canceled, connect.CodeCanceled},
 	{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
 }
@@ -56,4 +59,29 @@ func ToConnect(err error) error {
 		return err
 	}
 	return connect.NewError(Code(err), err)
+}
+
+// FromCode is an error of the kind code stands for, with message msg: a
+// status read back (a recorded outcome) as the error it was. A code no
+// kind stands for (internal, unknown) makes an error of no kind, which
+// Code takes for CodeInternal.
+func FromCode(code connect.Code, msg string) error {
+	for _, c := range codes {
+		if c.code == code {
+			return New(c.kind, msg)
+		}
+	}
+	return errors.New(msg)
+}
+
+// FromConnect is err, returned by another API's call, as an error of the
+// kind its status code stands for (FromCode), with err's message, so the
+// caller tests kinds rather than codes and its own edge maps it again.
+// An error carrying no status is returned as it is.
+func FromConnect(err error) error {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	return FromCode(ce.Code(), err.Error())
 }

@@ -33,6 +33,14 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 	// ErrDataLoss: stored data is missing or corrupt.
 	ErrDataLoss = errors.New("data loss")
+	// ErrUnauthenticated: the caller did not say who it is.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrPermissionDenied: the caller, or the process acting for it, may
+	// not do this.
+	ErrPermissionDenied = errors.New("permission denied")
+	// ErrUnimplemented: the callee does not offer the operation (an older
+	// version of it).
+	ErrUnimplemented = errors.New("unimplemented")
 )
 
 // Errorf is an error with the formatted message, of the given kind:

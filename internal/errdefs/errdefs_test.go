@@ -55,3 +55,43 @@ func TestKindErrorKeepsWhatItWraps(t *testing.T) {
 		t.Errorf("%v is not ErrNotFound", err)
 	}
 }
+
+func TestFromConnect(t *testing.T) {
+	tests := []struct {
+		code connect.Code
+		kind error
+	}{
+		{connect.CodeNotFound, ErrNotFound},
+		{connect.CodeFailedPrecondition, ErrFailedPrecondition},
+		{connect.CodePermissionDenied, ErrPermissionDenied},
+		{connect.CodeUnauthenticated, ErrUnauthenticated},
+		{connect.CodeUnimplemented, ErrUnimplemented},
+		{connect.CodeUnavailable, ErrUnavailable},
+		{connect.CodeDeadlineExceeded, context.DeadlineExceeded},
+		{connect.CodeInternal, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.code.String(), func(t *testing.T) {
+			err := FromConnect(connect.NewError(tt.code, errors.New("worker w1 is busy")))
+			if ce := new(connect.Error); errors.As(err, &ce) {
+				t.Errorf("%v: still a status error", err)
+			}
+			if tt.kind != nil && !errors.Is(err, tt.kind) {
+				t.Errorf("%v: want it of kind %v", err, tt.kind)
+			}
+			if Code(err) != tt.code {
+				t.Errorf("Code = %v, want %v: the code must survive the round trip", Code(err), tt.code)
+			}
+			if want := tt.code.String() + ": worker w1 is busy"; err.Error() != want {
+				t.Errorf("message %q, want %q", err, want)
+			}
+			if got := FromCode(tt.code, "m"); Code(got) != tt.code || got.Error() != "m" {
+				t.Errorf("FromCode = %v (code %v), want code %v, message m", got, Code(got), tt.code)
+			}
+		})
+	}
+	plain := errors.New("dial: refused")
+	if FromConnect(plain) != plain || FromConnect(nil) != nil {
+		t.Error("an error without a status is returned as it is")
+	}
+}

@@ -350,7 +350,8 @@ func (a *Agent) releaseIdle(ctx context.Context) error {
 // handler serves the node agent API, to the control plane only.
 func (a *Agent) handler(creds *identity.Credentials) http.Handler {
 	mux := http.NewServeMux()
-	path, h := torporv1connect.NewNodeAgentServiceHandler(&agentAPI{life: a.machine, data: newDataPlane(a.machine)}, connect.WithInterceptors(tracing.Interceptor()))
+	api := &agentAPI{life: a.machine, data: newDataPlane(a.machine)}
+	path, h := api.handler(connect.WithInterceptors(tracing.Interceptor()))
 	mux.Handle(path, onlyControlPlane(creds, h))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.Handle("GET /metrics", a.machine.metrics.handler())

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"connectrpc.com/connect"
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/retry"
 )
 
@@ -93,7 +93,7 @@ func (m *slotMachine) checkpoint(ctx context.Context, s *slot, cur slotRecord, r
 		}
 		if full {
 			if err := m.checkImage(memory); err != nil {
-				return nil, connect.NewError(connect.CodeDataLoss, fmt.Errorf("checkpoint actor %s/%s: the capture a previous node agent began is incomplete: %w", w.GetSpace(), w.GetActor(), err))
+				return nil, errdefs.Errorf(errdefs.ErrDataLoss, "checkpoint actor %s/%s: the capture a previous node agent began is incomplete: %w", w.GetSpace(), w.GetActor(), err)
 			}
 		}
 		m.log.Info("going on with the capture of an earlier attempt (cut short by an agent restart or a storage fault)", "worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)

@@ -13,8 +13,6 @@ import (
 	"slices"
 	"strconv"
 
-	"connectrpc.com/connect"
-
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/actorlog"
 	"github.com/torpor-dev/torpor/internal/errdefs"
@@ -60,10 +58,10 @@ func (d *dataPlane) actorLogs(ctx context.Context, msg *torporv1.LogsRequest, se
 		var err error
 		recs, err = d.logs.readKept(msg.GetActorUid(), f)
 		if errors.Is(err, fs.ErrNotExist) {
-			return connect.NewError(connect.CodeNotFound, fmt.Errorf("node %s keeps no log of actor %s", d.node, msg.GetActorUid()))
+			return errdefs.Errorf(errdefs.ErrNotFound, "node %s keeps no log of actor %s", d.node, msg.GetActorUid())
 		}
 		if err != nil {
-			return connect.NewError(connect.CodeInternal, fmt.Errorf("node %s: log of actor %s: %w", d.node, msg.GetActorUid(), err))
+			return fmt.Errorf("node %s: log of actor %s: %w", d.node, msg.GetActorUid(), err)
 		}
 	} else {
 		s, err := d.slots.slot(msg.GetWorker())
@@ -75,7 +73,7 @@ func (d *dataPlane) actorLogs(ctx context.Context, msg *torporv1.LogsRequest, se
 		}
 		recs, follow, err = d.logs.read(msg.GetActorUid(), f, msg.GetFollow())
 		if err != nil {
-			return connect.NewError(connect.CodeInternal, fmt.Errorf("worker %s: log of actor %s: %w", s.name(), msg.GetActorUid(), err))
+			return fmt.Errorf("worker %s: log of actor %s: %w", s.name(), msg.GetActorUid(), err)
 		}
 		if follow != nil {
 			defer d.logs.unfollow(msg.GetActorUid(), follow)
@@ -108,6 +106,15 @@ func (d *dataPlane) actorLogs(ctx context.Context, msg *torporv1.LogsRequest, se
 	}
 }
 
+// guestExits are the kinds of the helper's failures, by exit status.
+var guestExits = map[int]error{
+	guestfs.ExitNotFound:     errdefs.ErrNotFound,
+	guestfs.ExitInvalid:      errdefs.ErrInvalidArgument,
+	guestfs.ExitTooLarge:     errdefs.ErrResourceExhausted,
+	guestfs.ExitPrecondition: errdefs.ErrFailedPrecondition,
+	guestfs.ExitDenied:       errdefs.ErrPermissionDenied,
+}
+
 // runGuest runs the helper on op and path in the container of the worker
 // the request names, which must host the actor it names. Its failure
 // keeps its kind (the helper's exit status) and its words.
@@ -123,35 +130,26 @@ func (d *dataPlane) runGuest(ctx context.Context, req *torporv1.NodeFileRequest,
 		return invalid("container", "required")
 	}
 	if err := guestfs.CheckPath(req.GetPath()); err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, err)
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%w", err)
 	}
 	helper, err := d.guest.place(s, d.identity.dir(s))
 	if err != nil {
-		return errdefs.ToConnect(err)
+		return err
 	}
 	var stderr bytes.Buffer
 	cmd := append([]string{helper, guestfs.Command, op, req.GetPath()}, args...)
 	code, err := d.rt.ExecStream(ctx, s.rt, runtime.ExecSpec{Container: req.GetContainer(), Command: cmd, Stdin: stdin, Stdout: stdout, Stderr: &limitedBuffer{b: &stderr}})
 	if err != nil {
-		return errdefs.ToConnect(fmt.Errorf("worker %s: actor %s: %s %s: %w", s.name(), req.GetActorUid(), op, req.GetPath(), err))
+		return fmt.Errorf("worker %s: actor %s: %s %s: %w", s.name(), req.GetActorUid(), op, req.GetPath(), err)
 	}
 	if code == guestfs.ExitOK {
 		return nil
 	}
-	msg := errors.New(string(bytes.TrimSpace(stderr.Bytes())))
-	switch code {
-	case guestfs.ExitNotFound:
-		return connect.NewError(connect.CodeNotFound, msg)
-	case guestfs.ExitInvalid:
-		return connect.NewError(connect.CodeInvalidArgument, msg)
-	case guestfs.ExitTooLarge:
-		return connect.NewError(connect.CodeResourceExhausted, msg)
-	case guestfs.ExitPrecondition:
-		return connect.NewError(connect.CodeFailedPrecondition, msg)
-	case guestfs.ExitDenied:
-		return connect.NewError(connect.CodePermissionDenied, msg)
+	msg := string(bytes.TrimSpace(stderr.Bytes()))
+	if kind, ok := guestExits[code]; ok {
+		return errdefs.New(kind, msg)
 	}
-	return connect.NewError(connect.CodeInternal, fmt.Errorf("the file helper exited %d: %w", code, msg))
+	return fmt.Errorf("the file helper exited %d: %s", code, msg)
 }
 
 // statFile describes one path of the worker's workload.
@@ -162,7 +160,7 @@ func (d *dataPlane) statFile(ctx context.Context, req *torporv1.NodeFileRequest)
 	}
 	var info guestfs.Info
 	if err := json.Unmarshal(out.Bytes(), &info); err != nil {
-		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("stat %s: the helper's answer: %w", req.GetPath(), err))
+		return nil, fmt.Errorf("stat %s: the helper's answer: %w", req.GetPath(), err)
 	}
 	return fileInfo(info), nil
 }
@@ -175,7 +173,7 @@ func (d *dataPlane) listFiles(ctx context.Context, req *torporv1.NodeFileRequest
 	}
 	var infos []guestfs.Info
 	if err := json.Unmarshal(out.Bytes(), &infos); err != nil {
-		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("list %s: the helper's answer: %w", req.GetPath(), err))
+		return nil, fmt.Errorf("list %s: the helper's answer: %w", req.GetPath(), err)
 	}
 	resp := &torporv1.ListActorFilesResponse{}
 	for _, i := range infos {

@@ -2,12 +2,22 @@ package node
 
 import (
 	"context"
+	"crypto/x509"
+	"net/http"
+	"slices"
 
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/errdefs"
+	"github.com/torpor-dev/torpor/internal/identity"
 )
+
+// The node agent API's edge: who may call it (onlyControlPlane), the
+// calls' messages in and out (agentAPI), and the one place its errors get
+// their status codes (edgeErrors). Inside the node, errors are of a kind
+// (errdefs).
 
 // agentAPI is the node agent API's edge (torpor.v1.NodeAgentService): it
 // takes each call's message out of its request, hands it to the slot
@@ -20,6 +30,37 @@ type agentAPI struct {
 }
 
 var _ torporv1connect.NodeAgentServiceHandler = (*agentAPI)(nil)
+
+// handler is the API's HTTP handler, with its errors mapped once.
+func (a *agentAPI) handler(opts ...connect.HandlerOption) (string, http.Handler) {
+	return torporv1connect.NewNodeAgentServiceHandler(a, append(opts, connect.WithInterceptors(edgeErrors{}))...)
+}
+
+// edgeErrors gives every failed call, unary or streaming, the status code
+// of its error's kind (errdefs.ToConnect); an error that has one already
+// (a stream's own) keeps it.
+type edgeErrors struct{}
+
+var _ connect.Interceptor = edgeErrors{}
+
+func (edgeErrors) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		resp, err := next(ctx, req)
+		return resp, errdefs.ToConnect(err)
+	}
+}
+
+func (edgeErrors) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		return errdefs.ToConnect(next(ctx, conn))
+	}
+}
+
+// WrapStreamingClient leaves outgoing streams alone: the edge is where
+// calls come in.
+func (edgeErrors) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
 
 // respond is msg as a unary call's response, or err.
 func respond[T any](msg *T, err error) (*connect.Response[T], error) {
@@ -94,4 +135,23 @@ func (a *agentAPI) ReadFiles(ctx context.Context, req *connect.Request[torporv1.
 // workload.
 func (a *agentAPI) WriteFiles(ctx context.Context, stream *connect.ClientStream[torporv1.NodeWriteFilesRequest]) (*connect.Response[torporv1.WriteActorFilesResponse], error) {
 	return respond(a.data.writeFiles(ctx, stream))
+}
+
+// onlyControlPlane lets through requests whose client certificate (which
+// the TLS layer verified against the node's CA) is the control plane's.
+func onlyControlPlane(creds *identity.Credentials, next http.Handler) http.Handler {
+	want := identity.ServerID(creds.TrustDomain())
+	errWriter := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+			errWriter.Write(w, r, errdefs.ToConnect(errdefs.Errorf(errdefs.ErrUnauthenticated, "the node agent API needs the control plane's client certificate (%s)", want)))
+			return
+		}
+		leaf := r.TLS.VerifiedChains[0][0]
+		if len(leaf.URIs) != 1 || leaf.URIs[0].String() != want || !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+			errWriter.Write(w, r, errdefs.ToConnect(errdefs.Errorf(errdefs.ErrPermissionDenied, "only the control plane (%s) may call the node agent API, not %v", want, leaf.URIs)))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

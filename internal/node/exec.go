@@ -7,8 +7,6 @@ import (
 	"io"
 	"sync"
 
-	"connectrpc.com/connect"
-
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/runtime"
@@ -56,10 +54,10 @@ func (d *dataPlane) exec(ctx context.Context, stream execStream) error {
 	defer stop()
 	code, err := d.rt.ExecStream(ctx, s.rt, spec)
 	if cause := context.Cause(ctx); errors.Is(cause, errAgentStopping) {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("worker %s: exec in actor %s: %w", s.name(), first.GetActorUid(), cause))
+		return errdefs.Errorf(errdefs.ErrUnavailable, "worker %s: exec in actor %s: %w", s.name(), first.GetActorUid(), cause)
 	}
 	if err != nil {
-		return errdefs.ToConnect(fmt.Errorf("worker %s: actor %s: %w", s.name(), first.GetActorUid(), err))
+		return fmt.Errorf("worker %s: actor %s: %w", s.name(), first.GetActorUid(), err)
 	}
 	return out.send(&torporv1.ExecOutput{Exit: &torporv1.ExecExit{Code: int32(code)}})
 }

@@ -13,7 +13,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
@@ -21,6 +20,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/actorlog"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/exits"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/runtime"
@@ -199,9 +199,11 @@ func (m *slotMachine) describeExit(s *slot, actorUID string, exit runtime.Exit) 
 }
 
 // exitError is the error of a start or checkpoint of a workload that
-// exited: FailedPrecondition naming the exit, which it carries.
+// exited: a failed precondition naming the exit. (The operation's record
+// keeps its code and words; the control plane learns the exit itself
+// from ReportExit.)
 func exitError(ce *torporv1.ContainerExit) error {
-	return exits.Error(connect.CodeFailedPrecondition, exits.Describe(ce), &torporv1.WorkloadExited{Exit: ce})
+	return errdefs.New(errdefs.ErrFailedPrecondition, exits.Describe(ce))
 }
 
 // recordedExit is the error for an operation on actorUID's workload,
@@ -214,7 +216,7 @@ func recordedExit(s *slot, cur slotRecord, actorUID string) error {
 	if ce == nil {
 		return nil
 	}
-	return exits.Error(connect.CodeFailedPrecondition, fmt.Sprintf("worker %s: the workload of actor %s exited: %s", s.name(), actorUID, exits.Describe(ce)), &torporv1.WorkloadExited{Exit: ce})
+	return errdefs.Errorf(errdefs.ErrFailedPrecondition, "worker %s: the workload of actor %s exited: %s", s.name(), actorUID, exits.Describe(ce))
 }
 
 // report tells the control plane of an exit, until it answered or the
@@ -231,8 +233,7 @@ func (m *slotMachine) report(worker string, rec *exitRecord) {
 			log.Info("exit reported to the control plane")
 			return
 		}
-		switch connect.CodeOf(err) {
-		case connect.CodeInvalidArgument, connect.CodePermissionDenied, connect.CodeFailedPrecondition, connect.CodeNotFound, connect.CodeUnimplemented:
+		if refusedReport(errdefs.FromConnect(err)) {
 			log.Error("the control plane refused the exit report", "err", err)
 			return
 		}
@@ -241,6 +242,17 @@ func (m *slotMachine) report(worker string, rec *exitRecord) {
 			return
 		}
 	}
+}
+
+// refusedReport says whether the control plane refused an exit report
+// for good: a repeat gets the same answer.
+func refusedReport(err error) bool {
+	for _, kind := range []error{errdefs.ErrInvalidArgument, errdefs.ErrPermissionDenied, errdefs.ErrFailedPrecondition, errdefs.ErrNotFound, errdefs.ErrUnimplemented} {
+		if errors.Is(err, kind) {
+			return true
+		}
+	}
+	return false
 }
 
 // reportRecorded reports again the exits the slot records hold: a

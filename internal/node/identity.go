@@ -59,6 +59,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/identity"
 )
 
@@ -207,12 +208,12 @@ func (id *workloadIdentity) prepare(ctx context.Context, s *slot, w *torporv1.Wo
 // w's actor on s, and writes the files. It returns when the certificate
 // expires.
 func (id *workloadIdentity) mint(ctx context.Context, s *slot, w *torporv1.Workload, key crypto.Signer, csr []byte) (time.Time, error) {
-	fail := func(code connect.Code, err error) (time.Time, error) {
-		return time.Time{}, connect.NewError(code, fmt.Errorf("actor %s/%s on worker %s: mint its certificate: %w", w.GetSpace(), w.GetActor(), s.name(), err))
+	fail := func(err error) (time.Time, error) {
+		return time.Time{}, fmt.Errorf("actor %s/%s on worker %s: mint its certificate: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 	}
 	worker, err := id.workers.registeredWorker(ctx, s.name())
 	if err != nil {
-		return fail(connect.CodeUnavailable, err)
+		return fail(errdefs.Errorf(errdefs.ErrUnavailable, "%w", err))
 	}
 	resp, err := id.minter.MintCert(ctx, connect.NewRequest(&torporv1.MintCertRequest{
 		Workload: &torporv1.WorkloadClaim{
@@ -222,21 +223,21 @@ func (id *workloadIdentity) mint(ctx context.Context, s *slot, w *torporv1.Workl
 		Csr: csr,
 	}))
 	if err != nil {
-		return fail(connect.CodeOf(err), err)
+		return fail(errdefs.FromConnect(err))
 	}
 	chain, bundle := resp.Msg.GetCertificateChain(), resp.Msg.GetTrustBundle()
 	// A certificate for another key would leave the workload with a pair
 	// that cannot do TLS.
 	tlsCert, err := identity.TLSCertificate(key, chain)
 	if err != nil {
-		return fail(connect.CodeInternal, err)
+		return fail(err)
 	}
 	if len(bundle) == 0 {
-		return fail(connect.CodeInternal, errors.New("the answer has no trust bundle"))
+		return fail(errors.New("the answer has no trust bundle"))
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return fail(connect.CodeInternal, err)
+		return fail(err)
 	}
 	files := []identityFile{
 		// The certificate goes last: a workload that finds it finds the
@@ -246,7 +247,7 @@ func (id *workloadIdentity) mint(ctx context.Context, s *slot, w *torporv1.Workl
 		{IdentityCertFile, pemBlocks("CERTIFICATE", chain), 0o644},
 	}
 	if err := id.write(s, files); err != nil {
-		return fail(connect.CodeInternal, err)
+		return fail(err)
 	}
 	id.log.Debug("minted workload certificate", "worker", s.name(), "actor_uid", w.GetActorUid(),
 		"spiffe_id", resp.Msg.GetSpiffeId(), "serial", tlsCert.Leaf.SerialNumber.Text(16), "expires", tlsCert.Leaf.NotAfter)

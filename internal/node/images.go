@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"connectrpc.com/connect"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/image"
 )
 
@@ -33,7 +33,7 @@ func (im images) unpack(ctx context.Context, w *torporv1.Workload) (rootfs map[s
 			configs[c.GetName()], err = im.policy.CachedConfig(ctx, c.GetImage(), im.dir)
 		}
 		if err != nil {
-			return nil, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("actor %s/%s: container %s: %w", w.GetSpace(), w.GetActor(), c.GetName(), err))
+			return nil, nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s/%s: container %s: %w", w.GetSpace(), w.GetActor(), c.GetName(), err)
 		}
 		rootfs[c.GetName()] = dir
 	}

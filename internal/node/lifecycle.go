@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -103,7 +102,7 @@ func (m *slotMachine) terminate(ctx context.Context, req *torporv1.TerminateRequ
 		if dropLog != nil {
 			return nil, dropLog
 		}
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s, not %s: not terminating it", s.name(), cur.ActorUID, op.GetActorUid()))
+		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "worker %s hosts actor %s, not %s: not terminating it", s.name(), cur.ActorUID, op.GetActorUid())
 	})
 }
 
@@ -142,7 +141,7 @@ func (m *slotMachine) stats(ctx context.Context, req *torporv1.StatsRequest) (*t
 	cur := s.current()
 	st, err := m.rt.Stats(ctx, s.rt)
 	if err != nil {
-		return nil, errdefs.ToConnect(fmt.Errorf("worker %s: stats: %w", s.name(), err))
+		return nil, fmt.Errorf("worker %s: stats: %w", s.name(), err)
 	}
 	resp := &torporv1.StatsResponse{Running: st.Running, ActorUid: cur.ActorUID, MemoryBytes: st.MemoryBytes, CpuSeconds: st.CPU.Seconds()}
 	if !st.Started.IsZero() {
@@ -155,11 +154,11 @@ func (m *slotMachine) stats(ctx context.Context, req *torporv1.StatsRequest) (*t
 func hosts(s *slot, cur slotRecord, actorUID string) error {
 	switch {
 	case cur.ActorUID == "":
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts no actor, not %s", s.name(), actorUID))
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "worker %s hosts no actor, not %s", s.name(), actorUID)
 	case cur.ActorUID != actorUID:
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s, not %s", s.name(), cur.ActorUID, actorUID))
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "worker %s hosts actor %s, not %s", s.name(), cur.ActorUID, actorUID)
 	case cur.Phase != phaseRunning:
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s: actor %s is %s, not running", s.name(), actorUID, cur.Phase))
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "worker %s: actor %s is %s, not running", s.name(), actorUID, cur.Phase)
 	}
 	return nil
 }
@@ -238,13 +237,13 @@ func (m *slotMachine) claim(s *slot, op *torporv1.Operation, w *torporv1.Workloa
 	switch cur := s.current(); cur.ActorUID {
 	case "":
 	case actor:
-		return slotRecord{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("actor %s already occupies worker %s (operation %s)", actor, s.name(), cur.Operation))
+		return slotRecord{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s already occupies worker %s (operation %s)", actor, s.name(), cur.Operation)
 	default:
-		return slotRecord{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s is busy with actor %s", s.name(), cur.ActorUID))
+		return slotRecord{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "worker %s is busy with actor %s", s.name(), cur.ActorUID)
 	}
 	for _, other := range m.slots {
 		if other != s && other.current().ActorUID == actor {
-			return slotRecord{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("actor %s already occupies worker %s of this node", actor, other.name()))
+			return slotRecord{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "actor %s already occupies worker %s of this node", actor, other.name())
 		}
 	}
 	rec, err := occupied(phaseStarting, op, w)

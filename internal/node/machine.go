@@ -8,9 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
-
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/slotgate"
 )
@@ -124,7 +123,7 @@ func (m *slotMachine) slot(worker string) (*slot, error) {
 	if worker == "" {
 		return nil, invalid("op.worker", "required")
 	}
-	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("worker %s is not on node %s", worker, m.node))
+	return nil, errdefs.Errorf(errdefs.ErrNotFound, "worker %s is not on node %s", worker, m.node)
 }
 
 // busy counts the slots hosting a workload.

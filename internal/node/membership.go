@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/retry"
 	"github.com/torpor-dev/torpor/internal/validate"
@@ -87,7 +89,7 @@ func (m *membership) stayRegistered(ctx context.Context, client torporv1connect.
 			}
 		} else if _, err := client.Heartbeat(callCtx, connect.NewRequest(&torporv1.HeartbeatRequest{Node: m.name})); err != nil {
 			m.log.Warn("heartbeat failed", "server", m.serverURL, "err", err)
-			registered = connect.CodeOf(err) != connect.CodeNotFound
+			registered = !errors.Is(errdefs.FromConnect(err), errdefs.ErrNotFound)
 		}
 		cancel()
 		if !registered {

@@ -4,10 +4,10 @@ import (
 	"net/http"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/version"
 )
 
@@ -53,7 +53,7 @@ func newMetrics(reg *prometheus.Registry, busy func() int) *metrics {
 func (m *metrics) observe(method string, start time.Time, err error) {
 	result := "ok"
 	if err != nil {
-		result = connect.CodeOf(err).String()
+		result = errdefs.Code(err).String()
 	}
 	m.operations.WithLabelValues(method, result).Inc()
 	m.seconds.WithLabelValues(method).Observe(time.Since(start).Seconds())

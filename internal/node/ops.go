@@ -40,13 +40,13 @@ type opRecord struct {
 func (r *opRecord) key() opKey { return opKey{r.ActorUID, r.OperationID} }
 
 // result decodes the recorded outcome into resp, or returns the recorded
-// error with its code.
+// error, of the kind its code stands for.
 func (r *opRecord) result(method string, resp proto.Message) error {
 	if r.Method != method {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("operation %s was a %s, not a %s: operation ids must not be reused", r.key(), r.Method, method))
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "operation %s was a %s, not a %s: operation ids must not be reused", r.key(), r.Method, method)
 	}
 	if r.Code != 0 {
-		return connect.NewError(r.Code, errors.New(r.Message))
+		return errdefs.FromCode(r.Code, r.Message)
 	}
 	if err := protojson.Unmarshal(r.Response, resp); err != nil {
 		return fmt.Errorf("recorded response of operation %s: %w", r.key(), err)
@@ -57,7 +57,7 @@ func (r *opRecord) result(method string, resp proto.Message) error {
 func newOpRecord(key opKey, method, worker string, resp proto.Message, err error) (*opRecord, error) {
 	rec := &opRecord{ActorUID: key.actorUID, OperationID: key.operationID, Method: method, Worker: worker, Finished: time.Now().UTC()}
 	if err != nil {
-		rec.Code, rec.Message = connect.CodeOf(err), errorMessage(err)
+		rec.Code, rec.Message = errdefs.Code(err), errorMessage(err)
 		return rec, nil
 	}
 	body, merr := protojson.Marshal(resp)
@@ -72,7 +72,7 @@ func newOpRecord(key opKey, method, worker string, resp proto.Message, err error
 // outcome. An operation cut short by the agent stopping is not: its retry
 // must run it again.
 func recordable(err error) bool {
-	switch connect.CodeOf(err) {
+	switch errdefs.Code(err) {
 	case connect.CodeCanceled, connect.CodeUnavailable:
 		return false
 	}
@@ -208,7 +208,7 @@ func operate[T any, P interface {
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		return nil, connect.NewError(connect.CodeCanceled, fmt.Errorf("operation %s goes on without its caller: %w", key, context.Cause(ctx)))
+		return nil, errdefs.Errorf(context.Canceled, "operation %s goes on without its caller: %w", key, context.Cause(ctx))
 	}
 	if c.err != nil {
 		return nil, c.err
@@ -241,7 +241,6 @@ func (m *slotMachine) execute(ctx context.Context, key opKey, method string, s *
 	log := m.log.With("method", method, "operation", key.operationID, "actor_uid", key.actorUID, "worker", s.name())
 	start := time.Now()
 	resp, err := fn(ctx)
-	err = errdefs.ToConnect(err)
 	m.metrics.observe(method, start, err)
 	if err != nil && !recordable(err) {
 		if cerr := s.commit(nil); cerr != nil {
@@ -257,11 +256,11 @@ func (m *slotMachine) execute(ctx context.Context, key opKey, method string, s *
 	}
 	if rerr != nil {
 		log.Error("operation outcome not recorded", "err", rerr)
-		publish(nil, connect.NewError(connect.CodeInternal, rerr))
+		publish(nil, rerr)
 		return
 	}
 	if err != nil {
-		log.Warn("operation failed", "code", connect.CodeOf(err).String(), "err", err, "duration", time.Since(start))
+		log.Warn("operation failed", "code", errdefs.Code(err).String(), "err", err, "duration", time.Since(start))
 	} else {
 		log.Info("operation done", "duration", time.Since(start))
 	}

@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"connectrpc.com/connect"
-
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/validate"
 )
 
@@ -58,7 +57,7 @@ func (pr *prober) checkPort(ctx context.Context, s *slot, w *torporv1.Workload, 
 	case err == nil:
 		return "", nil
 	case named:
-		return "", connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("container %s: nothing accepts connections on port %d, the template's port, where routers send the actor's requests: %w; listen on it, or set containers[0].port to the port the workload listens on", c.GetName(), port, err))
+		return "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "container %s: nothing accepts connections on port %d, the template's port, where routers send the actor's requests: %w; listen on it, or set containers[0].port to the port the workload listens on", c.GetName(), port, err)
 	}
 	return fmt.Sprintf("container %s: nothing accepts connections on port %d, the default port (the template names none), within %s: requests through a router will fail; set containers[0].port to the port the workload listens on", c.GetName(), port, defaultPortGrace), nil
 }

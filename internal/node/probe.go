@@ -10,9 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
-
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/runtime"
 )
 
@@ -91,7 +90,7 @@ func (pr *prober) waitReady(ctx context.Context, s *slot, w *torporv1.Workload, 
 		go func() {
 			err := poll(ctx, r)
 			if err != nil {
-				err = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("actor %s/%s: container %s: readiness probe %s: %w", w.GetSpace(), w.GetActor(), c.GetName(), r.what, err))
+				err = errdefs.Errorf(context.DeadlineExceeded, "actor %s/%s: container %s: readiness probe %s: %w", w.GetSpace(), w.GetActor(), c.GetName(), r.what, err)
 			}
 			failed <- err
 		}()

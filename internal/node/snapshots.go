@@ -10,9 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 
-	"connectrpc.com/connect"
-
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 )
 
@@ -215,7 +214,7 @@ func (sn *snapshots) fetch(ctx context.Context, field string, src *torporv1.Snap
 	case sn.node:
 		store = sn.local
 	default:
-		return "", nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s: %s is a local checkpoint on node %s, not on this node %s", field, src.GetLocation(), src.GetNode(), sn.node))
+		return "", nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "%s: %s is a local checkpoint on node %s, not on this node %s", field, src.GetLocation(), src.GetNode(), sn.node)
 	}
 	dir, release, err := sn.cache.GetFrom(ctx, store, src.GetLocation(), src.GetManifestDigest())
 	if err != nil {
@@ -224,7 +223,7 @@ func (sn *snapshots) fetch(ctx context.Context, field string, src *torporv1.Snap
 			err = fmt.Errorf("golden %w", err)
 		}
 		if errors.Is(err, snapshot.ErrDataLoss) {
-			return "", nil, connect.NewError(connect.CodeDataLoss, err)
+			return "", nil, errdefs.Errorf(errdefs.ErrDataLoss, "%w", err)
 		}
 		return "", nil, err
 	}
@@ -236,7 +235,7 @@ func memoryImage(field string, src *torporv1.SnapshotSource, tree string) (strin
 	dir := filepath.Join(tree, memoryDir)
 	if _, err := os.Stat(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return "", connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s: snapshot %s holds no memory image (a DATA snapshot cannot be restored FULL)", field, src.GetLocation()))
+			return "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "%s: snapshot %s holds no memory image (a DATA snapshot cannot be restored FULL)", field, src.GetLocation())
 		}
 		return "", err
 	}
@@ -260,7 +259,7 @@ func unavailable(log *slog.Logger, err error) error {
 	if snapshot.DiskFull(err) {
 		log.Error("disk full: the operation is repeated until space is freed", "err", err)
 	}
-	return connect.NewError(connect.CodeUnavailable, err)
+	return errdefs.Errorf(errdefs.ErrUnavailable, "%w", err)
 }
 
 // optional returns path if it exists, else "".

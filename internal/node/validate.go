@@ -6,9 +6,8 @@ import (
 	"regexp"
 	"strings"
 
-	"connectrpc.com/connect"
-
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/image"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/validate"
@@ -19,7 +18,7 @@ import (
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
 
 func invalid(field, format string, args ...any) error {
-	return connect.NewError(connect.CodeInvalidArgument, &validate.FieldError{Path: field, Reason: fmt.Sprintf(format, args...)})
+	return &validate.FieldError{Path: field, Reason: fmt.Sprintf(format, args...)}
 }
 
 func checkID(field, v string) error {
@@ -63,13 +62,13 @@ func validateWorkload(op *torporv1.Operation, w *torporv1.Workload) error {
 		return invalid("workload.actorUid", "%q differs from op.actorUid %q", w.GetActorUid(), op.GetActorUid())
 	}
 	if err := validate.TemplateSpec("workload.template", w.GetTemplate(), image.IsPinned); err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, err)
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%w", err)
 	}
 	// It is written into the guest's actor.env, one value a line.
 	if from := w.GetForkedFrom(); from != "" {
 		space, name, _ := strings.Cut(from, "/")
 		if err := errors.Join(validate.Name("workload.forkedFrom", space), validate.Name("workload.forkedFrom", name)); err != nil {
-			return connect.NewError(connect.CodeInvalidArgument, err)
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "%w", err)
 		}
 	}
 	return nil
@@ -88,7 +87,7 @@ func validateWarm(req *torporv1.WarmRequest) error {
 		return invalid("workload", "names actor %q (%s): a warm-up is for a template's next actor, whichever it is", w.GetActor(), w.GetActorUid())
 	}
 	if err := validate.TemplateSpec("workload.template", w.GetTemplate(), image.IsPinned); err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, err)
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%w", err)
 	}
 	return nil
 }

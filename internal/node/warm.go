@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/runtime"
 )
 
@@ -188,10 +188,10 @@ func (m *slotMachine) prewarm(ctx context.Context, req *torporv1.WarmRequest) (*
 		return nil, err
 	}
 	if m.warm.off {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("node %s does not warm workers (warming is off)", m.node))
+		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "node %s does not warm workers (warming is off)", m.node)
 	}
 	if cur := s.current(); cur.ActorUID != "" {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s: not warming it for template %s", s.name(), cur.ActorUID, req.GetWorkload().GetTemplateName()))
+		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "worker %s hosts actor %s: not warming it for template %s", s.name(), cur.ActorUID, req.GetWorkload().GetTemplateName())
 	}
 	m.warm.later(ctx, s, req.GetWorkload())
 	return &torporv1.WarmResponse{}, nil
