@@ -29,6 +29,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/image"
+	"github.com/torpor-dev/torpor/internal/rungroup"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/tracing"
@@ -188,6 +189,7 @@ type Agent struct {
 	log      *slog.Logger
 	dirs     dirs
 	machine  *slotMachine
+	data     *dataPlane
 	member   *membership
 	identity *workloadIdentity
 	warm     *warmer
@@ -240,7 +242,7 @@ func New(cfg Config) (*Agent, error) {
 	id := &workloadIdentity{root: filepath.Join(stateDir, identityDir), log: log, workers: member}
 	m := newSlotMachine(cfg, log, d, id)
 	member.orphans, m.slotsChanged = m, member.slotsChanged
-	return &Agent{cfg: cfg, log: log, dirs: d, machine: m, member: member, identity: id, warm: m.warm}, nil
+	return &Agent{cfg: cfg, log: log, dirs: d, machine: m, data: newDataPlane(m), member: member, identity: id, warm: m.warm}, nil
 }
 
 // WorkerName is the name of a node's i-th worker.
@@ -262,11 +264,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	controlPlane := creds.ControlPlaneClient()
+	// Last, once nothing calls the control plane any more: a kept
+	// connection's goroutines would outlive the agent.
+	defer controlPlane.CloseIdleConnections()
 	// Workloads outlive the agent; the next one renews their identities
 	// and watches them again.
 	defer a.identity.stopAll()
 	defer a.machine.stopWatching()
-	controlPlane := creds.ControlPlaneClient()
+	defer a.machine.logs.detachAll()
+	// Ended once the loops are, for what runs on after open (a slot held
+	// out of service retrying its cleanup) before the stop waits for it.
+	ctx, endRun := context.WithCancel(ctx)
+	defer endRun()
 	nodeService := torporv1connect.NewNodeServiceClient(controlPlane, a.member.serverURL)
 	a.machine.exitReports = nodeService
 	if err := a.open(ctx); err != nil {
@@ -291,21 +301,32 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.member.gate = gate
 	a.identity.minter = torporv1connect.NewIdentityServiceClient(controlPlane, a.member.serverURL)
 	a.log.Info("serving node agent API", "listen", ln.Addr().String(), "address", address, "gate", gate, "workers", len(a.machine.slots), "runtime", a.cfg.Runtime.Class())
-	serveCtx, stopServing := context.WithCancel(ctx)
-	defer stopServing()
-	served := make(chan error, 1)
-	go func() { served <- httpserve.Serve(serveCtx, ln, a.handler(creds), creds.ServerTLSConfig()) }()
-	gated := make(chan error, 1)
-	go func() { gated <- a.machine.gate.Serve(serveCtx, gateLn) }()
-	defer func() {
-		stopServing()
-		if err := <-gated; err != nil {
+	// The loops, stopped in reverse: registration and renewal before the
+	// gate, the gate before the API server, which drains its calls.
+	loops := rungroup.New(ctx)
+	loops.Go("node agent API", func(ctx context.Context) error {
+		return httpserve.Serve(ctx, ln, a.handler(creds), creds.ServerTLSConfig())
+	})
+	loops.Go("slot gate", func(ctx context.Context) error {
+		// A gate that fails leaves the API serving: logged, not fatal.
+		if err := a.machine.gate.Serve(ctx, gateLn); err != nil {
 			a.log.Error("slot gate", "err", err)
 		}
-	}()
-	go a.member.cert.KeepRenewed(serveCtx, creds)
-	go a.member.stayRegistered(serveCtx, nodeService, address)
-	err = <-served
+		<-ctx.Done()
+		return nil
+	})
+	loops.Go("certificate renewal", func(ctx context.Context) error {
+		a.member.cert.KeepRenewed(ctx, creds)
+		return ctx.Err()
+	})
+	loops.Go("registration", func(ctx context.Context) error {
+		a.member.stayRegistered(ctx, nodeService, address)
+		return ctx.Err()
+	})
+	err = loops.Run(ctx)
+	endRun()
+	// The server stopped, so did every stream: their pumps end.
+	a.data.pumps.Wait()
 	// Operations already running finish and record their outcome.
 	a.machine.ops.Wait()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
@@ -313,10 +334,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.warm.discard(stopCtx)
 	buildsErr := a.machine.endGoldenBuilds(stopCtx)
 	releaseErr := errors.Join(buildsErr, a.releaseIdle(stopCtx))
-	if err != nil {
-		return errors.Join(fmt.Errorf("node agent API: %w", err), releaseErr)
-	}
-	return releaseErr
+	return errors.Join(err, releaseErr)
 }
 
 // stopTimeout bounds removing warm sandboxes and the network at a stop.
@@ -350,7 +368,7 @@ func (a *Agent) releaseIdle(ctx context.Context) error {
 // handler serves the node agent API, to the control plane only.
 func (a *Agent) handler(creds *identity.Credentials) http.Handler {
 	mux := http.NewServeMux()
-	api := &agentAPI{life: a.machine, data: newDataPlane(a.machine)}
+	api := &agentAPI{life: a.machine, data: a.data}
 	path, h := api.handler(connect.WithInterceptors(tracing.Interceptor()))
 	mux.Handle(path, onlyControlPlane(creds, h))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/actorlog"
@@ -32,6 +34,11 @@ type dataPlane struct {
 	logs     *actorLogs
 	guest    *guestHelper
 	identity *workloadIdentity
+	// pumps feed a call's stream into a process (exec's input, a
+	// write's data). One ends with its stream, which its caller may keep
+	// open past the call's end; the agent waits for them once its server
+	// has stopped, which ends every stream.
+	pumps sync.WaitGroup
 }
 
 // slotLookup finds a worker's slot (slotMachine.slot).
@@ -227,12 +234,12 @@ func (d *dataPlane) writeFiles(ctx context.Context, stream fileUpload) (*torporv
 		op, args = guestfs.OpUntar, nil
 	}
 	r, w := io.Pipe()
-	var size int64
-	go func() {
+	var size atomic.Int64
+	d.pumps.Go(func() {
 		data := first.GetData()
 		for {
 			if len(data) > 0 {
-				size += int64(len(data))
+				size.Add(int64(len(data)))
 				if _, err := w.Write(data); err != nil {
 					return // the helper stopped reading: its error says why
 				}
@@ -243,11 +250,11 @@ func (d *dataPlane) writeFiles(ctx context.Context, stream fileUpload) (*torporv
 			}
 			data = stream.Msg().GetData()
 		}
-	}()
+	})
 	err := d.runGuest(ctx, first.GetFile(), r, io.Discard, op, args...)
 	r.Close()
 	if err != nil {
 		return nil, err
 	}
-	return &torporv1.WriteActorFilesResponse{Size: size}, nil
+	return &torporv1.WriteActorFilesResponse{Size: size.Load()}, nil
 }

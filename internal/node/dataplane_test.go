@@ -110,15 +110,17 @@ func TestLogsAcrossAgentRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	fifo := runtime.OutputPath(filepath.Join(n.cfg.StateDir, "output", n.worker(0)), 0, "out")
+	// The workload's end, opened as the runtime opens it and held for
+	// the workload's life (the sandbox's processes hold it): a pipe no
+	// process holds open any more drops what it held.
+	workload, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer workload.Close()
 	write := func(line string) {
 		t.Helper()
-		// The workload's end, opened as the runtime opens it.
-		f, err := os.OpenFile(fifo, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if _, err := f.WriteString(line + "\n"); err != nil {
+		if _, err := workload.WriteString(line + "\n"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -37,7 +37,7 @@ func (d *dataPlane) exec(ctx context.Context, stream execStream) error {
 	if len(p.GetCommand()) == 0 {
 		return invalid("process.command", "required")
 	}
-	input, resize := receiveInput(stream)
+	input, resize := d.receiveInput(stream)
 	defer input.Close()
 	out := &execSender{stream: stream}
 	spec := runtime.ExecSpec{
@@ -64,11 +64,12 @@ func (d *dataPlane) exec(ctx context.Context, stream execStream) error {
 
 // receiveInput feeds the stream's further messages to a process: its
 // input (ending at close_stdin or the stream's end) and its terminal's
-// sizes. Closing the reader ends the feeding.
-func receiveInput(stream execStream) (io.ReadCloser, <-chan runtime.TerminalSize) {
+// sizes. Closing the reader ends the feeding; the feeding itself ends
+// with the stream, which may outlast the call (pumps).
+func (d *dataPlane) receiveInput(stream execStream) (io.ReadCloser, <-chan runtime.TerminalSize) {
 	r, w := io.Pipe()
 	resize := make(chan runtime.TerminalSize, 1)
-	go func() {
+	d.pumps.Go(func() {
 		defer w.Close()
 		for {
 			req, err := stream.Receive()
@@ -93,7 +94,7 @@ func receiveInput(stream execStream) (io.ReadCloser, <-chan runtime.TerminalSize
 				w.Close()
 			}
 		}
-	}()
+	})
 	return r, resize
 }
 

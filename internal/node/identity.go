@@ -119,19 +119,19 @@ type renewals struct {
 
 type renewal struct {
 	cancel context.CancelFunc
-	done   chan struct{}
+	loop   sync.WaitGroup
 }
 
 func (r *renewal) stop() {
 	r.cancel()
-	<-r.done
+	r.loop.Wait()
 }
 
 // start runs loop for worker until stop; a loop already running for it is
 // stopped first.
 func (rs *renewals) start(worker string, loop func(ctx context.Context)) {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &renewal{cancel: cancel, done: make(chan struct{})}
+	r := &renewal{cancel: cancel}
 	rs.mu.Lock()
 	old := rs.byWorker[worker]
 	if rs.byWorker == nil {
@@ -142,10 +142,7 @@ func (rs *renewals) start(worker string, loop func(ctx context.Context)) {
 	if old != nil {
 		old.stop()
 	}
-	go func() {
-		defer close(r.done)
-		loop(ctx)
-	}()
+	r.loop.Go(func() { loop(ctx) })
 }
 
 // stop ends worker's renewal, waiting for a renewal in progress, so

@@ -217,11 +217,7 @@ func (l *actorLogs) attach(worker, uid string, containers []string) {
 				continue
 			}
 			r.files = append(r.files, f)
-			r.done.Add(1)
-			go func() {
-				defer r.done.Done()
-				readOutput(f, a, name, map[string]string{"out": "stdout", "err": "stderr"}[stream])
-			}()
+			r.done.Go(func() { readOutput(f, a, name, map[string]string{"out": "stdout", "err": "stderr"}[stream]) })
 		}
 	}
 	l.mu.Lock()
@@ -236,12 +232,36 @@ func (l *actorLogs) detach(worker string) {
 	r := l.readers[worker]
 	delete(l.readers, worker)
 	l.mu.Unlock()
-	if r == nil {
-		return
+	if r != nil {
+		r.stop()
 	}
+}
+
+// detachAll stops every reader, at the agent's stop: the next agent
+// reads the FIFOs of the workloads that run on.
+func (l *actorLogs) detachAll() {
+	l.mu.Lock()
+	readers := l.readers
+	l.readers = map[string]*slotReader{}
+	l.mu.Unlock()
+	for _, r := range readers {
+		r.drain()
+	}
+	for _, r := range readers {
+		r.stop()
+	}
+}
+
+// drain lets the reader take what the FIFOs hold now, then end.
+func (r *slotReader) drain() {
 	for _, f := range r.files {
 		f.SetReadDeadline(time.Now().Add(drainWait))
 	}
+}
+
+// stop drains the reader and waits for it to end.
+func (r *slotReader) stop() {
+	r.drain()
 	r.done.Wait()
 	for _, f := range r.files {
 		f.Close()

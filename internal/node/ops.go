@@ -190,9 +190,7 @@ func operate[T any, P interface {
 	if c == nil {
 		c = &call{done: make(chan struct{})}
 		m.inflight[key] = c
-		m.ops.Add(1)
-		go func() {
-			defer m.ops.Done()
+		m.ops.Go(func() {
 			opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
 			defer cancel()
 			m.execute(opCtx, key, method, s, func(ctx context.Context) (proto.Message, error) { return fn(ctx, s) }, func(rec *opRecord, err error) {
@@ -202,7 +200,7 @@ func operate[T any, P interface {
 				m.mu.Unlock()
 				close(c.done)
 			})
-		}()
+		})
 	}
 	m.mu.Unlock()
 	select {

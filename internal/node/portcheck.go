@@ -38,15 +38,8 @@ func (pr *prober) checkPort(ctx context.Context, s *slot, w *torporv1.Workload, 
 			r.timeout = time.Duration(t) * time.Second
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := cancelWhenClosed(ctx, exited, nil)
 	defer cancel()
-	go func() {
-		select {
-		case <-exited:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	err = poll(ctx, r)
 	select {
 	case <-exited:

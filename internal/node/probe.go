@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -68,15 +69,10 @@ var errExited = errors.New("the workload exited")
 // container and the probe; the others stop then. A workload that exits
 // (exited is closed) is never ready: errExited, at once.
 func (pr *prober) waitReady(ctx context.Context, s *slot, w *torporv1.Workload, exited <-chan struct{}) error {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := cancelWhenClosed(ctx, exited, nil)
 	defer cancel()
-	go func() {
-		select {
-		case <-exited:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	var probes sync.WaitGroup
+	defer probes.Wait()
 
 	containers := w.GetTemplate().GetContainers()
 	failed := make(chan error, len(containers))
@@ -87,13 +83,13 @@ func (pr *prober) waitReady(ctx context.Context, s *slot, w *torporv1.Workload, 
 			continue
 		}
 		running++
-		go func() {
+		probes.Go(func() {
 			err := poll(ctx, r)
 			if err != nil {
 				err = errdefs.Errorf(context.DeadlineExceeded, "actor %s/%s: container %s: readiness probe %s: %w", w.GetSpace(), w.GetActor(), c.GetName(), r.what, err)
 			}
 			failed <- err
-		}()
+		})
 	}
 	var first error
 	for range running {

@@ -134,7 +134,8 @@ func (m *slotMachine) clearOrQuarantine(ctx context.Context, s *slot, clear func
 	log.Error("worker held out of service: what the previous run left in it cannot be removed; retrying", "err", err)
 	s.outOfService.Store(true)
 	s.lock()
-	go func() {
+	// Owned by ops: the agent's stop ends ctx, then waits for it.
+	m.ops.Go(func() {
 		defer s.unlock()
 		backoff := quarantineRetry.Start()
 		for backoff.Wait(ctx) {
@@ -149,7 +150,7 @@ func (m *slotMachine) clearOrQuarantine(ctx context.Context, s *slot, clear func
 			}
 			return
 		}
-	}()
+	})
 }
 
 // quarantineRetry paces the cleaning of a slot held out of service; it

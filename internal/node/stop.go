@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/torpor-dev/torpor/internal/httpserve"
 )
@@ -15,16 +16,26 @@ var errAgentStopping = errors.New("the node agent is stopping; run it again once
 // untilDraining is ctx, cancelled with errAgentStopping once the agent's
 // server begins to stop.
 func untilDraining(ctx context.Context) (context.Context, context.CancelFunc) {
+	return cancelWhenClosed(ctx, httpserve.Draining(ctx), errAgentStopping)
+}
+
+// cancelWhenClosed is ctx, cancelled with cause once closed is closed.
+// Its cancel func ends the watch on closed and waits for it, so no
+// goroutine outlives the call that made it.
+func cancelWhenClosed(ctx context.Context, closed <-chan struct{}, cause error) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	draining := httpserve.Draining(ctx)
-	go func() {
+	var watch sync.WaitGroup
+	watch.Go(func() {
 		select {
-		case <-draining:
-			cancel(errAgentStopping)
+		case <-closed:
+			cancel(cause)
 		case <-ctx.Done():
 		}
-	}()
-	return ctx, func() { cancel(nil) }
+	})
+	return ctx, func() {
+		cancel(nil)
+		watch.Wait()
+	}
 }
 
 // endGoldenBuilds stops, at the agent's stop, the golden builds still on
