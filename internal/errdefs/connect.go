@@ -75,13 +75,33 @@ func FromCode(code connect.Code, msg string) error {
 }
 
 // FromConnect is err, returned by another API's call, as an error of the
-// kind its status code stands for (FromCode), with err's message, so the
-// caller tests kinds rather than codes and its own edge maps it again.
-// An error carrying no status is returned as it is.
+// kind its status code stands for, so the caller tests kinds rather than
+// codes. err stays reachable in it (errors.As finds the status error, its
+// details and its cause), so an edge that passes it on answers err's code
+// and message; its message is the status's, without the code. An error
+// carrying no status, or a code no kind stands for, is returned as it is.
 func FromConnect(err error) error {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		return err
 	}
-	return FromCode(ce.Code(), err.Error())
+	msg := err.Error()
+	if err == error(ce) {
+		msg = ce.Message()
+	}
+	for _, c := range codes {
+		if c.code == ce.Code() {
+			return &kindError{kind: c.kind, err: &remoteError{err: err, msg: msg}}
+		}
+	}
+	return err
 }
+
+// remoteError is a status error with the message it carries.
+type remoteError struct {
+	err error
+	msg string
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.err }

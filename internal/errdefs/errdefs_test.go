@@ -67,31 +67,40 @@ func TestFromConnect(t *testing.T) {
 		{connect.CodeUnauthenticated, ErrUnauthenticated},
 		{connect.CodeUnimplemented, ErrUnimplemented},
 		{connect.CodeUnavailable, ErrUnavailable},
+		{connect.CodeDataLoss, ErrDataLoss},
 		{connect.CodeDeadlineExceeded, context.DeadlineExceeded},
-		{connect.CodeInternal, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.code.String(), func(t *testing.T) {
-			err := FromConnect(connect.NewError(tt.code, errors.New("worker w1 is busy")))
-			if ce := new(connect.Error); errors.As(err, &ce) {
-				t.Errorf("%v: still a status error", err)
-			}
-			if tt.kind != nil && !errors.Is(err, tt.kind) {
+			status := connect.NewError(tt.code, errors.New("worker w1 is busy"))
+			err := FromConnect(status)
+			if !errors.Is(err, tt.kind) {
 				t.Errorf("%v: want it of kind %v", err, tt.kind)
 			}
-			if Code(err) != tt.code {
-				t.Errorf("Code = %v, want %v: the code must survive the round trip", Code(err), tt.code)
+			if ce := new(connect.Error); !errors.As(err, &ce) || ce != status {
+				t.Errorf("%v: the status error is not reachable in it", err)
 			}
-			if want := tt.code.String() + ": worker w1 is busy"; err.Error() != want {
-				t.Errorf("message %q, want %q", err, want)
+			if Code(err) != tt.code || ToConnect(err) != err {
+				t.Errorf("Code = %v, want %v; ToConnect must pass it on", Code(err), tt.code)
+			}
+			if err.Error() != "worker w1 is busy" {
+				t.Errorf("message %q, want the status's", err)
 			}
 			if got := FromCode(tt.code, "m"); Code(got) != tt.code || got.Error() != "m" {
 				t.Errorf("FromCode = %v (code %v), want code %v, message m", got, Code(got), tt.code)
 			}
 		})
 	}
+	wrapped := fmt.Errorf("node n1: %w", connect.NewError(connect.CodeNotFound, errors.New("no worker")))
+	if err := FromConnect(wrapped); !errors.Is(err, ErrNotFound) || err.Error() != wrapped.Error() {
+		t.Errorf("FromConnect(%v) = %v: want a not found keeping the wrapped message", wrapped, err)
+	}
+	internal := connect.NewError(connect.CodeInternal, errors.New("boom"))
 	plain := errors.New("dial: refused")
-	if FromConnect(plain) != plain || FromConnect(nil) != nil {
-		t.Error("an error without a status is returned as it is")
+	if FromConnect(internal) != internal || FromConnect(plain) != plain || FromConnect(nil) != nil {
+		t.Error("an error without a status, or with a code of no kind, is returned as it is")
+	}
+	if got := FromCode(connect.CodeInternal, "boom"); Code(got) != connect.CodeInternal {
+		t.Errorf("FromCode(internal) has code %v", Code(got))
 	}
 }

@@ -220,7 +220,9 @@ func (id *workloadIdentity) mint(ctx context.Context, s *slot, w *torporv1.Workl
 		Csr: csr,
 	}))
 	if err != nil {
-		return fail(errdefs.FromConnect(err))
+		// Its code, and the words of the status error, which the edge
+		// would otherwise answer without this context.
+		return fail(errdefs.FromCode(connect.CodeOf(err), err.Error()))
 	}
 	chain, bundle := resp.Msg.GetCertificateChain(), resp.Msg.GetTrustBundle()
 	// A certificate for another key would leave the workload with a pair

@@ -28,7 +28,7 @@ func (e *Engine) failResume(ctx context.Context, a *torporv1.Actor, cause error)
 	err := e.inSameStep(ctx, a, func(tx store.Tx, cur *torporv1.Actor) error {
 		reason := "resume failed: " + connectMessage(cause)
 		spoilt = nil
-		if local := cur.GetStatus().GetLocalCheckpoint(); local != "" && local == op.GetSourceSnapshot() && errdefs.Code(cause) == connect.CodeDataLoss {
+		if local := cur.GetStatus().GetLocalCheckpoint(); local != "" && local == op.GetSourceSnapshot() && errors.Is(cause, errdefs.ErrDataLoss) {
 			var err error
 			if spoilt, err = deleteLocalCheckpointInTx(ctx, tx, cur.GetMetadata().GetSpace(), local); err != nil {
 				return err

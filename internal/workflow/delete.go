@@ -203,7 +203,7 @@ func (e *Engine) dropKeptLog(ctx context.Context, a *torporv1.Actor) {
 			DropLog: true,
 		}))
 	}
-	if err != nil && connect.CodeOf(err) != connect.CodeFailedPrecondition {
+	if err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		e.logger(a).Warn("the log its node kept not removed", "node", w.GetNode(), "err", err)
 	}
 }

@@ -164,7 +164,7 @@ func New(st store.Store, agents Agents, objects Objects, opts Options, logger *s
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Engine{store: st, agents: agents, objects: objects, opts: opts, log: logger, now: time.Now, metrics: newMetrics(opts.Registerer)}
+	return &Engine{store: st, agents: nodeAgents{agents}, objects: objects, opts: opts, log: logger, now: time.Now, metrics: newMetrics(opts.Registerer)}
 }
 
 // SetHooks installs test hooks.

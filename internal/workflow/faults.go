@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"connectrpc.com/connect"
-
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/enum"
 	"github.com/torpor-dev/torpor/internal/errdefs"
@@ -53,16 +51,10 @@ func unreachable(err error) bool {
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.As(err, &ne):
 		return true
 	}
-	switch connect.CodeOf(err) {
-	case connect.CodeUnavailable:
-		return true
-	case connect.CodeCanceled:
-		// The agent stopped mid-operation (it does not record such an
-		// outcome, so the repeat runs the operation again); a caller that
-		// gave up is told apart by its own context.
-		return true
-	}
-	return false
+	// Canceled: the agent stopped mid-operation (it does not record such
+	// an outcome, so the repeat runs the operation again); a caller that
+	// gave up is told apart by its own context.
+	return errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, context.Canceled)
 }
 
 // errNodeLost ends the repeats of a node call: the node's heartbeat

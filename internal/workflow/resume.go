@@ -56,7 +56,7 @@ func (e *Engine) Resume(ctx context.Context, space, name string, opts ResumeOpti
 		span.End()
 	}()
 	defer func() {
-		refused := errdefs.Code(err) == connect.CodeResourceExhausted
+		refused := errors.Is(err, errdefs.ErrResourceExhausted)
 		if refused && !opts.Repeat {
 			e.metrics.noEvictable.Inc()
 		}
