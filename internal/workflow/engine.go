@@ -82,7 +82,7 @@ type Engine struct {
 	// claiming holds the workers this engine's resumes are claiming.
 	claiming claimSet
 	// driving holds the steps this engine is driving.
-	driving drivers
+	driving *drivers
 	// stopping: StopResuming was called.
 	stopping atomic.Bool
 }
@@ -164,7 +164,7 @@ func New(st store.Store, agents Agents, objects Objects, opts Options, logger *s
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Engine{store: st, agents: nodeAgents{agents}, objects: objects, opts: opts, log: logger, now: time.Now, metrics: newMetrics(opts.Registerer)}
+	return &Engine{store: st, agents: nodeAgents{agents}, objects: objects, opts: opts, log: logger, now: time.Now, metrics: newMetrics(opts.Registerer), driving: newDrivers()}
 }
 
 // SetHooks installs test hooks.

@@ -96,9 +96,8 @@ func (e *Engine) untilNodeAnswers(ctx context.Context, a *torporv1.Actor, fn fun
 func (e *Engine) whileNodeLives(ctx context.Context, node string, fn func(context.Context) error) error {
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
+	var watch sync.WaitGroup
+	watch.Go(func() {
 		t := time.NewTicker(max(e.opts.HeartbeatTimeout/3, 10*time.Millisecond))
 		defer t.Stop()
 		for {
@@ -112,10 +111,10 @@ func (e *Engine) whileNodeLives(ctx context.Context, node string, fn func(contex
 				return
 			}
 		}
-	}()
+	})
 	err := fn(callCtx)
 	cancel(nil)
-	<-watched
+	watch.Wait()
 	if cause := context.Cause(callCtx); errors.Is(cause, errNodeLost) && ctx.Err() == nil {
 		return fmt.Errorf("%w (the node call was cut short: %w)", cause, err)
 	}
@@ -191,17 +190,39 @@ func (e *Engine) endStep(ctx context.Context, log *slog.Logger, write func() err
 
 // drivers are the steps this engine is driving, by operation id, so
 // Recover does not start a second driver of the same step in this
-// process.
+// process; and the goroutines that drive them apart from their callers
+// (drive), which Close cancels and waits for.
 type drivers struct {
 	mu sync.Mutex
 	m  map[string]struct{}
+	// closed: Close was called; no driver starts after it.
+	closed  bool
+	running sync.WaitGroup
+	// life ends the detached drivers' contexts: Close cancels it.
+	life context.Context
+	end  context.CancelFunc
 }
+
+func newDrivers() *drivers {
+	d := &drivers{}
+	d.life, d.end = context.WithCancel(context.Background())
+	return d
+}
+
+var (
+	errDriving      = errors.New("being driven already")
+	errEngineClosed = errors.New("the engine is closed")
+)
 
 // start registers the driving of op and reports false when this engine
 // drives it already.
 func (d *drivers) start(op string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.startLocked(op)
+}
+
+func (d *drivers) startLocked(op string) bool {
 	if _, ok := d.m[op]; ok {
 		return false
 	}
@@ -218,25 +239,63 @@ func (d *drivers) done(op string) {
 	delete(d.m, op)
 }
 
+// detach runs fn, the driver of op, in a goroutine of its own whose
+// context carries ctx's values but not its cancellation: Close cancels
+// it, and waits for fn to return. It fails with errDriving when op is
+// driven already, errEngineClosed after Close.
+func (d *drivers) detach(ctx context.Context, op string, fn func(context.Context)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errEngineClosed
+	}
+	if !d.startLocked(op) {
+		return errDriving
+	}
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	unlink := context.AfterFunc(d.life, cancel)
+	d.running.Go(func() {
+		defer d.done(op)
+		defer unlink()
+		defer cancel()
+		fn(dctx)
+	})
+	return nil
+}
+
+// close cancels the detached drivers and waits for them to return.
+func (d *drivers) close() {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.end()
+	d.running.Wait()
+}
+
 // drive runs a committed step's driver apart from its caller: a caller
 // that gives up (a client's deadline, a router's timeout) does not leave
 // the step half way, the driver finishes it. The caller gets the outcome,
-// or, if it stops waiting first, an error saying the step goes on.
+// or, if it stops waiting first, an error saying the step goes on. A
+// driver that Close cuts short leaves its step in flight, as a crashed
+// control plane does, for Recover; after Close the step is not driven at
+// all and waits for Recover the same way.
 func (e *Engine) drive(ctx context.Context, a *torporv1.Actor, fn func(context.Context) (*torporv1.Actor, error)) (*torporv1.Actor, error) {
 	op := a.GetStatus().GetOperation().GetId()
-	if !e.driving.start(op) {
-		return nil, errdefs.Errorf(errdefs.ErrAborted, "actor %s: operation %s is being driven already", actorKey(a), op)
-	}
 	type outcome struct {
 		a   *torporv1.Actor
 		err error
 	}
 	done := make(chan outcome, 1)
-	go func() {
-		defer e.driving.done(op)
-		out, err := fn(context.WithoutCancel(ctx))
+	err := e.driving.detach(ctx, op, func(ctx context.Context) {
+		out, err := fn(ctx)
 		done <- outcome{out, err}
-	}()
+	})
+	switch {
+	case errors.Is(err, errDriving):
+		return nil, errdefs.Errorf(errdefs.ErrAborted, "actor %s: operation %s is being driven already", actorKey(a), op)
+	case errors.Is(err, errEngineClosed):
+		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "actor %s: %s %s is left in flight for recovery: %w", actorKey(a), enum.Name(a.GetStatus().GetState()), op, err)
+	}
 	select {
 	case o := <-done:
 		return o.a, o.err

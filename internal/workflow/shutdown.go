@@ -21,3 +21,12 @@ func (e *Engine) refuseWhileStopping(space, name string) error {
 	}
 	return fmt.Errorf("resume actor %s/%s: %w: the control plane is shutting down; resume it once it is back", space, name, errdefs.ErrUnavailable)
 }
+
+// Close cancels the steps this engine drives apart from their callers and
+// waits for their drivers to return; no step is driven after it. A step cut
+// short is left in flight, not half applied: its node call was not
+// answered, or its end not written, and Recover (this control plane's next
+// start, or another replica's sweep) finishes it with the same operation
+// id (DESIGN invariant 3). The caller closes the store only after Close
+// returns.
+func (e *Engine) Close() { e.driving.close() }
