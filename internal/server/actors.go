@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -22,6 +23,10 @@ type actorService struct {
 	engine   *workflow.Engine
 	agents   *nodeAgents
 	sessions *sessions
+	// relays owns the input relays of exec calls (ExecActor), which end
+	// just after their call: a relay blocked on the client's next message
+	// returns once the handler did and the stream closed.
+	relays *sync.WaitGroup
 	// objects: snapshot storage, where the logs of actors that do not
 	// run are read.
 	objects snapshot.ObjectStore

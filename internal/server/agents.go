@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"sync"
 
@@ -26,6 +27,8 @@ type nodeAgents struct {
 
 	mu      sync.Mutex
 	clients map[agentKey]torporv1connect.NodeAgentServiceClient
+	// https are the HTTP clients under clients, for close.
+	https []*http.Client
 }
 
 type agentKey struct{ node, address string }
@@ -63,7 +66,20 @@ func (n *nodeAgents) client(ctx context.Context, node string) (torporv1connect.N
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("call node %s: %w", node, err))
 	}
-	c := torporv1connect.NewNodeAgentServiceClient(agentClient(cfg), key.address, connect.WithInterceptors(tracing.Interceptor()))
+	hc := agentClient(cfg)
+	c := torporv1connect.NewNodeAgentServiceClient(hc, key.address, connect.WithInterceptors(tracing.Interceptor()))
 	n.clients[key] = c
+	n.https = append(n.https, hc)
 	return c, nil
+}
+
+// close drops the connections to node agents no call uses, and the dials
+// no call waits for any more: a call its caller gave up leaves its
+// transport dialing (up to agentClient's handshake bound) for the pool.
+func (n *nodeAgents) close() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, hc := range n.https {
+		hc.CloseIdleConnections()
+	}
 }

@@ -51,7 +51,7 @@ func (s *actorService) ExecActor(ctx context.Context, stream *connect.BidiStream
 	if err != nil && !errors.Is(err, io.EOF) {
 		return dataPlaneError("exec in", a, err)
 	}
-	go func() {
+	s.relays.Go(func() {
 		defer node.CloseRequest()
 		for {
 			req, err := stream.Receive()
@@ -62,7 +62,7 @@ func (s *actorService) ExecActor(ctx context.Context, stream *connect.BidiStream
 				return
 			}
 		}
-	}()
+	})
 	for {
 		out, err := node.Receive()
 		if errors.Is(err, io.EOF) {
@@ -173,9 +173,8 @@ func (t *sessions) begin(ctx context.Context, space, name string) (end func()) {
 	t.mu.Unlock()
 	t.report(ctx, k)
 	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	var refresh sync.WaitGroup
+	refresh.Go(func() {
 		tick := time.NewTicker(sessionRefresh)
 		defer tick.Stop()
 		for {
@@ -186,10 +185,10 @@ func (t *sessions) begin(ctx context.Context, space, name string) (end func()) {
 				t.report(context.WithoutCancel(ctx), k)
 			}
 		}
-	}()
+	})
 	return func() {
 		close(stop)
-		<-done
+		refresh.Wait()
 		t.mu.Lock()
 		if t.open[k]--; t.open[k] == 0 {
 			delete(t.open, k)

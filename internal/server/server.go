@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,6 +123,9 @@ type Server struct {
 	agents *nodeAgents
 	// sessions are the data-plane calls in flight, reported as activity.
 	sessions *sessions
+	// relays are the exec calls' input relays (actorService.relays),
+	// waited for by Close.
+	relays sync.WaitGroup
 }
 
 // New returns a server over st and the snapshot object store.
@@ -183,7 +187,7 @@ func (s *Server) handlers() handlers {
 	mux := http.NewServeMux()
 	mux.Handle(torporv1connect.NewSpaceServiceHandler(&spaceService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewTemplateServiceHandler(&templateService{store: s.store, engine: s.engine, created: s.wakeGoldens, images: s.opts.Images}, opts...))
-	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine, agents: s.agents, sessions: s.sessions, objects: s.objects}, opts...))
+	mux.Handle(torporv1connect.NewActorServiceHandler(&actorService{store: s.store, engine: s.engine, agents: s.agents, sessions: s.sessions, relays: &s.relays, objects: s.objects}, opts...))
 	mux.Handle(torporv1connect.NewWorkerServiceHandler(&workerService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewSnapshotServiceHandler(&snapshotService{store: s.store, engine: s.engine}, opts...))
 	mux.Handle(torporv1connect.NewNodeServiceHandler(&nodeService{store: s.store, engine: s.engine, kube: s.opts.Kubernetes}, opts...))
@@ -230,7 +234,7 @@ const restartSweepInterval = 250 * time.Millisecond
 // RunBackground finishes what a previous control plane left in flight, then
 // keeps watching until ctx is done: node heartbeats (lost nodes crash
 // their actors), stale steps, idle actors, sandbox leases, golden builds
-// and orphaned snapshot files.
+// and orphaned snapshot files. It returns once every loop it ran ended.
 func (s *Server) RunBackground(ctx context.Context) {
 	if err := s.engine.RequeueGoldens(ctx); err != nil {
 		s.log.Error("requeue golden builds", "err", err)
@@ -238,16 +242,23 @@ func (s *Server) RunBackground(ctx context.Context) {
 	if err := s.engine.Recover(ctx, 0); err != nil {
 		s.log.Error("recover steps in flight", "err", err)
 	}
-	go s.every(ctx, s.opts.HeartbeatTimeout/3, "check nodes", s.engine.CheckNodes)
-	go s.every(ctx, s.opts.RecoverAfter/4, "recover steps in flight", func(ctx context.Context) error {
+	// Whoever stops RunBackground may close the store next: no loop may
+	// outlive it.
+	var loops sync.WaitGroup
+	defer loops.Wait()
+	every := func(period time.Duration, what string, fn func(context.Context) error) {
+		loops.Go(func() { s.every(ctx, period, what, fn) })
+	}
+	every(s.opts.HeartbeatTimeout/3, "check nodes", s.engine.CheckNodes)
+	every(s.opts.RecoverAfter/4, "recover steps in flight", func(ctx context.Context) error {
 		return s.engine.Recover(ctx, s.opts.RecoverAfter)
 	})
-	go s.every(ctx, time.Hour, "sweep orphaned snapshots", s.sweepOrphans)
+	every(time.Hour, "sweep orphaned snapshots", s.sweepOrphans)
 	// Every replica sweeps: the steps' compare-and-set lets one act.
-	go s.every(ctx, idleSweepInterval, "apply idle policies", s.engine.SweepIdle)
-	go s.every(ctx, leaseInterval, "end sandbox leases", s.engine.EnforceLeases)
-	go s.every(ctx, restartSweepInterval, "restart exited actors", s.engine.RestartExited)
-	go s.every(ctx, time.Hour, "prune activity records", s.engine.PruneActivity)
+	every(idleSweepInterval, "apply idle policies", s.engine.SweepIdle)
+	every(leaseInterval, "end sandbox leases", s.engine.EnforceLeases)
+	every(restartSweepInterval, "restart exited actors", s.engine.RestartExited)
+	every(time.Hour, "prune activity records", s.engine.PruneActivity)
 	s.wakeGoldens()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()

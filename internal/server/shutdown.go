@@ -66,3 +66,13 @@ func (s *Server) SuspendAll(ctx context.Context) (int, error) {
 		}
 	}
 }
+
+// Close ends what the server still runs once its API no longer serves:
+// the engine's step drivers (their steps left in flight for the next
+// Recover, see workflow.Engine.Close), the input relays of exec calls and
+// the connections to node agents. Its owner closes the store after it.
+func (s *Server) Close() {
+	s.engine.Close()
+	s.relays.Wait()
+	s.agents.close()
+}

@@ -36,9 +36,7 @@ type Running struct {
 	CAPEM      []byte
 	AdminToken string
 
-	group *rungroup.Group
-	// end stops what outlives the parts: the server certificate's renewal.
-	end      context.CancelFunc
+	group    *rungroup.Group
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -89,9 +87,7 @@ func Start(ctx context.Context, opts Options) (r *Running, err error) {
 	}
 	closers = append(closers, ln.Close)
 	r.URL = "https://" + ln.Addr().String()
-	life, end := context.WithCancel(context.WithoutCancel(ctx))
-	closers = append(closers, func() error { end(); return nil })
-	tlsConfig, err := r.Server.TLSConfig(life, ln.Addr())
+	tlsConfig, renew, err := r.Server.TLSConfig(ctx, ln.Addr())
 	if err != nil {
 		return nil, fmt.Errorf("serve API: %w", err)
 	}
@@ -105,8 +101,10 @@ func Start(ctx context.Context, opts Options) (r *Running, err error) {
 		closers = append(closers, e2bLn.Close)
 		r.E2BURL = "http://" + e2bLn.Addr().String()
 	}
-	r.end = end
 	r.group = rungroup.New(ctx)
+	// Stopped last: the API serves with the certificate, and the
+	// background work calls node agents with it.
+	r.group.Go("server certificate renewal", renew)
 	h := r.Server.handlers()
 	r.group.Go("API", func(ctx context.Context) error { return httpserve.Serve(ctx, ln, h.api, tlsConfig) })
 	if e2bLn != nil {
@@ -137,12 +135,13 @@ func (r *Running) Run(ctx context.Context) error {
 	return r.Stop()
 }
 
-// Stop stops the background work, drains the API and closes the store;
-// it returns the same to every call.
+// Stop stops the background work, drains the API, ends what the server
+// still runs (Server.Close) and only then closes the store; it returns the
+// same to every call.
 func (r *Running) Stop() error {
 	r.stopOnce.Do(func() {
 		err := r.group.Stop()
-		r.end()
+		r.Server.Close()
 		r.stopErr = errors.Join(err, r.Store.Close())
 	})
 	return r.stopErr

@@ -12,47 +12,52 @@ import (
 
 	"github.com/torpor-dev/torpor/internal/httpserve"
 	"github.com/torpor-dev/torpor/internal/identity"
+	"github.com/torpor-dev/torpor/internal/rungroup"
 )
 
 // certRetry is how soon a failed renewal of the server certificate is
 // tried again.
 const certRetry = time.Minute
 
-// ServeAPI serves the API (Handler) over TLS on ln until ctx is done; see
-// TLSConfig.
+// ServeAPI serves the API (Handler) over TLS on ln until ctx is done, its
+// certificate renewed meanwhile; see TLSConfig.
 func (s *Server) ServeAPI(ctx context.Context, ln net.Listener) error {
-	cfg, err := s.TLSConfig(ctx, ln.Addr())
+	cfg, renew, err := s.TLSConfig(ctx, ln.Addr())
 	if err != nil {
 		return fmt.Errorf("serve API: %w", err)
 	}
-	return httpserve.Serve(ctx, ln, s.Handler(), cfg)
+	g := rungroup.New(ctx)
+	g.Go("server certificate renewal", renew)
+	g.Go("API", func(ctx context.Context) error { return httpserve.Serve(ctx, ln, s.Handler(), cfg) })
+	return g.Run(ctx)
 }
 
 // TLSConfig is what the API is served with on addr: a server certificate
 // from the CA for the names clients use (the listen host, Options.TLSNames,
-// 127.0.0.1 and localhost), renewed in the background until ctx is done,
-// and verification of the client certificates presented (node agents
-// present theirs). The server also presents the certificate to node
-// agents.
-func (s *Server) TLSConfig(ctx context.Context, addr net.Addr) (*tls.Config, error) {
+// 127.0.0.1 and localhost), and verification of the client certificates
+// presented (node agents present theirs). The server also presents the
+// certificate to node agents. renew replaces the certificate before it
+// expires until its context is done: the caller runs it for as long as it
+// serves with the config.
+func (s *Server) TLSConfig(ctx context.Context, addr net.Addr) (cfg *tls.Config, renew func(context.Context) error, err error) {
 	a, err := s.identity.Authority(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The trust domain is the CA's: certificates of another one would not
 	// verify with it.
 	if uris := a.CACertificate().URIs; len(uris) != 1 || uris[0].Host != a.TrustDomain() {
-		return nil, fmt.Errorf("the CA in the store is for trust domain %v, not %s (the trust domain cannot change)", uris, a.TrustDomain())
+		return nil, nil, fmt.Errorf("the CA in the store is for trust domain %v, not %s (the trust domain cannot change)", uris, a.TrustDomain())
 	}
 	names := s.certNames(addr)
 	cert, err := a.ServerCertificate(names)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	kp := identity.NewKeypair(cert)
 	s.cert.Store(kp)
-	go s.renewCertificate(ctx, a, kp, names)
-	return identity.ServerTLSConfig(kp, a.Roots()), nil
+	renew = func(ctx context.Context) error { return s.renewCertificate(ctx, a, kp, names) }
+	return identity.ServerTLSConfig(kp, a.Roots()), renew, nil
 }
 
 // certNames are the host names and addresses the server certificate
@@ -77,12 +82,12 @@ func (s *Server) certNames(addr net.Addr) []string {
 
 // renewCertificate replaces the server certificate when two thirds of its
 // lifetime have passed, until ctx is done.
-func (s *Server) renewCertificate(ctx context.Context, a *identity.Authority, kp *identity.Keypair, names []string) {
+func (s *Server) renewCertificate(ctx context.Context, a *identity.Authority, kp *identity.Keypair, names []string) error {
 	for {
 		leaf := kp.Certificate().Leaf
 		select {
 		case <-ctx.Done():
-			return
+			return ctx.Err()
 		case <-time.After(time.Until(leaf.NotAfter) * 2 / 3):
 		}
 		cert, err := a.ServerCertificate(names)
@@ -90,7 +95,7 @@ func (s *Server) renewCertificate(ctx context.Context, a *identity.Authority, kp
 			s.log.Error("renew the server certificate", "err", err, "expires", leaf.NotAfter, "retry_in", certRetry)
 			select {
 			case <-ctx.Done():
-				return
+				return ctx.Err()
 			case <-time.After(certRetry):
 			}
 			continue
