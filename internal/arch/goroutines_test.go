@@ -20,6 +20,7 @@ var ownedGoroutines = []string{
 	"internal/server",
 	"internal/workflow",
 	"internal/identity",
+	"internal/node",
 }
 
 func TestNoBareGoStatement(t *testing.T) {
