@@ -140,12 +140,19 @@ func TestCaptureCutShortIsNotKept(t *testing.T) {
 		wantKilled(t, p, answered)
 		return req
 	}
-	wantGone := func(what string) {
-		t.Helper()
+	left := func() []string {
+		var left []string
 		for _, dir := range []string{"work", "volumes"} {
 			if entries, err := os.ReadDir(filepath.Join(cfg.StateDir, dir)); err != nil || len(entries) > 0 {
-				t.Errorf("%s: %s left: %v %v", what, dir, entries, err)
+				left = append(left, fmt.Sprintf("%s: %v %v", dir, entries, err))
 			}
+		}
+		return left
+	}
+	wantGone := func(what string) {
+		t.Helper()
+		if l := left(); len(l) > 0 {
+			t.Errorf("%s: left %v", what, l)
 		}
 	}
 
@@ -174,11 +181,12 @@ func TestCaptureCutShortIsNotKept(t *testing.T) {
 	// The control plane gave up on the actor meanwhile.
 	reg.forget(cfg.Name, map[string]string{})
 	p = spawn(t, cfg, reg, p.address)
+	// The slot is free before the actor's volumes go (they go only once
+	// it occupies none): wait for both.
 	waitFor(t, "the orphaned capture to be removed", func() bool {
 		st, err := p.client.Stats(ctx, connect.NewRequest(&torporv1.StatsRequest{Worker: WorkerName(cfg.Name, 1)}))
-		return err == nil && st.Msg.GetActorUid() == ""
+		return err == nil && st.Msg.GetActorUid() == "" && len(left()) == 0
 	})
-	wantGone("after registration")
 	stopAgent(p)
 }
 
