@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -284,14 +283,7 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 	e.metrics.snapshotBytes.WithLabelValues(kind.metric()).Add(float64(snap.GetSizeBytes()))
 	// Retention removed the records in the transaction; the files go now
 	// that nothing points at them.
-	for _, s := range expired {
-		if ret.shared(s) || e.objects == nil {
-			continue
-		}
-		if err := e.objects.DeleteSnapshot(ctx, s.GetLocation()); err != nil {
-			e.logger(a).Warn("remove old snapshot", "snapshot", s.GetMetadata().GetName(), "err", err)
-		}
-	}
+	e.removeExpired(ctx, a, ret, expired)
 	e.logger(a).Info("actor checkpointed", "state", enum.Name(kind.done), "snapshot", snap.GetMetadata().GetName(), "bytes", snap.GetSizeBytes())
 	return out, nil
 }
@@ -399,99 +391,13 @@ func (e *Engine) readForCheckpointEnd(ctx context.Context, a *torporv1.Actor, ki
 	if sharing == nil {
 		return worker, retention{}, nil
 	}
-	ret, err := e.expiring(a, sharing, tags, latest)
+	ret, err := e.expiring(ctx, a, sharing, tags, latest)
 	if err != nil {
 		// Retention is not worth failing the step for: the next suspend
 		// applies it again.
 		e.logger(a).Warn("list snapshots for retention", "err", err)
 	}
 	return worker, ret, nil
-}
-
-// retention is what the end of a checkpoint to storage expires.
-type retention struct {
-	// expire are the snapshot records to delete in the end's transaction.
-	expire []*torporv1.Snapshot
-	// sharing are the records, read with the actor's snapshots, that name
-	// the locations of those snapshots (theirs included).
-	sharing []*torporv1.Snapshot
-}
-
-// shared reports whether a record other than snap names snap's files, as
-// read before the transaction that deletes snap's record. That is as good
-// as reading after it: a fork of snap made since bumps its version, so the
-// delete fails and snap stays; a sharing record deleted since leaves
-// files behind, never removes files a record names.
-func (r retention) shared(snap *torporv1.Snapshot) bool {
-	for _, o := range r.sharing {
-		if o.GetLocation() == snap.GetLocation() && o.GetMetadata().GetUid() != snap.GetMetadata().GetUid() {
-			return true
-		}
-	}
-	return false
-}
-
-// expiring applies retention to the actor's durable snapshots once
-// latest is committed as its newest: it keeps the newest K (its template's
-// keep) and expires the older ones that no tag keeps. An actor's
-// snapshots are only created by its checkpoints, one at a time, so the
-// records read before the finalize's transaction are those at its commit;
-// a tag or fork made since bumps a snapshot's version, which expireInTx
-// compare-and-sets.
-func (e *Engine) expiring(a *torporv1.Actor, sharing *store.Read[*torporv1.Snapshot], tags *store.Read[*torporv1.SnapshotTag], latest *torporv1.Snapshot) (retention, error) {
-	recs, err := sharing.Records()
-	if err != nil {
-		return retention{}, err
-	}
-	tagged, err := tags.Records()
-	if err != nil {
-		return retention{}, err
-	}
-	kept := map[string]bool{}
-	for _, t := range tagged {
-		kept[t.GetSnapshot()] = true
-	}
-	keep := int(a.GetStatus().GetCurrentTemplateSpec().GetSnapshotPolicy().GetKeep())
-	if keep <= 0 {
-		keep = 2
-	}
-	m := a.GetMetadata()
-	var durable []*torporv1.Snapshot
-	for _, s := range recs {
-		if s.GetMetadata().GetSpace() == m.GetSpace() && s.GetActorUid() == m.GetUid() && s.GetNode() == "" && s.GetMetadata().GetName() != latest.GetMetadata().GetName() {
-			durable = append(durable, s)
-		}
-	}
-	// latest sorts last (names sort by creation time) and is kept.
-	ret := retention{sharing: recs}
-	for _, s := range durable[:max(len(durable)+1-keep, 0)] {
-		if !kept[s.GetMetadata().GetName()] {
-			ret.expire = append(ret.expire, s)
-		}
-	}
-	return ret, nil
-}
-
-// expireInTx deletes the records of expired snapshots within the
-// transaction that commits the actor's new snapshot and returns those it
-// deleted: their files are removed after the commit, so nothing ever
-// points at files that are going away.
-func expireInTx(ctx context.Context, tx store.Tx, expire []*torporv1.Snapshot) ([]*torporv1.Snapshot, error) {
-	var expired []*torporv1.Snapshot
-	for _, s := range expire {
-		m := s.GetMetadata()
-		err := tx.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), m.GetVersion())
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			continue // removed meanwhile, with its files
-		case errors.Is(err, store.ErrConflict):
-			continue // tagged or forked since it was read: the next retention decides again
-		case err != nil:
-			return nil, err
-		}
-		expired = append(expired, s)
-	}
-	return expired, nil
 }
 
 // actorSnapshots lists an actor's snapshots, oldest first (names sort by
@@ -502,70 +408,4 @@ func (e *Engine) actorSnapshots(ctx context.Context, a *torporv1.Actor) ([]*torp
 
 func actorSnapshotList(a *torporv1.Actor) store.ListOptions {
 	return store.ListOptions{Space: a.GetMetadata().GetSpace(), Filter: store.Filter{"actor_uid": a.GetMetadata().GetUid()}}
-}
-
-// removeSnapshot deletes a snapshot's record as it was read (a tag or
-// fork since makes it fail with ErrConflict), then its files.
-func (e *Engine) removeSnapshot(ctx context.Context, s *torporv1.Snapshot) error {
-	m := s.GetMetadata()
-	if err := e.store.Snapshots().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), m.GetVersion()); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
-	return e.removeSnapshotFiles(ctx, s)
-}
-
-// deleteLocalCheckpointInTx deletes the record of the actor's local
-// checkpoint name within tx and returns it (nil when it is gone already),
-// for its files to be removed once tx commits.
-func deleteLocalCheckpointInTx(ctx context.Context, tx store.Tx, space, name string) (*torporv1.Snapshot, error) {
-	s, err := tx.Snapshots().Get(ctx, space, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Snapshots().Delete(ctx, space, name, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, err
-	}
-	return s, nil
-}
-
-// removeSnapshotFiles removes the files of a snapshot whose record is
-// gone, unless another record (a fork's, or its source's) names them: from
-// snapshot storage, or from the node that holds a local checkpoint.
-func (e *Engine) removeSnapshotFiles(ctx context.Context, s *torporv1.Snapshot) error {
-	if s.GetNode() == "" && e.objects == nil {
-		return nil
-	}
-	if shared, err := e.shared(ctx, s); err != nil || shared {
-		return err
-	}
-	if s.GetNode() != "" {
-		e.dropCheckpoint(ctx, s)
-		return nil
-	}
-	return e.objects.DeleteSnapshot(ctx, s.GetLocation())
-}
-
-// dropCheckpointTimeout bounds a node's removal of a local checkpoint,
-// which nobody waits for.
-const dropCheckpointTimeout = 10 * time.Second
-
-// dropCheckpoint asks the node holding the local checkpoint s to remove
-// its files. Best effort: the record is gone already, so a failure is
-// only logged. A node that is down at that moment keeps the files until a
-// node-side sweep of unrecorded checkpoints exists, or the actor starts
-// on it again.
-func (e *Engine) dropCheckpoint(ctx context.Context, s *torporv1.Snapshot) {
-	ctx, cancel := context.WithTimeout(ctx, dropCheckpointTimeout)
-	defer cancel()
-	agent, err := e.agents.Agent(ctx, s.GetNode())
-	if err == nil {
-		_, err = agent.DropCheckpoint(ctx, connect.NewRequest(&torporv1.DropCheckpointRequest{Location: s.GetLocation()}))
-	}
-	if err != nil {
-		e.log.Warn("local checkpoint files left on their node", "space", s.GetMetadata().GetSpace(), "actor_uid", s.GetActorUid(),
-			"snapshot", s.GetMetadata().GetName(), "node", s.GetNode(), "location", s.GetLocation(), "err", err)
-	}
 }

@@ -29,11 +29,11 @@ func (e *Engine) failResume(ctx context.Context, a *torporv1.Actor, cause error)
 		reason := "resume failed: " + connectMessage(cause)
 		spoilt = nil
 		if local := cur.GetStatus().GetLocalCheckpoint(); local != "" && local == op.GetSourceSnapshot() && errors.Is(cause, errdefs.ErrDataLoss) {
+			cur.Status.LocalCheckpoint = ""
 			var err error
-			if spoilt, err = deleteLocalCheckpointInTx(ctx, tx, cur.GetMetadata().GetSpace(), local); err != nil {
+			if spoilt, err = deleteLetGoInTx(ctx, tx, cur, cur.GetMetadata().GetSpace(), local); err != nil {
 				return err
 			}
-			cur.Status.LocalCheckpoint = ""
 			reason += fmt.Sprintf("; local checkpoint %s is unusable and was dropped, with the state it held since the latest durable snapshot", local)
 		}
 		if exited := exits.Of(cause); exited != nil {

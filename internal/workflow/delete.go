@@ -100,14 +100,10 @@ func (e *Engine) driveDelete(ctx context.Context, a *torporv1.Actor) error {
 	if err != nil {
 		return err
 	}
+	// Those a tag keeps stay (removeSnapshot asks referencesOf).
+	after := lettingGo(a)
 	for _, s := range snaps {
-		if kept, err := tagged(ctx, e.store, s); err != nil || kept {
-			if err != nil {
-				return fmt.Errorf("delete actor %s: %w", actorKey(a), err)
-			}
-			continue
-		}
-		if err := e.removeSnapshot(ctx, s); err != nil {
+		if err := e.removeSnapshot(ctx, after, s); err != nil {
 			return fmt.Errorf("delete actor %s: remove snapshot %s: %w", actorKey(a), s.GetMetadata().GetName(), err)
 		}
 	}

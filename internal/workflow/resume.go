@@ -445,7 +445,7 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 			written, local := end.written, end.result
 			out = written
 			if local != "" {
-				if err := tx.Snapshots().Delete(ctx, written.GetMetadata().GetSpace(), local, "", 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+				if _, err := deleteLetGoInTx(ctx, tx, written, written.GetMetadata().GetSpace(), local); err != nil {
 					return err
 				}
 			}

@@ -115,7 +115,11 @@ func (e *Engine) newerSnapshots(ctx context.Context, a *torporv1.Actor, target *
 			newer = append(newer, s)
 		}
 	}
-	return untagged(ctx, e.store, newer)
+	// The actor as the revert leaves it: at target, with no local
+	// checkpoint.
+	after := proto.CloneOf(a)
+	after.Status.LatestSnapshot, after.Status.LocalCheckpoint = target.GetMetadata().GetName(), ""
+	return unheld(ctx, refSource{tx: e.store, after: after}, newer)
 }
 
 // rewind sets a, which holds no worker, SUSPENDED at target in one
@@ -129,16 +133,17 @@ func (e *Engine) rewind(ctx context.Context, a *torporv1.Actor, target *torporv1
 		// The transaction may run again: it writes a copy of a as read.
 		written, why := proto.CloneOf(a), reason
 		dropped = nil
+		local := written.GetStatus().GetLocalCheckpoint()
+		st := written.Status
+		st.LocalCheckpoint, st.LatestSnapshot, st.CrashReason, st.AcceptedStateLoss = "", target.GetMetadata().GetName(), "", nil
 		var localSnap *torporv1.Snapshot
-		if local := written.GetStatus().GetLocalCheckpoint(); local != "" {
+		if local != "" {
 			var err error
-			if localSnap, err = deleteLocalCheckpointInTx(ctx, tx, space, local); err != nil {
+			if localSnap, err = deleteLetGoInTx(ctx, tx, written, space, local); err != nil {
 				return err
 			}
 			why += "; local checkpoint " + local + " dropped"
 		}
-		st := written.Status
-		st.LocalCheckpoint, st.LatestSnapshot, st.CrashReason, st.AcceptedStateLoss = "", target.GetMetadata().GetName(), "", nil
 		if from != torporv1.ActorState_ACTOR_STATE_SUSPENDED {
 			if err := e.setState(written, torporv1.ActorState_ACTOR_STATE_SUSPENDED); err != nil {
 				return err

@@ -220,22 +220,20 @@ func (e *Engine) DeleteTemplate(ctx context.Context, space, name string, rev int
 				space, name, strings.Join(used, "; "))
 		}
 		for _, r := range doomed {
-			if g := r.GetStatus().GetGoldenSnapshot(); g != "" {
-				snap, err := tx.Snapshots().Get(ctx, space, g)
-				switch {
-				case errors.Is(err, store.ErrNotFound):
-				case err != nil:
-					return err
-				default:
-					if err := tx.Snapshots().Delete(ctx, space, g, "", 0); err != nil {
-						return err
-					}
-					goldens = append(goldens, snap)
-				}
-			}
+			// The revision goes first: then nothing holds its golden
+			// snapshot.
 			rm := r.GetMetadata()
 			if err := tx.Revisions().Delete(ctx, space, rm.GetName(), rm.GetUid(), rm.GetVersion()); err != nil {
 				return err
+			}
+			if g := r.GetStatus().GetGoldenSnapshot(); g != "" {
+				snap, err := deleteLetGoInTx(ctx, tx, nil, space, g)
+				if err != nil {
+					return err
+				}
+				if snap != nil {
+					goldens = append(goldens, snap)
+				}
 			}
 		}
 		if rev == 0 {

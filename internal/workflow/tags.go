@@ -3,22 +3,16 @@ package workflow
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 )
 
-// Snapshot tags and shared snapshot files.
-//
-// A tag keeps its snapshot from retention; a fork's first snapshot record
-// shares its source's files (same location). Whoever deletes a snapshot
-// record checks first that no tag names it and compare-and-sets the
-// record's version it read; whoever tags or forks a snapshot bumps that
-// version in its own transaction. So a tag or a fork committed after the
-// check makes the delete fail (and the snapshot stay) on either backend,
-// and files are removed only once no record names their location.
+// Snapshot tags. A tag keeps its snapshot from every deletion
+// (referencesOf, snapshots.go); tagging bumps the snapshot record's
+// version in the tag's transaction, so a delete decided before the tag
+// fails on its compare-and-set and the snapshot stays.
 
 // Tag names snapshot (a durable snapshot of an actor in space) tag.
 func (e *Engine) Tag(ctx context.Context, space, tag, snapshot string, scope torporv1.SnapshotTagScope) (*torporv1.SnapshotTag, error) {
@@ -83,20 +77,25 @@ func (e *Engine) Untag(ctx context.Context, space, tag, uid string, version int6
 		if err != nil {
 			return err
 		}
-		if kept, err := tagged(ctx, tx, snap); err != nil || kept {
-			return err
-		}
+		// A living actor's snapshot is left to its retention; one being
+		// deleted lets go of its snapshots.
+		var after *torporv1.Actor
 		a, err := tx.Actors().Get(ctx, space, snap.GetActorName())
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			return err
-		case a.GetMetadata().GetUid() == snap.GetActorUid() && a.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_DELETING:
+		case a.GetMetadata().GetUid() != snap.GetActorUid():
+		case a.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_DELETING:
 			return nil
+		default:
+			after = lettingGo(a)
 		}
-		orphan = snap
-		m := snap.GetMetadata()
-		return tx.Snapshots().Delete(ctx, space, m.GetName(), m.GetUid(), m.GetVersion())
+		holder, err := deleteUnheldInTx(ctx, tx, after, snap)
+		if err == nil && holder == "" {
+			orphan = snap
+		}
+		return err
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return errdefs.Errorf(errdefs.ErrAborted, "tag %s/%s or its snapshot changed while untagging: retry", space, tag)
@@ -110,43 +109,4 @@ func (e *Engine) Untag(ctx context.Context, space, tag, uid string, version int6
 		}
 	}
 	return nil
-}
-
-// tagged reports whether a tag names snap.
-func tagged(ctx context.Context, tx store.Tx, snap *torporv1.Snapshot) (bool, error) {
-	tags, _, err := tx.Tags().List(ctx, store.ListOptions{Space: snap.GetMetadata().GetSpace(), PageSize: 1, Filter: store.Filter{"snapshot": snap.GetMetadata().GetName()}})
-	if err != nil {
-		return false, fmt.Errorf("tags of snapshot %s/%s: %w", snap.GetMetadata().GetSpace(), snap.GetMetadata().GetName(), err)
-	}
-	return len(tags) > 0, nil
-}
-
-// untagged are the snapshots of snaps that no tag keeps.
-func untagged(ctx context.Context, tx store.Tx, snaps []*torporv1.Snapshot) ([]*torporv1.Snapshot, error) {
-	var out []*torporv1.Snapshot
-	for _, s := range snaps {
-		kept, err := tagged(ctx, tx, s)
-		if err != nil {
-			return nil, err
-		}
-		if !kept {
-			out = append(out, s)
-		}
-	}
-	return out, nil
-}
-
-// shared reports whether a record other than snap names snap's location:
-// a fork's, or its source's.
-func (e *Engine) shared(ctx context.Context, snap *torporv1.Snapshot) (bool, error) {
-	others, _, err := e.store.Snapshots().List(ctx, store.ListOptions{PageSize: 2, Filter: store.Filter{"location": snap.GetLocation()}})
-	if err != nil {
-		return false, fmt.Errorf("records of snapshot location %s: %w", snap.GetLocation(), err)
-	}
-	for _, o := range others {
-		if o.GetMetadata().GetUid() != snap.GetMetadata().GetUid() {
-			return true, nil
-		}
-	}
-	return false, nil
 }
