@@ -7,8 +7,6 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
-	"github.com/torpor-dev/torpor/internal/snapshot"
-	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 	"github.com/torpor-dev/torpor/internal/workflow"
 )
@@ -110,15 +108,4 @@ func (s *snapshotService) UntagSnapshot(ctx context.Context, req *connect.Reques
 		return nil, err
 	}
 	return connect.NewResponse(&torporv1.DeleteResponse{}), nil
-}
-
-// locationReferenced reports whether a snapshot record names location:
-// the orphan sweep keeps those files. Any record counts, since a fork's
-// names its source's location.
-func (s *Server) locationReferenced(ctx context.Context, location string) (bool, error) {
-	if _, _, _, err := snapshot.ParseLocation(location); err != nil {
-		return true, nil // not ours to judge: keep it
-	}
-	recs, _, err := s.store.Snapshots().List(ctx, store.ListOptions{PageSize: 1, Filter: store.Filter{"location": location}})
-	return len(recs) > 0, err
 }

@@ -66,7 +66,7 @@ func TestSnapshotTagsAPI(t *testing.T) {
 	}
 	referenced := func(want bool) {
 		t.Helper()
-		if got, err := r.server.locationReferenced(ctx, "team/uid-a/s1"); err != nil || got != want {
+		if got, err := r.server.Engine().LocationReferenced(ctx, "team/uid-a/s1"); err != nil || got != want {
 			t.Fatalf("location team/uid-a/s1 referenced: %v %v, want %v", got, err, want)
 		}
 	}

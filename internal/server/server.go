@@ -294,7 +294,7 @@ func (s *Server) every(ctx context.Context, period time.Duration, what string, f
 // crash between upload and commit); files younger than a day may belong
 // to a checkpoint still in progress.
 func (s *Server) sweepOrphans(ctx context.Context) error {
-	removed, err := snapshot.SweepOrphans(ctx, s.objects, s.locationReferenced, 24*time.Hour)
+	removed, err := snapshot.SweepOrphans(ctx, s.objects, s.engine.LocationReferenced, 24*time.Hour)
 	if len(removed) > 0 {
 		s.log.Info("removed orphaned snapshots", "count", len(removed))
 	}

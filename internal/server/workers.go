@@ -57,24 +57,14 @@ func (s *workerService) ListWorkers(ctx context.Context, req *connect.Request[to
 	return connect.NewResponse(&torporv1.ListWorkersResponse{Workers: items, NextPageToken: next}), nil
 }
 
-// DeleteWorker refuses to remove a worker that hosts an actor: the actor
-// would point at a worker that no longer exists (invariant 1).
+// DeleteWorker refuses to remove a worker that hosts an actor
+// (Engine.DeleteWorker).
 func (s *workerService) DeleteWorker(ctx context.Context, req *connect.Request[torporv1.DeleteRequest]) (*connect.Response[torporv1.DeleteResponse], error) {
 	m := req.Msg
 	if err := keyOf(m.GetSpace(), m.GetName(), true); err != nil {
 		return nil, err
 	}
-	err := s.store.InTx(ctx, func(tx store.Tx) error {
-		w, err := tx.Workers().Get(ctx, m.GetSpace(), m.GetName())
-		if err != nil {
-			return err
-		}
-		if a := w.GetStatus().GetActor(); a.GetUid() != "" {
-			return failedPrecondition("worker %s/%s hosts actor %s/%s: suspend it first", m.GetSpace(), m.GetName(), a.GetSpace(), a.GetName())
-		}
-		return tx.Workers().Delete(ctx, m.GetSpace(), m.GetName(), m.GetUid(), m.GetVersion())
-	})
-	if err != nil {
+	if err := s.engine.DeleteWorker(ctx, m.GetSpace(), m.GetName(), m.GetUid(), m.GetVersion()); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&torporv1.DeleteResponse{}), nil

@@ -62,6 +62,22 @@ func (e *Engine) RegisterNode(ctx context.Context, n *torporv1.Node, workers []*
 	return node, stored, nil
 }
 
+// DeleteWorker deletes worker space/name (uid and version, when set,
+// must match) unless it hosts an actor: the actor would point at a worker
+// that no longer exists (invariant 1).
+func (e *Engine) DeleteWorker(ctx context.Context, space, name, uid string, version int64) error {
+	return e.store.InTx(ctx, func(tx store.Tx) error {
+		w, err := tx.Workers().Get(ctx, space, name)
+		if err != nil {
+			return err
+		}
+		if a := w.GetStatus().GetActor(); a.GetUid() != "" {
+			return errdefs.Errorf(errdefs.ErrFailedPrecondition, "worker %s/%s hosts actor %s/%s: suspend it first", space, name, a.GetSpace(), a.GetName())
+		}
+		return tx.Workers().Delete(ctx, space, name, uid, version)
+	})
+}
+
 // RemoveWorkers deletes workers that are gone from their node, crashing
 // the actor each hosted with reason (prefixed with the worker's name).
 func (e *Engine) RemoveWorkers(ctx context.Context, workers []*torporv1.Worker, reason string) error {
