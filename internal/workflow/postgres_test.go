@@ -31,6 +31,8 @@ func TestWorkflowsOnPostgres(t *testing.T) {
 		{"RetentionKeepsLastK", TestRetentionKeepsLastK},
 		{"PauseResumesOnSameNode", TestPauseResumesOnSameNode},
 		{"FailedResumeKeepsTheNewestState", TestFailedResumeKeepsTheNewestState},
+		{"EveryDeletionPathKeepsReferencedSnapshots", TestEveryDeletionPathKeepsReferencedSnapshots},
+		{"DeleteSnapshotRefusesHeldSnapshots", TestDeleteSnapshotRefusesHeldSnapshots},
 	}
 	// The workflow tests do not run in parallel: newEnv's store can be
 	// switched for the duration of these.
