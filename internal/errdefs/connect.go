@@ -97,6 +97,17 @@ func FromConnect(err error) error {
 	return err
 }
 
+// Answered reports whether err carries a status the called side sent
+// (its own outcome: "did not pass within 3s", "worker busy"), as opposed
+// to one the client made because the call got no answer (refused, reset,
+// its own deadline). A kind alone does not tell them apart: a deadline the
+// callee reports and one the caller ran out of are both
+// context.DeadlineExceeded.
+func Answered(err error) bool {
+	var ce *connect.Error
+	return errors.As(err, &ce) && connect.IsWireError(ce)
+}
+
 // remoteError is a status error with the message it carries.
 type remoteError struct {
 	err error

@@ -44,6 +44,12 @@ func unreachable(err error) bool {
 	}
 	var ne net.Error
 	switch {
+	case errdefs.Answered(err):
+		// The node's own outcome, whatever its kind (a readiness probe's
+		// deadline is a context.DeadlineExceeded, which is a net.Error
+		// too): unreachable only when the node says it cannot take the
+		// call now, or that it stopped mid-operation (below).
+		return errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, context.Canceled)
 	case errors.Is(err, store.ErrUnavailable):
 		// The node's address could not be read.
 		return true
