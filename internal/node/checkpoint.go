@@ -31,143 +31,220 @@ import (
 // leaves the same for the retry and answers Unavailable, which is not
 // recorded. Nothing a retry would need is discarded before the
 // outcome is on record (afterCommit).
-func (m *slotMachine) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *torporv1.CheckpointRequest) (resp *torporv1.CheckpointResponse, err error) {
+func (m *slotMachine) checkpoint(ctx context.Context, s *slot, cur slotRecord, req *torporv1.CheckpointRequest) (*torporv1.CheckpointResponse, error) {
+	c, err := m.newCapture(s, cur, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.recordIntent(); err != nil {
+		return nil, err
+	}
+	c.steps = m.startSteps(ctx, "checkpoint")
+	if err := m.capture(ctx, c); err != nil {
+		m.abandonCapture(ctx, c)
+		return nil, err
+	}
+	stored, err := m.storeCapture(ctx, c)
+	if err != nil {
+		return nil, m.storeFailed(ctx, c, err)
+	}
+	m.settleStored(ctx, c, stored)
+	return stored, nil
+}
+
+// captureJob is one checkpoint operation on a slot: what it asks for and
+// where it stages the capture.
+type captureJob struct {
+	s   *slot
+	req *torporv1.CheckpointRequest
+	w   *torporv1.Workload
+	// cur is the slot's record when the operation began; running is the
+	// record of its workload running on (no capture on record).
+	cur, running slotRecord
+	opID, stage  string
+	leave, full  bool
+	// resumed: the capture is an earlier attempt's, on record in cur.
+	resumed bool
+	steps   *stepTimer
+}
+
+func (m *slotMachine) newCapture(s *slot, cur slotRecord, req *torporv1.CheckpointRequest) (*captureJob, error) {
 	w, err := cur.workload()
 	if err != nil {
 		return nil, err
 	}
 	opID := req.GetOp().GetOperationId()
-	stage := m.stageDir(cur.ActorUID, opID)
-	leave, full := req.GetLeaveRunning(), req.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL
-	captured := cur.Capture == opID
 	running := cur
 	running.Phase, running.Capture = phaseRunning, ""
-	if !captured {
-		if err := emptyDir(stage); err != nil {
-			return nil, fmt.Errorf("checkpoint of actor %s: stage directory: %w", cur.ActorUID, err)
-		}
-		intent := running
-		intent.Phase, intent.Capture = phaseStopping, opID
-		s.stage(intent)
-		if !leave {
-			if err := s.commit(nil); err != nil {
-				s.stage(running)
-				return nil, errors.Join(err, removeStage(stage))
-			}
-			testHook("recorded")
-		}
-	}
-	// Set once the capture exists: when the workload ended, it is then
-	// the actor's only state.
-	capturedNow := false
-	defer func() {
-		if err == nil {
-			return
-		}
-		transient := capturedNow && passing(ctx, err)
-		if transient {
-			log := m.log.With("worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)
-			err = unavailable(log, fmt.Errorf("checkpoint actor %s/%s: storing the capture: %w", w.GetSpace(), w.GetActor(), err))
-		}
-		if transient && !leave {
-			// Kept as an agent killed here leaves it (see settleCapture):
-			// the capture on record, its stage directory and the actor's
-			// volumes, for the repeat of the operation to store.
-			m.identity.pause(s.name())
-			return
-		}
-		ctx, cancel := cleanupContext(ctx)
-		defer cancel()
-		m.settle(ctx, s, running, stage)
-	}()
+	return &captureJob{
+		s: s, req: req, w: w, cur: cur, running: running,
+		opID: opID, stage: m.stageDir(cur.ActorUID, opID),
+		leave: req.GetLeaveRunning(), full: req.GetScope() == torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
+		resumed: cur.Capture == opID,
+	}, nil
+}
 
-	steps := m.startSteps(ctx, "checkpoint")
-	memory := filepath.Join(stage, memoryDir)
+// recordIntent prepares the stage directory and puts the capture on the
+// slot's record, committed before a capture that ends the workload
+// begins (a restarted agent's retry then finds it). An earlier attempt's
+// capture is on record already.
+func (c *captureJob) recordIntent() error {
+	if c.resumed {
+		return nil
+	}
+	if err := emptyDir(c.stage); err != nil {
+		return fmt.Errorf("checkpoint of actor %s: stage directory: %w", c.cur.ActorUID, err)
+	}
+	intent := c.running
+	intent.Phase, intent.Capture = phaseStopping, c.opID
+	c.s.stage(intent)
+	if c.leave {
+		return nil
+	}
+	if err := c.s.commit(nil); err != nil {
+		c.s.stage(c.running)
+		return errors.Join(err, removeStage(c.stage))
+	}
+	testHook("recorded")
+	return nil
+}
+
+// capture makes the capture in the stage directory: the memory image
+// (FULL), the workload stopped (unless it keeps running), or an earlier
+// attempt's capture awaited and checked.
+func (m *slotMachine) capture(ctx context.Context, c *captureJob) error {
+	s, w := c.s, c.w
+	memory := filepath.Join(c.stage, memoryDir)
 	switch {
-	case captured:
+	case c.resumed:
 		// A previous agent's capture: its sandbox is saving itself or
 		// gone (reconcile), and may have died before the image was
 		// complete.
 		if err := m.awaitCapture(ctx, s); err != nil {
-			return nil, fmt.Errorf("checkpoint actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
+			return fmt.Errorf("checkpoint actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 		}
-		if full {
+		if c.full {
 			if err := m.checkImage(memory); err != nil {
-				return nil, errdefs.Errorf(errdefs.ErrDataLoss, "checkpoint actor %s/%s: the capture a previous node agent began is incomplete: %w", w.GetSpace(), w.GetActor(), err)
+				return errdefs.Errorf(errdefs.ErrDataLoss, "checkpoint actor %s/%s: the capture a previous node agent began is incomplete: %w", w.GetSpace(), w.GetActor(), err)
 			}
 		}
-		m.log.Info("going on with the capture of an earlier attempt (cut short by an agent restart or a storage fault)", "worker", s.name(), "actor_uid", cur.ActorUID, "operation", opID)
-	case full:
-		if err := m.rt.Checkpoint(ctx, s.rt, memory, leave); err != nil {
+		m.log.Info("going on with the capture of an earlier attempt (cut short by an agent restart or a storage fault)", "worker", s.name(), "actor_uid", c.cur.ActorUID, "operation", c.opID)
+	case c.full:
+		if err := m.rt.Checkpoint(ctx, s.rt, memory, c.leave); err != nil {
 			// A workload that exited cannot be captured: the exit is
 			// the failure.
 			if exit, ok := s.currentWatch().exitedWithin(exitSettle); ok {
-				return nil, exitError(m.describeExit(s, cur.ActorUID, exit))
+				return exitError(m.describeExit(s, c.cur.ActorUID, exit))
 			}
-			return nil, fmt.Errorf("checkpoint actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
+			return fmt.Errorf("checkpoint actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 		}
-	case !leave:
+	case !c.leave:
 		// Volumes are archived from a stopped workload, so they are
 		// consistent.
 		if err := m.rt.Terminate(ctx, s.rt); err != nil {
-			return nil, fmt.Errorf("stop actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
+			return fmt.Errorf("stop actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 		}
 	}
-	steps.done("capture")
-	capturedNow = true
-	if !leave {
-		m.logs.detach(s.name())
-		m.logs.mark(cur.ActorUID, "%s (checkpoint %s)", map[bool]string{true: "paused", false: "suspended"}[req.GetTarget() == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL], opID)
+	c.steps.done("capture")
+	return nil
+}
+
+// storeCapture completes the snapshot tree beside the capture (the
+// actor's log, its durable volumes) and stores it at the requested
+// target. The capture exists by then: when the workload ended, it is the
+// actor's only state.
+func (m *slotMachine) storeCapture(ctx context.Context, c *captureJob) (*torporv1.CheckpointResponse, error) {
+	w := c.w
+	if !c.leave {
+		m.logs.detach(c.s.name())
+		m.logs.mark(c.cur.ActorUID, "%s (checkpoint %s)", map[bool]string{true: "paused", false: "suspended"}[c.req.GetTarget() == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL], c.opID)
 	}
-	if err := m.logs.capture(cur.ActorUID, stage); err != nil {
+	if err := m.logs.capture(c.cur.ActorUID, c.stage); err != nil {
 		return nil, fmt.Errorf("checkpoint actor %s/%s: its log: %w", w.GetSpace(), w.GetActor(), err)
 	}
 	testHook("captured")
 	names := durableVolumes(w.GetTemplate())
 	if len(names) > 0 {
-		if err := archiveVolumes(m.volumes.dir(cur.ActorUID), names, filepath.Join(stage, dataArchive)); err != nil {
+		if err := archiveVolumes(m.volumes.dir(c.cur.ActorUID), names, filepath.Join(c.stage, dataArchive)); err != nil {
 			return nil, fmt.Errorf("archive volumes of actor %s/%s: %w", w.GetSpace(), w.GetActor(), err)
 		}
-		steps.done("archive")
+		c.steps.done("archive")
 	}
-	objects, cache := m.snapshots.target(req.GetTarget())
-	digest, size, err := upload(ctx, objects, req.GetLocation(), stage)
+	objects, _ := m.snapshots.target(c.req.GetTarget())
+	digest, size, err := upload(ctx, objects, c.req.GetLocation(), c.stage)
 	if err != nil {
 		return nil, err
 	}
-	steps.done("upload")
+	c.steps.done("upload")
 	testHook("uploaded")
-	if leave {
-		s.stage(running)
+	return &torporv1.CheckpointResponse{Location: c.req.GetLocation(), ManifestDigest: digest, SizeBytes: size, HasData: len(names) > 0, Steps: c.steps.steps}, nil
+}
+
+// storeFailed reclassifies a failure to store an existing capture: a
+// fault that passes answers Unavailable and, when the workload ended,
+// keeps what an agent killed here leaves (see settleCapture): the
+// capture on record, its stage directory and the actor's volumes, for
+// the repeat of the operation to store. Any other failure settles the
+// slot as the capture left it.
+func (m *slotMachine) storeFailed(ctx context.Context, c *captureJob, err error) error {
+	if !passing(ctx, err) {
+		m.abandonCapture(ctx, c)
+		return err
+	}
+	log := m.log.With("worker", c.s.name(), "actor_uid", c.cur.ActorUID, "operation", c.opID)
+	err = unavailable(log, fmt.Errorf("checkpoint actor %s/%s: storing the capture: %w", c.w.GetSpace(), c.w.GetActor(), err))
+	if c.leave {
+		m.abandonCapture(ctx, c)
+		return err
+	}
+	m.identity.pause(c.s.name())
+	return err
+}
+
+// abandonCapture settles the slot after a failed checkpoint, in its own
+// time (the failure may have been the operation running out of it).
+func (m *slotMachine) abandonCapture(ctx context.Context, c *captureJob) {
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	m.settle(ctx, c.s, c.running, c.stage)
+}
+
+// settleStored records the slot as the stored checkpoint left it and,
+// once that is on record, caches the snapshot tree and removes what the
+// workload left (unless it runs on).
+func (m *slotMachine) settleStored(ctx context.Context, c *captureJob, stored *torporv1.CheckpointResponse) {
+	s, req, actorUID := c.s, c.req, c.cur.ActorUID
+	if c.leave {
+		s.stage(c.running)
 	} else {
 		s.stage(slotRecord{})
 	}
+	_, cache := m.snapshots.target(req.GetTarget())
 	s.afterCommit(func() {
 		// A restore on this node then needs no download.
-		if err := cache.Add(req.GetLocation(), digest, stage); err != nil {
+		if err := cache.Add(req.GetLocation(), stored.GetManifestDigest(), c.stage); err != nil {
 			m.log.Warn("snapshot not cached", "location", req.GetLocation(), "err", err)
 		}
-		if err := removeStage(stage); err != nil {
-			m.log.Warn("checkpoint stage directory not removed", "dir", stage, "err", err)
+		if err := removeStage(c.stage); err != nil {
+			m.log.Warn("checkpoint stage directory not removed", "dir", c.stage, "err", err)
 		}
-		if leave {
+		if c.leave {
 			return
 		}
 		// A local checkpoint is restored here, its log with it; one in
 		// storage takes its own.
 		if req.GetTarget() == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
-			m.logs.close(cur.ActorUID)
-		} else if err := m.logs.remove(cur.ActorUID); err != nil {
-			m.log.Warn("actor log not removed", "actor_uid", cur.ActorUID, "err", err)
+			m.logs.close(actorUID)
+		} else if err := m.logs.remove(actorUID); err != nil {
+			m.log.Warn("actor log not removed", "actor_uid", actorUID, "err", err)
 		}
 		// The capture stopped the workload already.
-		if err := errors.Join(m.identity.drop(s), m.removeVolumes(cur.ActorUID)); err != nil {
-			m.log.Warn("checkpointed workload's remains not removed; the next start removes them", "worker", s.name(), "actor_uid", cur.ActorUID, "err", err)
+		if err := errors.Join(m.identity.drop(s), m.removeVolumes(actorUID)); err != nil {
+			m.log.Warn("checkpointed workload's remains not removed; the next start removes them", "worker", s.name(), "actor_uid", actorUID, "err", err)
 		}
-		m.warm.later(ctx, s, w)
+		m.warm.later(ctx, s, c.w)
 	})
-	m.log.Debug("checkpoint steps", append([]any{"worker", s.name(), "actor_uid", cur.ActorUID, "bytes", size}, steps.attrs...)...)
-	return &torporv1.CheckpointResponse{Location: req.GetLocation(), ManifestDigest: digest, SizeBytes: size, HasData: len(names) > 0, Steps: steps.steps}, nil
+	m.log.Debug("checkpoint steps", append([]any{"worker", s.name(), "actor_uid", actorUID, "bytes", stored.GetSizeBytes()}, c.steps.attrs...)...)
 }
 
 // testHook is called at the named points of an operation where a test
