@@ -238,8 +238,8 @@ func (m *slotMachine) settleStored(ctx context.Context, c *captureJob, stored *t
 		} else if err := m.logs.remove(actorUID); err != nil {
 			m.log.Warn("actor log not removed", "actor_uid", actorUID, "err", err)
 		}
-		// The capture stopped the workload already.
-		if err := errors.Join(m.identity.drop(s), m.removeVolumes(actorUID)); err != nil {
+		// The capture stopped the workload already (and detached its log).
+		if err := errors.Join(m.hooks().stopped(s), m.removeVolumes(actorUID)); err != nil {
 			m.log.Warn("checkpointed workload's remains not removed; the next start removes them", "worker", s.name(), "actor_uid", actorUID, "err", err)
 		}
 		m.warm.later(ctx, s, c.w)

@@ -203,11 +203,7 @@ func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation
 	}
 	s.stage(running)
 	m.follow(s, running, st.watch)
-	m.identity.keep(s, w)
-	// Only once the start is on record: a restart that finds it
-	// unrecorded removes the workload, and the retry restores it again
-	// from its source, which may be a local checkpoint.
-	s.afterCommit(func() { m.ops.Go(func() { m.snapshots.dropLocal(context.WithoutCancel(ctx), w) }) })
+	m.hooks().running(ctx, s, w)
 	return st, nil
 }
 
@@ -279,18 +275,13 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 		m.ops.Go(func() { release(true) })
 	}()
 	steps.done("fetch")
-	if src.logs != "" {
-		if err := m.logs.restore(w.GetActorUid(), src.logs); err != nil {
-			m.log.Warn("actor log: not restored from the snapshot", "actor_uid", w.GetActorUid(), "err", err)
-		}
-	}
-	m.logs.attach(s.name(), w.GetActorUid(), containerNames(w))
 	volumes, err := prepareVolumes(ctx, m.volumes.dir(w.GetActorUid()), durableVolumes(w.GetTemplate()), src.data)
 	if err != nil {
 		return started{}, fmt.Errorf("actor %s/%s: durable volumes: %w", w.GetSpace(), w.GetActor(), err)
 	}
 	steps.done("volumes")
-	identityMounts, err := m.identity.prepare(ctx, s, w)
+	hooks := m.hooks()
+	mounts, err := hooks.starting(ctx, s, w, src)
 	if err != nil {
 		return started{}, err
 	}
@@ -301,7 +292,7 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 	steps.done("identity")
 	rw := runtime.Workload{
 		ActorUID: w.GetActorUid(), Space: w.GetSpace(), Actor: w.GetActor(),
-		Template: w.GetTemplate(), Rootfs: rootfs, ImageConfig: images, Volumes: volumes, ExtraMounts: identityMounts,
+		Template: w.GetTemplate(), Rootfs: rootfs, ImageConfig: images, Volumes: volumes, ExtraMounts: mounts,
 	}
 	if !src.golden {
 		// runsc restores a sandbox only with the argv it was checkpointed
@@ -323,11 +314,7 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 			watch.cancel()
 		}
 	}()
-	if src.memory == "" {
-		m.logs.mark(w.GetActorUid(), "started (cold boot) on node %s, worker %s", m.node, s.name())
-	} else {
-		m.logs.mark(w.GetActorUid(), "resumed (restored) on node %s, worker %s", m.node, s.name())
-	}
+	hooks.started(s, w, src.memory != "")
 	steps.done("start")
 	if err := m.ensureEnvd(ctx, s, w, rw.Init != nil); err != nil {
 		return started{}, err
@@ -374,20 +361,13 @@ func (m *slotMachine) vacate(ctx context.Context, s *slot, cur slotRecord) error
 	if err := m.rt.Terminate(ctx, s.rt); err != nil {
 		return fmt.Errorf("worker %s: stop the workload of actor %s: %w", s.name(), cur.ActorUID, err)
 	}
-	m.logs.detach(s.name())
+	hooksErr := m.hooks().stopped(s)
 	var stageErr error
 	if cur.Capture != "" {
 		stageErr = removeStage(m.stageDir(cur.ActorUID, cur.Capture))
 	}
-	return errors.Join(stageErr, m.release(s, cur.ActorUID))
-}
-
-// release frees a slot whose workload is gone and removes the actor's
-// volumes.
-func (m *slotMachine) release(s *slot, actorUID string) error {
-	identityErr := m.identity.drop(s)
 	s.stage(slotRecord{})
-	return errors.Join(identityErr, m.removeVolumes(actorUID))
+	return errors.Join(hooksErr, stageErr, m.removeVolumes(cur.ActorUID))
 }
 
 // stepTimer times the steps of an operation (start, checkpoint), for its
