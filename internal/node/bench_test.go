@@ -67,7 +67,7 @@ func benchmarkAgent(b *testing.B, cacheBytes int64, warm bool) {
 		t0 := time.Now()
 		c, err := n.client.Checkpoint(ctx, connect.NewRequest(&torporv1.CheckpointRequest{
 			Op: op("bench-actor", fmt.Sprint("checkpoint-", i), n.worker(from)), Scope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
-			Target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE, Location: location,
+			Target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE, Location: location, Warm: warm,
 		}))
 		if err != nil {
 			b.Fatal(err)

@@ -242,7 +242,11 @@ func (m *slotMachine) settleStored(ctx context.Context, c *captureJob, stored *t
 		if err := errors.Join(m.hooks().stopped(s), m.removeVolumes(actorUID)); err != nil {
 			m.log.Warn("checkpointed workload's remains not removed; the next start removes them", "worker", s.name(), "actor_uid", actorUID, "err", err)
 		}
-		m.warm.later(ctx, s, c.w)
+		// The control plane decides: it records the worker warm exactly
+		// when it asks.
+		if req.GetWarm() {
+			m.warm.later(ctx, s, c.w)
+		}
 	})
 	m.log.Debug("checkpoint steps", append([]any{"worker", s.name(), "actor_uid", actorUID, "bytes", stored.GetSizeBytes()}, c.steps.attrs...)...)
 }

@@ -17,17 +17,18 @@ import (
 // of time skips the sandbox's boot (runtime.Runtime.Warm). A warm sandbox
 // is made for one workload shape; a restore of any actor of that
 // template uses it (the runtime gives the guest its own name), a cold
-// boot only of the actor it was made for. The agent warms a slot for the
-// actor that was just suspended or paused out of it, which is warm for
-// the actor and its template alike, and, when the control plane asks
-// (Warm, for TemplateSpec.warm_workers), a free slot for a template's
-// next actor, with no actor's name. Warming runs after the operation
-// that emptied the slot, under the slot's lock, so it never overlaps
-// another operation on the slot; a start that finds the slot warm for
-// another workload discards it in the runtime, transparently. The slot
-// record remembers the workload while the slot stays free, so a
-// restarted agent keeps a warm sandbox it finds (reconcile) or makes it
-// again.
+// boot only of the actor it was made for. When the control plane asks
+// (CheckpointRequest.warm: exactly when it records the slot warm, not
+// for an eviction), the agent warms a slot for the actor that was just
+// suspended or paused out of it, which is warm for the actor and its
+// template alike, and (Warm, for TemplateSpec.warm_workers) a free slot
+// for a template's next actor, with no actor's name. Warming runs after
+// the operation that emptied the slot, under the slot's lock, so it never
+// overlaps another operation on the slot; a start that finds the slot
+// warm for another workload discards it in the runtime, transparently.
+// The slot record remembers the workload while the slot stays free, so
+// a restarted agent keeps a warm sandbox it finds (reconcile) or makes
+// it again.
 
 // warmTimeout bounds one warm-up.
 const warmTimeout = time.Minute

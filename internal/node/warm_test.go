@@ -14,13 +14,21 @@ import (
 	"github.com/torpor-dev/torpor/internal/runtime/fake"
 )
 
-// suspend checkpoints actorUID FULL to storage out of worker, freeing it.
+// suspend checkpoints actorUID FULL to storage out of worker, freeing it
+// and asking for it warm, as the control plane's plain suspend does.
 func (n *fakeNode) suspend(t *testing.T, actorUID, opID string, worker int) *torporv1.SnapshotSource {
+	t.Helper()
+	return n.checkpointOut(t, actorUID, opID, worker, true)
+}
+
+// checkpointOut checkpoints actorUID FULL to storage out of worker,
+// freeing it, and asks for it warm after or not.
+func (n *fakeNode) checkpointOut(t *testing.T, actorUID, opID string, worker int, warm bool) *torporv1.SnapshotSource {
 	t.Helper()
 	location := "s/" + actorUID + "/" + opID
 	resp, err := n.client.Checkpoint(context.Background(), connect.NewRequest(&torporv1.CheckpointRequest{
 		Op: op(actorUID, opID, n.worker(worker)), Scope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
-		Target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE, Location: location,
+		Target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_STORAGE, Location: location, Warm: warm,
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +104,34 @@ func TestSuspendWarmsTheWorkerForTheActor(t *testing.T) {
 	}
 	if st := n.stats(t, 0); !st.GetRunning() || st.GetActorUid() != "a2" || st.GetMemoryBytes() != 0 {
 		t.Fatalf("stats %v, want a2 running", st)
+	}
+}
+
+// TestCheckpointWarmsOnlyWhenAsked: the control plane decides whether
+// the worker a checkpoint frees is warmed (an eviction's is not); a
+// checkpoint that does not ask, as from an older control plane, leaves
+// it cold.
+func TestCheckpointWarmsOnlyWhenAsked(t *testing.T) {
+	n := newFakeNode(t)
+	ctx := context.Background()
+	for i, uid := range []string{"a1", "a2"} {
+		if _, err := n.run(ctx, uid, "op-run-"+uid, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.checkpointOut(t, "a1", "op-evict", 0, false)
+	n.checkpointOut(t, "a2", "op-suspend", 1, true)
+	waitFor(t, "worker 1 to be warm", func() bool { return n.warm(t, 1) })
+	// A stop waits for the warm-ups the checkpoints left running.
+	if err := n.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n.calls("Warm", 0) != 0 {
+		t.Fatalf("calls %v; want worker 0 left cold", n.rt.Calls())
+	}
+	n.start(t)
+	if n.warm(t, 0) || n.calls("Warm", 0) != 0 {
+		t.Fatalf("after a restart: worker 0 warm=%v, calls %v; want it cold", n.warm(t, 0), n.rt.Calls())
 	}
 }
 

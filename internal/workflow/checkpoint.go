@@ -173,6 +173,7 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 			Scope:    op.GetTargetScope(),
 			Target:   kind.target,
 			Location: location,
+			Warm:     warmsAfter(op),
 		}))
 		return err
 	})
@@ -246,13 +247,13 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 			if _, err := tx.Snapshots().Create(ctx, snap); err != nil {
 				return err
 			}
-			// The node keeps the worker warm for this actor, and so for
-			// any actor of its template (node/warm.go), unless an
-			// eviction freed it for another, which it is reserved for.
-			template := written.GetStatus().GetCurrentTemplateUid()
-			next := freed{warmFor: written.GetMetadata().GetUid(), warmTemplate: template}
-			if op.GetEvictedForUid() != "" {
-				next = freed{reservedFor: op.GetEvictedForUid(), at: e.now(), warmTemplate: template}
+			// The node was asked to keep the worker warm for this actor,
+			// and so for any actor of its template (node/warm.go), unless
+			// an eviction freed it for another, which it is reserved for
+			// and which finds it cold (warmsAfter).
+			next := freed{reservedFor: op.GetEvictedForUid(), at: e.now()}
+			if warmsAfter(op) {
+				next = freed{warmFor: written.GetMetadata().GetUid(), warmTemplate: written.GetStatus().GetCurrentTemplateUid()}
 			}
 			if err := releaseReadWorker(ctx, tx, ref, written.GetMetadata().GetUid(), worker, next); err != nil {
 				return err
@@ -286,6 +287,14 @@ func (e *Engine) driveCheckpoint(ctx context.Context, a *torporv1.Actor) (*torpo
 	e.removeExpired(ctx, a, ret, expired)
 	e.logger(a).Info("actor checkpointed", "state", enum.Name(kind.done), "snapshot", snap.GetMetadata().GetName(), "bytes", snap.GetSizeBytes())
 	return out, nil
+}
+
+// warmsAfter says whether the checkpoint op asks the node to warm the
+// worker it frees for the leaving actor; the finalize records the worker
+// warm exactly then. Not for an eviction: the worker is reserved for the
+// evicting actor, whose start would discard a sandbox warmed for this one.
+func warmsAfter(op *torporv1.ActorOperation) bool {
+	return op.GetEvictedForUid() == ""
 }
 
 // checkpointedTo reports whether cur is the end of a checkpoint of kind

@@ -28,6 +28,8 @@ type fakeAgent struct {
 	// noData makes checkpoints report no durable data.
 	noData   bool
 	restores []*torporv1.RestoreRequest
+	// checkpoints are the Checkpoint calls' requests, in order.
+	checkpoints []*torporv1.CheckpointRequest
 	// dropped are the locations of DropCheckpoint calls, in order.
 	dropped []string
 	// down makes every call fail as a node that does not answer does;
@@ -55,6 +57,20 @@ func (f *fakeAgent) lastRestore() *torporv1.RestoreRequest {
 		return nil
 	}
 	return f.restores[len(f.restores)-1]
+}
+
+// checkpointsOf are the requests of the Checkpoint calls for actorUID,
+// in order.
+func (f *fakeAgent) checkpointsOf(actorUID string) []*torporv1.CheckpointRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*torporv1.CheckpointRequest
+	for _, c := range f.checkpoints {
+		if c.GetOp().GetActorUid() == actorUID {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func newFakeAgent(node string) *fakeAgent {
@@ -160,6 +176,7 @@ func (f *fakeAgent) Checkpoint(_ context.Context, req *connect.Request[torporv1.
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "Checkpoint")
+	f.checkpoints = append(f.checkpoints, req.Msg)
 	if err := f.failCheckpoint; err != nil {
 		f.failCheckpoint = nil
 		return nil, err

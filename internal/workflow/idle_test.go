@@ -292,6 +292,55 @@ func TestEvictedWorkerIsReservedForTheEvictingResume(t *testing.T) {
 	e.checkPlacement()
 }
 
+// TestOnlyASuspendAsksForAWarmWorker: a plain suspend asks the node to
+// warm the worker it frees and records it warm for the actor and its
+// template; an eviction's checkpoint asks for no warm sandbox (the
+// evicting actor's start would discard it) and records none.
+func TestOnlyASuspendAsksForAWarmWorker(t *testing.T) {
+	e := newEnv(t, 1, "n1")
+	c := e.fakeClock()
+	e.templateWithIdle("never-idle", &torporv1.IdlePolicy{})
+	fillPool(e, c, 1, "never-idle")
+	busy := e.actor("busy-0")
+	e.createActor("waiting")
+	var freed *torporv1.WorkerStatus
+	e.engine.SetHooks(Hooks{BeforeResumeClaim: func(a *torporv1.Actor) {
+		if a.GetMetadata().GetName() != "waiting" || freed != nil {
+			return
+		}
+		w, err := e.store.Workers().Get(e.ctx, validate.WorkerNamespace, "n1-w0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		freed = w.GetStatus()
+	}})
+	if _, err := e.engine.Resume(e.ctx, "default", "waiting", ResumeOptions{}); err != nil {
+		t.Fatalf("evicting resume: %v", err)
+	}
+	evicted := e.agents["n1"].checkpointsOf(busy.GetMetadata().GetUid())
+	if len(evicted) != 1 || evicted[0].GetWarm() {
+		t.Fatalf("the eviction's checkpoint requests %v, want one not asking for a warm worker", evicted)
+	}
+	if freed.GetWarmActorUid() != "" || freed.GetWarmTemplateUid() != "" || freed.GetReservedForActorUid() == "" {
+		t.Errorf("the evicted worker %v, want it reserved and warm for nobody", freed)
+	}
+
+	e.engine.SetHooks(Hooks{})
+	waiting := e.suspend("waiting")
+	suspended := e.agents["n1"].checkpointsOf(waiting.GetMetadata().GetUid())
+	if len(suspended) != 1 || !suspended[0].GetWarm() {
+		t.Fatalf("the suspend's checkpoint requests %v, want one asking for a warm worker", suspended)
+	}
+	w, err := e.store.Workers().Get(e.ctx, validate.WorkerNamespace, "n1-w0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := w.GetStatus(); st.GetWarmActorUid() != waiting.GetMetadata().GetUid() || st.GetWarmTemplateUid() != waiting.GetStatus().GetCurrentTemplateUid() {
+		t.Errorf("the suspended worker %v, want it warm for %s and its template", st, waiting.GetMetadata().GetUid())
+	}
+	e.checkPlacement()
+}
+
 // TestEvictedActorComesBackExactly: the victim's next resume restores the
 // snapshot its eviction wrote.
 func TestEvictedActorComesBackExactly(t *testing.T) {

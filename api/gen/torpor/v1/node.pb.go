@@ -984,7 +984,16 @@ type CheckpointRequest struct {
 	// Where to write: the snapshot's storage location (space/actor/snapshot).
 	Location string `protobuf:"bytes,4,opt,name=location,proto3" json:"location,omitempty"`
 	// Keep the workload running after the capture (default: it stops).
-	LeaveRunning  bool `protobuf:"varint,5,opt,name=leave_running,json=leaveRunning,proto3" json:"leave_running,omitempty"`
+	LeaveRunning bool `protobuf:"varint,5,opt,name=leave_running,json=leaveRunning,proto3" json:"leave_running,omitempty"`
+	// Once the workload stopped, make the freed worker's sandbox ready for
+	// this actor's next restore (and any actor of its template's), in the
+	// background. The control plane sets it exactly when it records the
+	// worker warm for the actor (WorkerStatus.warm_actor_uid): not when an
+	// eviction frees the worker for another actor, whose start would throw
+	// the sandbox away. Unset, as from a control plane older than the field,
+	// the worker stays cold: only the next restore's speed is lost. Ignored
+	// with leave_running and on a node with warming off.
+	Warm          bool `protobuf:"varint,6,opt,name=warm,proto3" json:"warm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1050,6 +1059,13 @@ func (x *CheckpointRequest) GetLocation() string {
 func (x *CheckpointRequest) GetLeaveRunning() bool {
 	if x != nil {
 		return x.LeaveRunning
+	}
+	return false
+}
+
+func (x *CheckpointRequest) GetWarm() bool {
+	if x != nil {
+		return x.Warm
 	}
 	return false
 }
@@ -1955,13 +1971,14 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"check_port\x18\x03 \x01(\bR\tcheckPort\"F\n" +
 	"\vRunResponse\x12\x1b\n" +
 	"\tworker_ip\x18\x01 \x01(\tR\bworkerIp\x12\x1a\n" +
-	"\bwarnings\x18\x02 \x03(\tR\bwarnings\"\xdf\x01\n" +
+	"\bwarnings\x18\x02 \x03(\tR\bwarnings\"\xf3\x01\n" +
 	"\x11CheckpointRequest\x12$\n" +
 	"\x02op\x18\x01 \x01(\v2\x14.torpor.v1.OperationR\x02op\x12.\n" +
 	"\x05scope\x18\x02 \x01(\x0e2\x18.torpor.v1.SnapshotScopeR\x05scope\x123\n" +
 	"\x06target\x18\x03 \x01(\x0e2\x1b.torpor.v1.CheckpointTargetR\x06target\x12\x1a\n" +
 	"\blocation\x18\x04 \x01(\tR\blocation\x12#\n" +
-	"\rleave_running\x18\x05 \x01(\bR\fleaveRunning\"\xc2\x01\n" +
+	"\rleave_running\x18\x05 \x01(\bR\fleaveRunning\x12\x12\n" +
+	"\x04warm\x18\x06 \x01(\bR\x04warm\"\xc2\x01\n" +
 	"\x12CheckpointResponse\x12\x1a\n" +
 	"\blocation\x18\x01 \x01(\tR\blocation\x12'\n" +
 	"\x0fmanifest_digest\x18\x02 \x01(\tR\x0emanifestDigest\x12\x1d\n" +
