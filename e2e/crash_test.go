@@ -26,6 +26,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/snapshot"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // TestNodeKilledCrashesActor kills a node agent process (SIGKILL) under a
@@ -226,7 +227,7 @@ func TestServerKilledMidWorkflow(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			addr := freeAddr(t)
+			addr := testkit.FreeAddr(t)
 			snapshots := filepath.Join(dir, "snapshots")
 			args := []string{"--store", "sqlite:" + filepath.Join(dir, "torpor.db"), "--snapshots", snapshots, "--recover-after", "1m"}
 			srv, conn := serverProcess(t, dir, addr, args...)
@@ -496,7 +497,7 @@ func (c *cluster) startNodeProcessAs(name string, workers int, join ...string) *
 	}
 	n.args = append([]string{"node",
 		"--server", c.api, "--name", n.name, "--workers", strconv.Itoa(workers),
-		"--listen", freeAddr(t), "--state-dir", n.stateDir, "--snapshots", c.snapshotStorage,
+		"--listen", testkit.FreeAddr(t), "--state-dir", n.stateDir, "--snapshots", c.snapshotStorage,
 		"--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)}, join...)
 	n.args = append(n.args, allowExamples(t)...)
 	n.process = startProcess(t, "node-"+n.name, n.args...)

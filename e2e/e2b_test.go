@@ -13,6 +13,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/torpor-dev/torpor/internal/image"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // TestE2BSDK drives `torpor up` with the published E2B SDK itself, both
@@ -66,7 +67,7 @@ type e2bInstallation struct {
 
 func startE2B(t testing.TB) *e2bInstallation {
 	t.Helper()
-	e := &e2bInstallation{dir: filepath.Join(moduleRoot(t), "e2e", "e2b"), api: freeAddr(t)}
+	e := &e2bInstallation{dir: filepath.Join(moduleRoot(t), "e2e", "e2b"), api: testkit.FreeAddr(t)}
 	npmCI(t, e.dir)
 	images := t.TempDir()
 	pinned := buildE2BImage(t, images)

@@ -25,6 +25,7 @@ import (
 	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 const (
@@ -163,7 +164,7 @@ type installation struct {
 
 func install(t *testing.T) *installation {
 	t.Helper()
-	in := &installation{t: t, pg: storetest.StartPostgres(t), serverDir: t.TempDir(), serverAddr: freeAddr(t)}
+	in := &installation{t: t, pg: storetest.StartPostgres(t), serverDir: t.TempDir(), serverAddr: testkit.FreeAddr(t)}
 	snapshots := filepath.Join(in.serverDir, "snapshots")
 	in.serverArgs = []string{"--store", in.pg.URL(), "--snapshots", snapshots, "--heartbeat-timeout", faultHeartbeatTimeout.String()}
 	var conn client.Connection
@@ -176,7 +177,7 @@ func install(t *testing.T) *installation {
 	token, fingerprint := in.c.createJoinToken(&torporv1.CreateTokenRequest{
 		Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_CLIENT_JOIN, Name: routerName, Role: torporv1.ClientRole_CLIENT_ROLE_ROUTER,
 	})
-	in.routerAddr = freeAddr(t)
+	in.routerAddr = testkit.FreeAddr(t)
 	in.routerArgs = []string{"router", "--name", routerName, "--server", in.c.api, "--ca-fingerprint", fingerprint,
 		"--state-dir", t.TempDir(), "--listen", in.routerAddr}
 	// The token joins the first start only; a restart uses the saved

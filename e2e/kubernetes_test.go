@@ -27,6 +27,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/kube/kubetest"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // kubeInstall is Torpor as deploy/kubernetes installs it, on a real API
@@ -155,7 +156,7 @@ func TestKubernetes(t *testing.T) {
 	snapshots := t.TempDir()
 	replica := func() *cluster {
 		t.Helper()
-		_, conn := serverProcess(t, t.TempDir(), freeAddr(t), "--store", db, "--snapshots", snapshots,
+		_, conn := serverProcess(t, t.TempDir(), testkit.FreeAddr(t), "--store", db, "--snapshots", snapshots,
 			"--kubernetes", "--kubeconfig", kubeconfig, "--heartbeat-timeout", "5m")
 		c := apiCluster(t, conn)
 		c.snapshotStorage = snapshots
@@ -201,7 +202,7 @@ func TestKubernetes(t *testing.T) {
 		pod := k.podOf(fmt.Sprintf("torpor-router-6d4f-%d", i), node, routers.Spec.Template, controller("apps/v1", "ReplicaSet", rs))
 		routerPods = append(routerPods, pod)
 		_, file := k.token(torporNS, "torpor-router", "torpor.dev", pod)
-		listen := freeAddr(t)
+		listen := testkit.FreeAddr(t)
 		p := startProcess(t, pod.Name, "router", "--name", pod.Name, "--server", []*cluster{r1, r2}[i].api,
 			"--kubernetes-token-file", file, "--ca", k.caFile, "--state-dir", t.TempDir(), "--listen", listen)
 		k.waitFor("router "+pod.Name+" listening", time.Minute, func() bool {

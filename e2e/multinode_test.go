@@ -10,6 +10,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/snapshot/s3test"
 	"github.com/torpor-dev/torpor/internal/store/storetest"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // TestMultiNode runs the installation of issue 11's point 5: two `torpor
@@ -29,7 +30,7 @@ func TestMultiNode(t *testing.T) {
 	replica := func(name string) *cluster {
 		t.Helper()
 		dir := t.TempDir()
-		_, conn := serverProcess(t, dir, freeAddr(t), "--store", db, "--snapshots", snapshots, "--heartbeat-timeout", heartbeatTimeout.String())
+		_, conn := serverProcess(t, dir, testkit.FreeAddr(t), "--store", db, "--snapshots", snapshots, "--heartbeat-timeout", heartbeatTimeout.String())
 		c := apiCluster(t, conn)
 		c.snapshotStorage = snapshots
 		t.Logf("replica %s serves %s", name, c.api)

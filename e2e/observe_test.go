@@ -23,6 +23,7 @@ import (
 
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // TestUpObserved runs `torpor up` with tracing on and an actor woken from
@@ -35,14 +36,14 @@ func TestUpObserved(t *testing.T) {
 	runtimetest.RequireRoot(t)
 	collector := startCollector(t)
 	dataDir, configHome := shortTempDir(t), t.TempDir()
-	api, routerAddr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	api, routerAddr, metricsAddr := testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t)
 	suffix := randomHex(3)
 	n := &nodeProcess{
 		name: "e2o-" + suffix, stateDir: filepath.Join(dataDir, "node"), workers: 2,
 		network: netns.Config{Bridge: "to" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 244+mrand.IntN(4), mrand.IntN(256))},
 	}
 	n.network.Node = n.name
-	args := append([]string{"up", "--data-dir", dataDir, "--listen", api, "--router-listen", routerAddr, "--node-listen", freeAddr(t),
+	args := append([]string{"up", "--data-dir", dataDir, "--listen", api, "--router-listen", routerAddr, "--node-listen", testkit.FreeAddr(t),
 		"--metrics-listen", metricsAddr, "--otlp-endpoint", "http://" + collector.addr,
 		"--node-name", n.name, "--workers", "2", "--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)},
 		allowExamples(t)...)

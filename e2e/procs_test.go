@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -145,18 +144,6 @@ func tail(path string, limit int64) string {
 	}
 	b, _ := io.ReadAll(f)
 	return string(b)
-}
-
-// freeAddr returns a loopback address with a port free at the time of the
-// call, for processes that must be found at the same address again.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // allowExamples are the flags that let a torpor server, node or up read

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // torporCLI runs the torpor binary as an admin of c's API and returns its
@@ -49,7 +51,7 @@ func TestRouterProcessOverMutualTLS(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &tok); err != nil || tok.Token == "" || tok.CaFingerprint == "" {
 		t.Fatalf("token create printed %q (%v)", out, err)
 	}
-	stateDir, listen := t.TempDir(), freeAddr(t)
+	stateDir, listen := t.TempDir(), testkit.FreeAddr(t)
 	args := []string{"router", "--name", "edge", "--server", c.api, "--ca-fingerprint", tok.CaFingerprint,
 		"--state-dir", stateDir, "--listen", listen}
 	router := startProcess(t, "router", append(args, "--join-token", tok.Token)...)

@@ -23,6 +23,7 @@ import (
 	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // slowStarter is a template whose golden build waits about 4 s for its
@@ -95,7 +96,7 @@ func upUnderPipe(t *testing.T, name string, args ...string) *process {
 func TestUpStopMidOperationLeavesNothing(t *testing.T) {
 	runtimetest.RequireRoot(t)
 	dataDir := shortTempDir(t)
-	routerAddr := freeAddr(t)
+	routerAddr := testkit.FreeAddr(t)
 	suffix := randomHex(3)
 	n := &nodeProcess{
 		name: "e2m-" + suffix, stateDir: filepath.Join(dataDir, "node"), workers: 2,
@@ -108,7 +109,7 @@ func TestUpStopMidOperationLeavesNothing(t *testing.T) {
 		os.Unsetenv(k)
 	}
 	pinned := buildShellImage(t, filepath.Join(dataDir, "images"))
-	args := append([]string{"up", "--data-dir", dataDir, "--listen", freeAddr(t), "--router-listen", routerAddr, "--node-listen", freeAddr(t),
+	args := append([]string{"up", "--data-dir", dataDir, "--listen", testkit.FreeAddr(t), "--router-listen", routerAddr, "--node-listen", testkit.FreeAddr(t),
 		"--node-name", n.name, "--workers", strconv.Itoa(n.workers), "--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)},
 		allowExamples(t)...)
 	t.Cleanup(func() { n.removeLeftovers(t) })
@@ -236,7 +237,7 @@ func TestUpStopMidOperationLeavesNothing(t *testing.T) {
 		if out, err := exec.Command(torporBinary(t), "actor", "create", "c1", "--template", "counter").CombinedOutput(); err != nil {
 			t.Fatalf("actor create: %v\n%s", err, out)
 		}
-		local := freeAddr(t)
+		local := testkit.FreeAddr(t)
 		_, port, _ := net.SplitHostPort(local)
 		forward := exec.Command(torporBinary(t), "actor", "port-forward", "c1", port+":8080")
 		out, err := forward.StdoutPipe()

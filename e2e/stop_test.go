@@ -17,6 +17,7 @@ import (
 
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // TestNodeStopLeavesNothing stops `torpor node` with SIGTERM: with no
@@ -87,7 +88,7 @@ func TestNodeStopLeavesNothing(t *testing.T) {
 func TestUpStopLeavesNothing(t *testing.T) {
 	runtimetest.RequireRoot(t)
 	dataDir := shortTempDir(t)
-	routerAddr := freeAddr(t)
+	routerAddr := testkit.FreeAddr(t)
 	suffix := randomHex(3)
 	n := &nodeProcess{
 		name: "e2s-" + suffix, stateDir: filepath.Join(dataDir, "node"), workers: 2,
@@ -95,7 +96,7 @@ func TestUpStopLeavesNothing(t *testing.T) {
 	}
 	n.network.Node = n.name
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	args := []string{"up", "--data-dir", dataDir, "--listen", freeAddr(t), "--router-listen", routerAddr, "--node-listen", freeAddr(t),
+	args := []string{"up", "--data-dir", dataDir, "--listen", testkit.FreeAddr(t), "--router-listen", routerAddr, "--node-listen", testkit.FreeAddr(t),
 		"--node-name", n.name, "--workers", strconv.Itoa(n.workers), "--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)}
 	n.process = startProcess(t, "up", append(args, allowExamples(t)...)...)
 	t.Cleanup(func() { n.removeLeftovers(t) })

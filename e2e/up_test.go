@@ -14,6 +14,7 @@ import (
 
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // TestUpQuickstart runs `torpor up` as a user does and the README's
@@ -87,14 +88,14 @@ type upInstance struct {
 func newUp(t testing.TB, workers int, extra ...string) *upInstance {
 	t.Helper()
 	runtimetest.RequireRoot(t)
-	u := &upInstance{t: t, dataDir: shortTempDir(t), api: freeAddr(t), router: freeAddr(t), routerTLS: freeAddr(t)}
+	u := &upInstance{t: t, dataDir: shortTempDir(t), api: testkit.FreeAddr(t), router: testkit.FreeAddr(t), routerTLS: testkit.FreeAddr(t)}
 	suffix := randomHex(3)
 	u.node = &nodeProcess{
 		name: "e2u-" + suffix, stateDir: filepath.Join(u.dataDir, "node"), workers: workers,
 		network: netns.Config{Bridge: "tu" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 244+mrand.IntN(4), mrand.IntN(256))},
 	}
 	u.node.network.Node = u.node.name
-	u.args = []string{"up", "--data-dir", u.dataDir, "--listen", u.api, "--router-listen", u.router, "--router-tls-listen", u.routerTLS, "--node-listen", freeAddr(t),
+	u.args = []string{"up", "--data-dir", u.dataDir, "--listen", u.api, "--router-listen", u.router, "--router-tls-listen", u.routerTLS, "--node-listen", testkit.FreeAddr(t),
 		"--node-name", u.node.name, "--workers", strconv.Itoa(u.node.workers), "--bridge", u.node.network.Bridge, "--cidr", u.node.network.CIDR, "--runsc", runtimetest.Runsc(t)}
 	u.args = append(u.args, allowExamples(t)...)
 	u.args = append(u.args, extra...)

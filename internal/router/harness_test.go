@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -32,6 +31,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/slotgate"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
+	"github.com/torpor-dev/torpor/internal/testkit"
 	"github.com/torpor-dev/torpor/internal/validate"
 	"github.com/torpor-dev/torpor/internal/workflow"
 )
@@ -99,7 +99,7 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: st, port: freePort(t)}
+	e := &env{t: t, store: st, port: testkit.FreePort(t)}
 	srv := server.New(st, objects, server.Options{Logger: slog.New(slog.DiscardHandler), HeartbeatTimeout: time.Hour, Images: images})
 	api := srv.Handler()
 	e.engine = srv.Engine()
@@ -209,27 +209,6 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 		t.Fatalf("register node: %v", err)
 	}
 	return e
-}
-
-// freePort is a port nothing listens on, picked below the kernel's
-// ephemeral range (32768-60999 by default): workloads listen on it at
-// every worker address, again each time they move, and a port the
-// kernel may hand out to any ":0" listener or outgoing connection of
-// another test running alongside would be taken between two moves
-// (CI saw "bind: address already in use").
-func freePort(t testing.TB) int {
-	t.Helper()
-	for range 100 {
-		port := 20000 + rand.IntN(12000)
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		return port
-	}
-	t.Fatal("no free port in 20000-31999")
-	return 0
 }
 
 // outage answers the next calls of procedure Unavailable.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // resumeCall is the one call a request to an actor the router does not
@@ -65,7 +66,7 @@ func TestControlPlaneUnavailablePastParkBudget(t *testing.T) {
 	t.Run("unreachable", func(t *testing.T) {
 		// Nothing listens at the control plane's address: connect reports
 		// the refused dial as Unavailable.
-		r, err := New(Config{Server: "http://127.0.0.1:" + strconv.Itoa(freePort(t)), ParkTimeout: park, Logger: slog.New(slog.DiscardHandler)})
+		r, err := New(Config{Server: "http://127.0.0.1:" + strconv.Itoa(testkit.FreePort(t)), ParkTimeout: park, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

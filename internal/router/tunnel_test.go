@@ -18,6 +18,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/internal/httpserve"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // apiToken makes an API token for spaces, as an admin does.
@@ -139,7 +140,7 @@ func TestTunnelRefusals(t *testing.T) {
 		{"token of another space", authority, http.Header{"Proxy-Authorization": {"Bearer " + other}}, http.StatusForbidden, "no access to actor default/tcp"},
 		{"no port", "tcp.default." + DefaultDomain, http.Header{"Proxy-Authorization": {"Bearer " + own}}, http.StatusBadRequest, "must name the actor's port"},
 		{"unknown actor", fmt.Sprintf("nobody.default.%s:%d", DefaultDomain, e.port), http.Header{"Proxy-Authorization": {"Bearer " + own}}, http.StatusNotFound, "not found"},
-		{"closed port", fmt.Sprintf("tcp.default.%s:%d", DefaultDomain, freePort(t)), http.Header{"Proxy-Authorization": {"Bearer " + own}}, http.StatusBadGateway, "nothing listens"},
+		{"closed port", fmt.Sprintf("tcp.default.%s:%d", DefaultDomain, testkit.FreePort(t)), http.Header{"Proxy-Authorization": {"Bearer " + own}}, http.StatusBadGateway, "nothing listens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, conn := tr.connectTunnel(t, tc.authority, tc.header)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // spawner starts the cluster's programs from one OS thread that lives
@@ -165,19 +166,12 @@ func (e *exitError) lostPort() bool { return strings.Contains(e.log, "address al
 // call, for programs that cannot report the port they bound.
 func freePorts(n int) ([]string, error) {
 	var ports []string
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := testkit.Port()
 		if err != nil {
-			return nil, fmt.Errorf("find a free loopback port: %w", err)
+			return nil, err
 		}
-		listeners = append(listeners, l)
-		ports = append(ports, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+		ports = append(ports, strconv.Itoa(port))
 	}
 	return ports, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // Credentials the server accepts; Location exports them as
@@ -42,12 +43,7 @@ func Location(tb testing.TB, prefix string) string {
 	if err := os.Mkdir(filepath.Join(dir, bucket), 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testkit.FreeAddr(tb)
 	cmd := exec.Command(bin, "--port", addr, "--access", AccessKey, "--secret", SecretKey, "--quiet", "posix", dir)
 	logPath := filepath.Join(tb.TempDir(), "versitygw.log")
 	logFile, err := os.Create(logPath)

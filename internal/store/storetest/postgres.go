@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -10,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"testing"
+
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // Postgres is a private PostgreSQL server for tests that stop and restart
@@ -61,7 +62,7 @@ func StartPostgres(tb testing.TB) *Postgres {
 		}
 	}
 
-	p.port = freePort(tb)
+	p.port = testkit.FreePort(tb)
 	p.run(tb, "initdb", "-D", p.dataDir(), "-U", "postgres", "--auth=trust", "--no-sync", "--no-instructions", "-E", "UTF8")
 	// fsync off: a stopped server loses nothing, as its writes sit in the
 	// kernel's cache, and only an OS crash could lose them. Commits still
@@ -154,19 +155,6 @@ func (p *Postgres) command(prog string, args ...string) *exec.Cmd {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = p.dir
 	return cmd
-}
-
-// freePort asks the kernel for a loopback port no one listens on. Another
-// process may take it before PostgreSQL binds it; the start then fails
-// loudly rather than talking to the wrong server.
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("storetest: find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func majorOf(initdb string) int {
