@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,10 +21,6 @@ import (
 // newest first, and its actions resume, suspend, fork and delete work.
 // Screenshots go to the test's artifact directory.
 func TestDashboardForTenant(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium (Debian's package, which .ci/run installs): %v", err)
-	}
 	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 2})
 	image := buildShellImage(t, t.TempDir())
 	c.applyTemplate(lineWriter(image))
@@ -83,19 +77,9 @@ func TestDashboardForTenant(t *testing.T) {
 		t.Fatalf("actor list after the rollout:\n%s\nwant a1 on lines@2", list)
 	}
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox,                               // the tests run as root
-		chromedp.Flag("ignore-certificate-errors", true), // the installation's own CA
-		chromedp.WindowSize(1280, 1400),
-	)...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
 	// Generous: on a loaded 2-core machine Chromium and the golden builds
 	// share the cores (a bound, not a speed check).
-	ctx, cancelTimeout := context.WithTimeout(ctx, 6*time.Minute)
-	defer cancelTimeout()
+	ctx := browser(t, 1280, 1400, 6*time.Minute)
 	shot := func(name string) {
 		t.Helper()
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
@@ -117,11 +101,8 @@ func TestDashboardForTenant(t *testing.T) {
 		return s
 	}
 	actorRow := `tr[data-actor="default/a1"]`
+	signIn(ctx, t, c.api+"/dashboard/", token)
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(c.api+"/dashboard/"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), token),
-		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(actorRow)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-template="default/broken"]`)),
 	); err != nil {

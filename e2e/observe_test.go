@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -266,28 +265,10 @@ func checkUpMetrics(t *testing.T, addr string) {
 // (dashboard.png in the test's artifact directory: go test -artifacts
 // -outputdir DIR keeps it).
 func checkDashboard(t *testing.T, url, token string, actors []string) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium (Debian's package, which .ci/run installs): %v", err)
-	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox,                               // the tests run as root
-		chromedp.Flag("ignore-certificate-errors", true), // the installation's own CA
-		chromedp.WindowSize(1280, 1000),
-	)...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancelTimeout()
+	ctx := browser(t, 1280, 1000, 2*time.Minute)
 
-	steps := []chromedp.Action[chromedp.Void]{
-		chromedp.Navigate(url),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), token),
-		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),
-	}
+	signIn(ctx, t, url, token)
+	var steps []chromedp.Action[chromedp.Void]
 	for _, a := range actors {
 		steps = append(steps, chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-actor=%q]`, a))))
 	}
