@@ -754,7 +754,10 @@ type Workload struct {
 	EnvdAccessToken string            `protobuf:"bytes,9,opt,name=envd_access_token,json=envdAccessToken,proto3" json:"envd_access_token,omitempty"`
 	// The workload is an E2B sandbox: the node runs the in-sandbox API
 	// (envd, port 49983) in it after every start and restore.
-	Envd          bool `protobuf:"varint,10,opt,name=envd,proto3" json:"envd,omitempty"`
+	Envd bool `protobuf:"varint,10,opt,name=envd,proto3" json:"envd,omitempty"`
+	// The egress policy to enforce for this workload: the template's,
+	// narrowed by the actor's, with an explicit mode.
+	Egress        *EgressPolicy `protobuf:"bytes,11,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -857,6 +860,13 @@ func (x *Workload) GetEnvd() bool {
 		return x.Envd
 	}
 	return false
+}
+
+func (x *Workload) GetEgress() *EgressPolicy {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
 }
 
 type RunRequest struct {
@@ -1946,7 +1956,7 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\tOperation\x12\x1b\n" +
 	"\tactor_uid\x18\x01 \x01(\tR\bactorUid\x12!\n" +
 	"\foperation_id\x18\x02 \x01(\tR\voperationId\x12\x16\n" +
-	"\x06worker\x18\x03 \x01(\tR\x06worker\"\x99\x03\n" +
+	"\x06worker\x18\x03 \x01(\tR\x06worker\"\xca\x03\n" +
 	"\bWorkload\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x1b\n" +
@@ -1959,7 +1969,8 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\x03env\x18\b \x03(\v2\x1c.torpor.v1.Workload.EnvEntryR\x03env\x12*\n" +
 	"\x11envd_access_token\x18\t \x01(\tR\x0fenvdAccessToken\x12\x12\n" +
 	"\x04envd\x18\n" +
-	" \x01(\bR\x04envd\x1a6\n" +
+	" \x01(\bR\x04envd\x12/\n" +
+	"\x06egress\x18\v \x01(\v2\x17.torpor.v1.EgressPolicyR\x06egress\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x01\n" +
@@ -2117,16 +2128,17 @@ var file_torpor_v1_node_proto_goTypes = []any{
 	(*ExecProcess)(nil),             // 36: torpor.v1.ExecProcess
 	(*ExecInput)(nil),               // 37: torpor.v1.ExecInput
 	(*TemplateSpec)(nil),            // 38: torpor.v1.TemplateSpec
-	(SnapshotScope)(0),              // 39: torpor.v1.SnapshotScope
-	(RestoreScope)(0),               // 40: torpor.v1.RestoreScope
-	(*GetRequest)(nil),              // 41: torpor.v1.GetRequest
-	(*ListRequest)(nil),             // 42: torpor.v1.ListRequest
-	(*ExecOutput)(nil),              // 43: torpor.v1.ExecOutput
-	(*GetActorLogsResponse)(nil),    // 44: torpor.v1.GetActorLogsResponse
-	(*FileInfo)(nil),                // 45: torpor.v1.FileInfo
-	(*ListActorFilesResponse)(nil),  // 46: torpor.v1.ListActorFilesResponse
-	(*FileChunk)(nil),               // 47: torpor.v1.FileChunk
-	(*WriteActorFilesResponse)(nil), // 48: torpor.v1.WriteActorFilesResponse
+	(*EgressPolicy)(nil),            // 39: torpor.v1.EgressPolicy
+	(SnapshotScope)(0),              // 40: torpor.v1.SnapshotScope
+	(RestoreScope)(0),               // 41: torpor.v1.RestoreScope
+	(*GetRequest)(nil),              // 42: torpor.v1.GetRequest
+	(*ListRequest)(nil),             // 43: torpor.v1.ListRequest
+	(*ExecOutput)(nil),              // 44: torpor.v1.ExecOutput
+	(*GetActorLogsResponse)(nil),    // 45: torpor.v1.GetActorLogsResponse
+	(*FileInfo)(nil),                // 46: torpor.v1.FileInfo
+	(*ListActorFilesResponse)(nil),  // 47: torpor.v1.ListActorFilesResponse
+	(*FileChunk)(nil),               // 48: torpor.v1.FileChunk
+	(*WriteActorFilesResponse)(nil), // 49: torpor.v1.WriteActorFilesResponse
 }
 var file_torpor_v1_node_proto_depIdxs = []int32{
 	32, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
@@ -2142,63 +2154,64 @@ var file_torpor_v1_node_proto_depIdxs = []int32{
 	13, // 10: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
 	38, // 11: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
 	31, // 12: torpor.v1.Workload.env:type_name -> torpor.v1.Workload.EnvEntry
-	12, // 13: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
-	13, // 14: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
-	12, // 15: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
-	39, // 16: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
-	0,  // 17: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
-	21, // 18: torpor.v1.CheckpointResponse.steps:type_name -> torpor.v1.StepDuration
-	12, // 19: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
-	13, // 20: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
-	40, // 21: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
-	18, // 22: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
-	18, // 23: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
-	21, // 24: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
-	12, // 25: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
-	34, // 26: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
-	28, // 27: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	28, // 28: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	1,  // 29: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
-	3,  // 30: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
-	5,  // 31: torpor.v1.NodeService.ReportExit:input_type -> torpor.v1.ReportExitRequest
-	41, // 32: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
-	42, // 33: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
-	14, // 34: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
-	16, // 35: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
-	19, // 36: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
-	22, // 37: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
-	26, // 38: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
-	10, // 39: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
-	8,  // 40: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
-	9,  // 41: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
-	28, // 42: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
-	28, // 43: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
-	29, // 44: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
-	30, // 45: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
-	24, // 46: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
-	2,  // 47: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
-	4,  // 48: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
-	6,  // 49: torpor.v1.NodeService.ReportExit:output_type -> torpor.v1.ReportExitResponse
-	32, // 50: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
-	7,  // 51: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
-	15, // 52: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
-	17, // 53: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
-	20, // 54: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
-	23, // 55: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
-	27, // 56: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
-	11, // 57: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
-	43, // 58: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
-	44, // 59: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
-	45, // 60: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
-	46, // 61: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
-	47, // 62: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
-	48, // 63: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
-	25, // 64: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
-	47, // [47:65] is the sub-list for method output_type
-	29, // [29:47] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	39, // 13: torpor.v1.Workload.egress:type_name -> torpor.v1.EgressPolicy
+	12, // 14: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
+	13, // 15: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
+	12, // 16: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
+	40, // 17: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
+	0,  // 18: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
+	21, // 19: torpor.v1.CheckpointResponse.steps:type_name -> torpor.v1.StepDuration
+	12, // 20: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
+	13, // 21: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
+	41, // 22: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
+	18, // 23: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
+	18, // 24: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
+	21, // 25: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
+	12, // 26: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
+	34, // 27: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
+	28, // 28: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	28, // 29: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	1,  // 30: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
+	3,  // 31: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
+	5,  // 32: torpor.v1.NodeService.ReportExit:input_type -> torpor.v1.ReportExitRequest
+	42, // 33: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
+	43, // 34: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
+	14, // 35: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
+	16, // 36: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
+	19, // 37: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
+	22, // 38: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
+	26, // 39: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
+	10, // 40: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
+	8,  // 41: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
+	9,  // 42: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
+	28, // 43: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
+	28, // 44: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
+	29, // 45: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
+	30, // 46: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
+	24, // 47: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
+	2,  // 48: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
+	4,  // 49: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
+	6,  // 50: torpor.v1.NodeService.ReportExit:output_type -> torpor.v1.ReportExitResponse
+	32, // 51: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
+	7,  // 52: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
+	15, // 53: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
+	17, // 54: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
+	20, // 55: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
+	23, // 56: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
+	27, // 57: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
+	11, // 58: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
+	44, // 59: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
+	45, // 60: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
+	46, // 61: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
+	47, // 62: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
+	48, // 63: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
+	49, // 64: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
+	25, // 65: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
+	48, // [48:66] is the sub-list for method output_type
+	30, // [30:48] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_node_proto_init() }

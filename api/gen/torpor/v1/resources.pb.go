@@ -22,6 +22,110 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type EgressMode int32
+
+const (
+	EgressMode_EGRESS_MODE_UNSPECIFIED EgressMode = 0
+	// Nothing beyond the node.
+	EgressMode_EGRESS_MODE_DENY EgressMode = 1
+	// Every public address, on every port.
+	EgressMode_EGRESS_MODE_ALLOW EgressMode = 2
+	// Only what the rules allow.
+	EgressMode_EGRESS_MODE_ALLOWLIST EgressMode = 3
+)
+
+// Enum value maps for EgressMode.
+var (
+	EgressMode_name = map[int32]string{
+		0: "EGRESS_MODE_UNSPECIFIED",
+		1: "EGRESS_MODE_DENY",
+		2: "EGRESS_MODE_ALLOW",
+		3: "EGRESS_MODE_ALLOWLIST",
+	}
+	EgressMode_value = map[string]int32{
+		"EGRESS_MODE_UNSPECIFIED": 0,
+		"EGRESS_MODE_DENY":        1,
+		"EGRESS_MODE_ALLOW":       2,
+		"EGRESS_MODE_ALLOWLIST":   3,
+	}
+)
+
+func (x EgressMode) Enum() *EgressMode {
+	p := new(EgressMode)
+	*p = x
+	return p
+}
+
+func (x EgressMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EgressMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_torpor_v1_resources_proto_enumTypes[0].Descriptor()
+}
+
+func (EgressMode) Type() protoreflect.EnumType {
+	return &file_torpor_v1_resources_proto_enumTypes[0]
+}
+
+func (x EgressMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EgressMode.Descriptor instead.
+func (EgressMode) EnumDescriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{0}
+}
+
+type EgressProtocol int32
+
+const (
+	EgressProtocol_EGRESS_PROTOCOL_UNSPECIFIED EgressProtocol = 0
+	EgressProtocol_EGRESS_PROTOCOL_TCP         EgressProtocol = 1
+	EgressProtocol_EGRESS_PROTOCOL_UDP         EgressProtocol = 2
+)
+
+// Enum value maps for EgressProtocol.
+var (
+	EgressProtocol_name = map[int32]string{
+		0: "EGRESS_PROTOCOL_UNSPECIFIED",
+		1: "EGRESS_PROTOCOL_TCP",
+		2: "EGRESS_PROTOCOL_UDP",
+	}
+	EgressProtocol_value = map[string]int32{
+		"EGRESS_PROTOCOL_UNSPECIFIED": 0,
+		"EGRESS_PROTOCOL_TCP":         1,
+		"EGRESS_PROTOCOL_UDP":         2,
+	}
+)
+
+func (x EgressProtocol) Enum() *EgressProtocol {
+	p := new(EgressProtocol)
+	*p = x
+	return p
+}
+
+func (x EgressProtocol) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EgressProtocol) Descriptor() protoreflect.EnumDescriptor {
+	return file_torpor_v1_resources_proto_enumTypes[1].Descriptor()
+}
+
+func (EgressProtocol) Type() protoreflect.EnumType {
+	return &file_torpor_v1_resources_proto_enumTypes[1]
+}
+
+func (x EgressProtocol) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EgressProtocol.Descriptor instead.
+func (EgressProtocol) EnumDescriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{1}
+}
+
 // RestartPolicy decides whether an actor whose workload exited is started
 // again (Kubernetes' words). A restart resumes the actor from its newest
 // intact state (its latest durable snapshot, else the golden snapshot or
@@ -65,11 +169,11 @@ func (x RestartPolicy) String() string {
 }
 
 func (RestartPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[0].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[2].Descriptor()
 }
 
 func (RestartPolicy) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[0]
+	return &file_torpor_v1_resources_proto_enumTypes[2]
 }
 
 func (x RestartPolicy) Number() protoreflect.EnumNumber {
@@ -78,7 +182,7 @@ func (x RestartPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RestartPolicy.Descriptor instead.
 func (RestartPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{0}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{2}
 }
 
 type VolumeKind int32
@@ -112,11 +216,11 @@ func (x VolumeKind) String() string {
 }
 
 func (VolumeKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[1].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[3].Descriptor()
 }
 
 func (VolumeKind) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[1]
+	return &file_torpor_v1_resources_proto_enumTypes[3]
 }
 
 func (x VolumeKind) Number() protoreflect.EnumNumber {
@@ -125,7 +229,7 @@ func (x VolumeKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use VolumeKind.Descriptor instead.
 func (VolumeKind) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{1}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{3}
 }
 
 // SnapshotScope is what a checkpoint captures.
@@ -164,11 +268,11 @@ func (x SnapshotScope) String() string {
 }
 
 func (SnapshotScope) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[2].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[4].Descriptor()
 }
 
 func (SnapshotScope) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[2]
+	return &file_torpor_v1_resources_proto_enumTypes[4]
 }
 
 func (x SnapshotScope) Number() protoreflect.EnumNumber {
@@ -177,7 +281,7 @@ func (x SnapshotScope) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SnapshotScope.Descriptor instead.
 func (SnapshotScope) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{2}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{4}
 }
 
 // RestoreScope is how a workload is brought back.
@@ -223,11 +327,11 @@ func (x RestoreScope) String() string {
 }
 
 func (RestoreScope) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[3].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[5].Descriptor()
 }
 
 func (RestoreScope) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[3]
+	return &file_torpor_v1_resources_proto_enumTypes[5]
 }
 
 func (x RestoreScope) Number() protoreflect.EnumNumber {
@@ -236,7 +340,7 @@ func (x RestoreScope) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RestoreScope.Descriptor instead.
 func (RestoreScope) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{3}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{5}
 }
 
 type FromData int32
@@ -272,11 +376,11 @@ func (x FromData) String() string {
 }
 
 func (FromData) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[4].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[6].Descriptor()
 }
 
 func (FromData) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[4]
+	return &file_torpor_v1_resources_proto_enumTypes[6]
 }
 
 func (x FromData) Number() protoreflect.EnumNumber {
@@ -285,7 +389,7 @@ func (x FromData) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FromData.Descriptor instead.
 func (FromData) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{4}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{6}
 }
 
 type IdleAction int32
@@ -321,11 +425,11 @@ func (x IdleAction) String() string {
 }
 
 func (IdleAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[5].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[7].Descriptor()
 }
 
 func (IdleAction) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[5]
+	return &file_torpor_v1_resources_proto_enumTypes[7]
 }
 
 func (x IdleAction) Number() protoreflect.EnumNumber {
@@ -334,7 +438,7 @@ func (x IdleAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use IdleAction.Descriptor instead.
 func (IdleAction) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{5}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{7}
 }
 
 type TemplatePhase int32
@@ -376,11 +480,11 @@ func (x TemplatePhase) String() string {
 }
 
 func (TemplatePhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[6].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[8].Descriptor()
 }
 
 func (TemplatePhase) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[6]
+	return &file_torpor_v1_resources_proto_enumTypes[8]
 }
 
 func (x TemplatePhase) Number() protoreflect.EnumNumber {
@@ -389,7 +493,7 @@ func (x TemplatePhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TemplatePhase.Descriptor instead.
 func (TemplatePhase) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{6}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{8}
 }
 
 type ActorState int32
@@ -443,11 +547,11 @@ func (x ActorState) String() string {
 }
 
 func (ActorState) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[7].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[9].Descriptor()
 }
 
 func (ActorState) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[7]
+	return &file_torpor_v1_resources_proto_enumTypes[9]
 }
 
 func (x ActorState) Number() protoreflect.EnumNumber {
@@ -456,7 +560,7 @@ func (x ActorState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ActorState.Descriptor instead.
 func (ActorState) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{7}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{9}
 }
 
 type OperationKind int32
@@ -504,11 +608,11 @@ func (x OperationKind) String() string {
 }
 
 func (OperationKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[8].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[10].Descriptor()
 }
 
 func (OperationKind) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[8]
+	return &file_torpor_v1_resources_proto_enumTypes[10]
 }
 
 func (x OperationKind) Number() protoreflect.EnumNumber {
@@ -517,7 +621,7 @@ func (x OperationKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OperationKind.Descriptor instead.
 func (OperationKind) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{10}
 }
 
 type SnapshotTagScope int32
@@ -555,11 +659,11 @@ func (x SnapshotTagScope) String() string {
 }
 
 func (SnapshotTagScope) Descriptor() protoreflect.EnumDescriptor {
-	return file_torpor_v1_resources_proto_enumTypes[9].Descriptor()
+	return file_torpor_v1_resources_proto_enumTypes[11].Descriptor()
 }
 
 func (SnapshotTagScope) Type() protoreflect.EnumType {
-	return &file_torpor_v1_resources_proto_enumTypes[9]
+	return &file_torpor_v1_resources_proto_enumTypes[11]
 }
 
 func (x SnapshotTagScope) Number() protoreflect.EnumNumber {
@@ -568,7 +672,7 @@ func (x SnapshotTagScope) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SnapshotTagScope.Descriptor instead.
 func (SnapshotTagScope) EnumDescriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{9}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{11}
 }
 
 // ObjectMeta is carried by every stored record. uid and version are set by
@@ -671,6 +775,7 @@ func (x *ObjectMeta) GetLabels() map[string]string {
 type Space struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Metadata      *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Spec          *SpaceSpec             `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -712,6 +817,126 @@ func (x *Space) GetMetadata() *ObjectMeta {
 	return nil
 }
 
+func (x *Space) GetSpec() *SpaceSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+type SpaceSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the egress policies of the space's templates and actors may
+	// allow when a space token applies them (an administrator's are not
+	// bounded). Unset: deny, and allowlists of host names only.
+	EgressBounds  *EgressBounds `protobuf:"bytes,1,opt,name=egress_bounds,json=egressBounds,proto3" json:"egress_bounds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpaceSpec) Reset() {
+	*x = SpaceSpec{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpaceSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpaceSpec) ProtoMessage() {}
+
+func (x *SpaceSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpaceSpec.ProtoReflect.Descriptor instead.
+func (*SpaceSpec) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SpaceSpec) GetEgressBounds() *EgressBounds {
+	if x != nil {
+		return x.EgressBounds
+	}
+	return nil
+}
+
+// EgressBounds bound the egress policies a space token may apply.
+type EgressBounds struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Policies may be EGRESS_MODE_ALLOW (everything public beyond the node).
+	AllowAny bool `protobuf:"varint,1,opt,name=allow_any,json=allowAny,proto3" json:"allow_any,omitempty"`
+	// Host names rules may name, as patterns ("api.example.com" or
+	// "*.example.com"). Empty: any name.
+	Hosts []string `protobuf:"bytes,2,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	// Ranges the address rules' CIDRs must lie within. Empty: no address
+	// rules.
+	Cidrs         []string `protobuf:"bytes,3,rep,name=cidrs,proto3" json:"cidrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressBounds) Reset() {
+	*x = EgressBounds{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressBounds) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressBounds) ProtoMessage() {}
+
+func (x *EgressBounds) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressBounds.ProtoReflect.Descriptor instead.
+func (*EgressBounds) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *EgressBounds) GetAllowAny() bool {
+	if x != nil {
+		return x.AllowAny
+	}
+	return false
+}
+
+func (x *EgressBounds) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *EgressBounds) GetCidrs() []string {
+	if x != nil {
+		return x.Cidrs
+	}
+	return nil
+}
+
 type Template struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Metadata      *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
@@ -723,7 +948,7 @@ type Template struct {
 
 func (x *Template) Reset() {
 	*x = Template{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[2]
+	mi := &file_torpor_v1_resources_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +960,7 @@ func (x *Template) String() string {
 func (*Template) ProtoMessage() {}
 
 func (x *Template) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[2]
+	mi := &file_torpor_v1_resources_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +973,7 @@ func (x *Template) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Template.ProtoReflect.Descriptor instead.
 func (*Template) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{2}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Template) GetMetadata() *ObjectMeta {
@@ -798,13 +1023,19 @@ type TemplateSpec struct {
 	// Default ALWAYS: an actor is a long-lived program, so any exit of it
 	// is an outage to end. A policy: changing it keeps guests.
 	RestartPolicy RestartPolicy `protobuf:"varint,8,opt,name=restart_policy,json=restartPolicy,proto3,enum=torpor.v1.RestartPolicy" json:"restart_policy,omitempty"`
+	// What the workload may reach beyond its node. Apply stores an explicit
+	// mode: unset means EGRESS_MODE_DENY for a new template. A template
+	// stored before egress policies existed has none and keeps the
+	// behaviour of its time (EGRESS_MODE_ALLOW). A policy: changing it
+	// keeps guests; it takes effect on each actor's next start or resume.
+	Egress        *EgressPolicy `protobuf:"bytes,9,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TemplateSpec) Reset() {
 	*x = TemplateSpec{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[3]
+	mi := &file_torpor_v1_resources_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +1047,7 @@ func (x *TemplateSpec) String() string {
 func (*TemplateSpec) ProtoMessage() {}
 
 func (x *TemplateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[3]
+	mi := &file_torpor_v1_resources_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +1060,7 @@ func (x *TemplateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateSpec.ProtoReflect.Descriptor instead.
 func (*TemplateSpec) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{3}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TemplateSpec) GetContainers() []*Container {
@@ -888,6 +1119,147 @@ func (x *TemplateSpec) GetRestartPolicy() RestartPolicy {
 	return RestartPolicy_RESTART_POLICY_UNSPECIFIED
 }
 
+func (x *TemplateSpec) GetEgress() *EgressPolicy {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+// EgressPolicy says where a sandbox's connections may go beyond its node.
+// Whatever the mode, the node's and the control plane's addresses,
+// link-local (169.254.0.0/16), loopback, other workers and private ranges
+// are reached only when an address rule names them.
+type EgressPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Mode  EgressMode             `protobuf:"varint,1,opt,name=mode,proto3,enum=torpor.v1.EgressMode" json:"mode,omitempty"`
+	// With EGRESS_MODE_ALLOWLIST: what may be reached. Connections that no
+	// rule (or no address an allowed name resolved to) covers are refused.
+	Rules         []*EgressRule `protobuf:"bytes,2,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressPolicy) Reset() {
+	*x = EgressPolicy{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressPolicy) ProtoMessage() {}
+
+func (x *EgressPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressPolicy.ProtoReflect.Descriptor instead.
+func (*EgressPolicy) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *EgressPolicy) GetMode() EgressMode {
+	if x != nil {
+		return x.Mode
+	}
+	return EgressMode_EGRESS_MODE_UNSPECIFIED
+}
+
+func (x *EgressPolicy) GetRules() []*EgressRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+// EgressRule allows one destination: exactly one of host and cidr.
+type EgressRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A host name, exact ("api.example.com") or every name below a domain
+	// ("*.example.com"). Enforced by name: the sandbox's resolver answers
+	// allowed names only, and the addresses it answered become reachable
+	// for that sandbox alone, for their TTL.
+	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// An address or range ("203.0.113.7", "203.0.113.0/24").
+	Cidr string `protobuf:"bytes,2,opt,name=cidr,proto3" json:"cidr,omitempty"`
+	// Ports ("443") or ranges ("8000-8999"). Empty: every port.
+	Ports []string `protobuf:"bytes,3,rep,name=ports,proto3" json:"ports,omitempty"`
+	// Default TCP.
+	Protocol      EgressProtocol `protobuf:"varint,4,opt,name=protocol,proto3,enum=torpor.v1.EgressProtocol" json:"protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRule) Reset() {
+	*x = EgressRule{}
+	mi := &file_torpor_v1_resources_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRule) ProtoMessage() {}
+
+func (x *EgressRule) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_resources_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRule.ProtoReflect.Descriptor instead.
+func (*EgressRule) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *EgressRule) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressRule) GetCidr() string {
+	if x != nil {
+		return x.Cidr
+	}
+	return ""
+}
+
+func (x *EgressRule) GetPorts() []string {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *EgressRule) GetProtocol() EgressProtocol {
+	if x != nil {
+		return x.Protocol
+	}
+	return EgressProtocol_EGRESS_PROTOCOL_UNSPECIFIED
+}
+
 type Container struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -908,7 +1280,7 @@ type Container struct {
 
 func (x *Container) Reset() {
 	*x = Container{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[4]
+	mi := &file_torpor_v1_resources_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1292,7 @@ func (x *Container) String() string {
 func (*Container) ProtoMessage() {}
 
 func (x *Container) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[4]
+	mi := &file_torpor_v1_resources_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1305,7 @@ func (x *Container) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Container.ProtoReflect.Descriptor instead.
 func (*Container) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{4}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Container) GetName() string {
@@ -1009,7 +1381,7 @@ type EnvVar struct {
 
 func (x *EnvVar) Reset() {
 	*x = EnvVar{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[5]
+	mi := &file_torpor_v1_resources_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1393,7 @@ func (x *EnvVar) String() string {
 func (*EnvVar) ProtoMessage() {}
 
 func (x *EnvVar) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[5]
+	mi := &file_torpor_v1_resources_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1406,7 @@ func (x *EnvVar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvVar.ProtoReflect.Descriptor instead.
 func (*EnvVar) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{5}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EnvVar) GetName() string {
@@ -1075,7 +1447,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[6]
+	mi := &file_torpor_v1_resources_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1459,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[6]
+	mi := &file_torpor_v1_resources_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1472,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{6}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Probe) GetHttpGet() *HTTPGetAction {
@@ -1148,7 +1520,7 @@ type HTTPGetAction struct {
 
 func (x *HTTPGetAction) Reset() {
 	*x = HTTPGetAction{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[7]
+	mi := &file_torpor_v1_resources_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1532,7 @@ func (x *HTTPGetAction) String() string {
 func (*HTTPGetAction) ProtoMessage() {}
 
 func (x *HTTPGetAction) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[7]
+	mi := &file_torpor_v1_resources_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1545,7 @@ func (x *HTTPGetAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPGetAction.ProtoReflect.Descriptor instead.
 func (*HTTPGetAction) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{7}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HTTPGetAction) GetPath() string {
@@ -1201,7 +1573,7 @@ type TCPSocketAction struct {
 
 func (x *TCPSocketAction) Reset() {
 	*x = TCPSocketAction{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[8]
+	mi := &file_torpor_v1_resources_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1585,7 @@ func (x *TCPSocketAction) String() string {
 func (*TCPSocketAction) ProtoMessage() {}
 
 func (x *TCPSocketAction) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[8]
+	mi := &file_torpor_v1_resources_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1598,7 @@ func (x *TCPSocketAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPSocketAction.ProtoReflect.Descriptor instead.
 func (*TCPSocketAction) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TCPSocketAction) GetPort() int32 {
@@ -1247,7 +1619,7 @@ type ExecAction struct {
 
 func (x *ExecAction) Reset() {
 	*x = ExecAction{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[9]
+	mi := &file_torpor_v1_resources_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1631,7 @@ func (x *ExecAction) String() string {
 func (*ExecAction) ProtoMessage() {}
 
 func (x *ExecAction) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[9]
+	mi := &file_torpor_v1_resources_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1644,7 @@ func (x *ExecAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecAction.ProtoReflect.Descriptor instead.
 func (*ExecAction) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{9}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecAction) GetCommand() []string {
@@ -1293,7 +1665,7 @@ type Mount struct {
 
 func (x *Mount) Reset() {
 	*x = Mount{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[10]
+	mi := &file_torpor_v1_resources_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1677,7 @@ func (x *Mount) String() string {
 func (*Mount) ProtoMessage() {}
 
 func (x *Mount) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[10]
+	mi := &file_torpor_v1_resources_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1690,7 @@ func (x *Mount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mount.ProtoReflect.Descriptor instead.
 func (*Mount) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{10}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Mount) GetVolume() string {
@@ -1352,7 +1724,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[11]
+	mi := &file_torpor_v1_resources_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1736,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[11]
+	mi := &file_torpor_v1_resources_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1749,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{11}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Volume) GetName() string {
@@ -1404,7 +1776,7 @@ type Resources struct {
 
 func (x *Resources) Reset() {
 	*x = Resources{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[12]
+	mi := &file_torpor_v1_resources_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1788,7 @@ func (x *Resources) String() string {
 func (*Resources) ProtoMessage() {}
 
 func (x *Resources) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[12]
+	mi := &file_torpor_v1_resources_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1801,7 @@ func (x *Resources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resources.ProtoReflect.Descriptor instead.
 func (*Resources) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{12}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Resources) GetMemoryMb() int64 {
@@ -1462,7 +1834,7 @@ type SnapshotPolicy struct {
 
 func (x *SnapshotPolicy) Reset() {
 	*x = SnapshotPolicy{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[13]
+	mi := &file_torpor_v1_resources_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1846,7 @@ func (x *SnapshotPolicy) String() string {
 func (*SnapshotPolicy) ProtoMessage() {}
 
 func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[13]
+	mi := &file_torpor_v1_resources_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1859,7 @@ func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPolicy.ProtoReflect.Descriptor instead.
 func (*SnapshotPolicy) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotPolicy) GetOnPause() SnapshotScope {
@@ -1528,7 +1900,7 @@ type OnResume struct {
 
 func (x *OnResume) Reset() {
 	*x = OnResume{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[14]
+	mi := &file_torpor_v1_resources_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1912,7 @@ func (x *OnResume) String() string {
 func (*OnResume) ProtoMessage() {}
 
 func (x *OnResume) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[14]
+	mi := &file_torpor_v1_resources_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1925,7 @@ func (x *OnResume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OnResume.ProtoReflect.Descriptor instead.
 func (*OnResume) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{14}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OnResume) GetFromData() FromData {
@@ -1586,7 +1958,7 @@ type IdlePolicy struct {
 
 func (x *IdlePolicy) Reset() {
 	*x = IdlePolicy{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[15]
+	mi := &file_torpor_v1_resources_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1970,7 @@ func (x *IdlePolicy) String() string {
 func (*IdlePolicy) ProtoMessage() {}
 
 func (x *IdlePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[15]
+	mi := &file_torpor_v1_resources_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1983,7 @@ func (x *IdlePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdlePolicy.ProtoReflect.Descriptor instead.
 func (*IdlePolicy) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{15}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IdlePolicy) GetIdleSeconds() int32 {
@@ -1656,7 +2028,7 @@ type EvictionPolicy struct {
 
 func (x *EvictionPolicy) Reset() {
 	*x = EvictionPolicy{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[16]
+	mi := &file_torpor_v1_resources_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +2040,7 @@ func (x *EvictionPolicy) String() string {
 func (*EvictionPolicy) ProtoMessage() {}
 
 func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[16]
+	mi := &file_torpor_v1_resources_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +2053,7 @@ func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictionPolicy.ProtoReflect.Descriptor instead.
 func (*EvictionPolicy) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EvictionPolicy) GetNever() bool {
@@ -1728,7 +2100,7 @@ type TemplateStatus struct {
 
 func (x *TemplateStatus) Reset() {
 	*x = TemplateStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[17]
+	mi := &file_torpor_v1_resources_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +2112,7 @@ func (x *TemplateStatus) String() string {
 func (*TemplateStatus) ProtoMessage() {}
 
 func (x *TemplateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[17]
+	mi := &file_torpor_v1_resources_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +2125,7 @@ func (x *TemplateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateStatus.ProtoReflect.Descriptor instead.
 func (*TemplateStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{17}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TemplateStatus) GetPhase() TemplatePhase {
@@ -1802,7 +2174,7 @@ type Actor struct {
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[18]
+	mi := &file_torpor_v1_resources_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +2186,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[18]
+	mi := &file_torpor_v1_resources_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +2199,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{18}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Actor) GetMetadata() *ObjectMeta {
@@ -1871,14 +2243,18 @@ type ActorSpec struct {
 	// Set only on actors made through the E2B-compatible API (server-set:
 	// CreateActor and UpdateActor refuse it): the actor is an E2B sandbox,
 	// its name the sandbox ID, unique across spaces.
-	Sandbox       *Sandbox `protobuf:"bytes,6,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	Sandbox *Sandbox `protobuf:"bytes,6,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// Narrows the template's egress policy for this actor (it may not
+	// widen it: a rule the template's policy does not cover is refused).
+	// Unset: the template's.
+	Egress        *EgressPolicy `protobuf:"bytes,7,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActorSpec) Reset() {
 	*x = ActorSpec{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[19]
+	mi := &file_torpor_v1_resources_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2266,7 @@ func (x *ActorSpec) String() string {
 func (*ActorSpec) ProtoMessage() {}
 
 func (x *ActorSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[19]
+	mi := &file_torpor_v1_resources_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2279,7 @@ func (x *ActorSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorSpec.ProtoReflect.Descriptor instead.
 func (*ActorSpec) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{19}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ActorSpec) GetTemplate() string {
@@ -1948,6 +2324,13 @@ func (x *ActorSpec) GetSandbox() *Sandbox {
 	return nil
 }
 
+func (x *ActorSpec) GetEgress() *EgressPolicy {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
 // Sandbox is the E2B lease of an actor made through the E2B-compatible
 // API. While end_time is ahead the sandbox is neither idle-stopped nor
 // evicted; when it passes, the control plane kills the sandbox (deletes
@@ -1973,7 +2356,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[20]
+	mi := &file_torpor_v1_resources_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2368,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[20]
+	mi := &file_torpor_v1_resources_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2381,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Sandbox) GetEndTime() *timestamppb.Timestamp {
@@ -2053,7 +2436,7 @@ type WorkerRef struct {
 
 func (x *WorkerRef) Reset() {
 	*x = WorkerRef{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[21]
+	mi := &file_torpor_v1_resources_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2448,7 @@ func (x *WorkerRef) String() string {
 func (*WorkerRef) ProtoMessage() {}
 
 func (x *WorkerRef) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[21]
+	mi := &file_torpor_v1_resources_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2461,7 @@ func (x *WorkerRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRef.ProtoReflect.Descriptor instead.
 func (*WorkerRef) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkerRef) GetNamespace() string {
@@ -2168,14 +2551,18 @@ type ActorStatus struct {
 	// The worker the actor ran on when its workload ended without a
 	// checkpoint (a crash), kept while it is CRASHED: that worker's node
 	// keeps the workload's log with its last output (output only).
-	LastWorker    *WorkerRef `protobuf:"bytes,17,opt,name=last_worker,json=lastWorker,proto3" json:"last_worker,omitempty"`
+	LastWorker *WorkerRef `protobuf:"bytes,17,opt,name=last_worker,json=lastWorker,proto3" json:"last_worker,omitempty"`
+	// The egress policy the running workload was started with: the
+	// template's, narrowed by the actor's (output only; a change of either
+	// takes effect on the next start or resume).
+	Egress        *EgressPolicy `protobuf:"bytes,18,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActorStatus) Reset() {
 	*x = ActorStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	mi := &file_torpor_v1_resources_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2574,7 @@ func (x *ActorStatus) String() string {
 func (*ActorStatus) ProtoMessage() {}
 
 func (x *ActorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[22]
+	mi := &file_torpor_v1_resources_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2587,7 @@ func (x *ActorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorStatus.ProtoReflect.Descriptor instead.
 func (*ActorStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ActorStatus) GetState() ActorState {
@@ -2322,6 +2709,13 @@ func (x *ActorStatus) GetLastWorker() *WorkerRef {
 	return nil
 }
 
+func (x *ActorStatus) GetEgress() *EgressPolicy {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
 // ContainerExit is how a container's main process ended on its own (not
 // by a suspend, pause or delete).
 type ContainerExit struct {
@@ -2344,7 +2738,7 @@ type ContainerExit struct {
 
 func (x *ContainerExit) Reset() {
 	*x = ContainerExit{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	mi := &file_torpor_v1_resources_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2750,7 @@ func (x *ContainerExit) String() string {
 func (*ContainerExit) ProtoMessage() {}
 
 func (x *ContainerExit) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[23]
+	mi := &file_torpor_v1_resources_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2763,7 @@ func (x *ContainerExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerExit.ProtoReflect.Descriptor instead.
 func (*ContainerExit) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ContainerExit) GetContainer() string {
@@ -2428,7 +2822,7 @@ type WorkloadExited struct {
 
 func (x *WorkloadExited) Reset() {
 	*x = WorkloadExited{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[24]
+	mi := &file_torpor_v1_resources_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2834,7 @@ func (x *WorkloadExited) String() string {
 func (*WorkloadExited) ProtoMessage() {}
 
 func (x *WorkloadExited) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[24]
+	mi := &file_torpor_v1_resources_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2847,7 @@ func (x *WorkloadExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadExited.ProtoReflect.Descriptor instead.
 func (*WorkloadExited) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WorkloadExited) GetExit() *ContainerExit {
@@ -2489,7 +2883,7 @@ type AcceptedStateLoss struct {
 
 func (x *AcceptedStateLoss) Reset() {
 	*x = AcceptedStateLoss{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[25]
+	mi := &file_torpor_v1_resources_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2895,7 @@ func (x *AcceptedStateLoss) String() string {
 func (*AcceptedStateLoss) ProtoMessage() {}
 
 func (x *AcceptedStateLoss) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[25]
+	mi := &file_torpor_v1_resources_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2908,7 @@ func (x *AcceptedStateLoss) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptedStateLoss.ProtoReflect.Descriptor instead.
 func (*AcceptedStateLoss) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{25}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AcceptedStateLoss) GetSnapshot() string {
@@ -2569,7 +2963,7 @@ type ActorOperation struct {
 
 func (x *ActorOperation) Reset() {
 	*x = ActorOperation{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[26]
+	mi := &file_torpor_v1_resources_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2975,7 @@ func (x *ActorOperation) String() string {
 func (*ActorOperation) ProtoMessage() {}
 
 func (x *ActorOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[26]
+	mi := &file_torpor_v1_resources_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2988,7 @@ func (x *ActorOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorOperation.ProtoReflect.Descriptor instead.
 func (*ActorOperation) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{26}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ActorOperation) GetId() string {
@@ -2700,7 +3094,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[27]
+	mi := &file_torpor_v1_resources_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +3106,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[27]
+	mi := &file_torpor_v1_resources_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +3119,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{27}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Worker) GetMetadata() *ObjectMeta {
@@ -2765,7 +3159,7 @@ type WorkerSpec struct {
 
 func (x *WorkerSpec) Reset() {
 	*x = WorkerSpec{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[28]
+	mi := &file_torpor_v1_resources_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +3171,7 @@ func (x *WorkerSpec) String() string {
 func (*WorkerSpec) ProtoMessage() {}
 
 func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[28]
+	mi := &file_torpor_v1_resources_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +3184,7 @@ func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSpec.ProtoReflect.Descriptor instead.
 func (*WorkerSpec) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{28}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkerSpec) GetNode() string {
@@ -2839,7 +3233,7 @@ type ActorRef struct {
 
 func (x *ActorRef) Reset() {
 	*x = ActorRef{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[29]
+	mi := &file_torpor_v1_resources_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +3245,7 @@ func (x *ActorRef) String() string {
 func (*ActorRef) ProtoMessage() {}
 
 func (x *ActorRef) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[29]
+	mi := &file_torpor_v1_resources_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +3258,7 @@ func (x *ActorRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorRef.ProtoReflect.Descriptor instead.
 func (*ActorRef) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{29}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ActorRef) GetSpace() string {
@@ -2919,7 +3313,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[30]
+	mi := &file_torpor_v1_resources_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3325,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[30]
+	mi := &file_torpor_v1_resources_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3338,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{30}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WorkerStatus) GetActor() *ActorRef {
@@ -3032,7 +3426,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[31]
+	mi := &file_torpor_v1_resources_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +3438,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[31]
+	mi := &file_torpor_v1_resources_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3451,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{31}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Snapshot) GetMetadata() *ObjectMeta {
@@ -3183,7 +3577,7 @@ type SnapshotTag struct {
 
 func (x *SnapshotTag) Reset() {
 	*x = SnapshotTag{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[32]
+	mi := &file_torpor_v1_resources_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3589,7 @@ func (x *SnapshotTag) String() string {
 func (*SnapshotTag) ProtoMessage() {}
 
 func (x *SnapshotTag) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[32]
+	mi := &file_torpor_v1_resources_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3602,7 @@ func (x *SnapshotTag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTag.ProtoReflect.Descriptor instead.
 func (*SnapshotTag) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{32}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotTag) GetMetadata() *ObjectMeta {
@@ -3263,7 +3657,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_torpor_v1_resources_proto_msgTypes[33]
+	mi := &file_torpor_v1_resources_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3669,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_resources_proto_msgTypes[33]
+	mi := &file_torpor_v1_resources_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3682,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{33}
+	return file_torpor_v1_resources_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -3358,13 +3752,20 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x06labels\x18\a \x03(\v2!.torpor.v1.ObjectMeta.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\":\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"d\n" +
 	"\x05Space\x121\n" +
-	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\"\x9d\x01\n" +
+	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12(\n" +
+	"\x04spec\x18\x02 \x01(\v2\x14.torpor.v1.SpaceSpecR\x04spec\"I\n" +
+	"\tSpaceSpec\x12<\n" +
+	"\regress_bounds\x18\x01 \x01(\v2\x17.torpor.v1.EgressBoundsR\fegressBounds\"W\n" +
+	"\fEgressBounds\x12\x1b\n" +
+	"\tallow_any\x18\x01 \x01(\bR\ballowAny\x12\x14\n" +
+	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x14\n" +
+	"\x05cidrs\x18\x03 \x03(\tR\x05cidrs\"\x9d\x01\n" +
 	"\bTemplate\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.torpor.v1.TemplateSpecR\x04spec\x121\n" +
-	"\x06status\x18\x03 \x01(\v2\x19.torpor.v1.TemplateStatusR\x06status\"\xaa\x03\n" +
+	"\x06status\x18\x03 \x01(\v2\x19.torpor.v1.TemplateStatusR\x06status\"\xdb\x03\n" +
 	"\fTemplateSpec\x124\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x14.torpor.v1.ContainerR\n" +
@@ -3376,7 +3777,17 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\vidle_policy\x18\x06 \x01(\v2\x15.torpor.v1.IdlePolicyR\n" +
 	"idlePolicy\x12!\n" +
 	"\fwarm_workers\x18\a \x01(\x05R\vwarmWorkers\x12?\n" +
-	"\x0erestart_policy\x18\b \x01(\x0e2\x18.torpor.v1.RestartPolicyR\rrestartPolicy\"\xa2\x02\n" +
+	"\x0erestart_policy\x18\b \x01(\x0e2\x18.torpor.v1.RestartPolicyR\rrestartPolicy\x12/\n" +
+	"\x06egress\x18\t \x01(\v2\x17.torpor.v1.EgressPolicyR\x06egress\"f\n" +
+	"\fEgressPolicy\x12)\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x15.torpor.v1.EgressModeR\x04mode\x12+\n" +
+	"\x05rules\x18\x02 \x03(\v2\x15.torpor.v1.EgressRuleR\x05rules\"\x81\x01\n" +
+	"\n" +
+	"EgressRule\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
+	"\x04cidr\x18\x02 \x01(\tR\x04cidr\x12\x14\n" +
+	"\x05ports\x18\x03 \x03(\tR\x05ports\x125\n" +
+	"\bprotocol\x18\x04 \x01(\x0e2\x19.torpor.v1.EgressProtocolR\bprotocol\"\xa2\x02\n" +
 	"\tContainer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -3442,14 +3853,15 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x05Actor\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12(\n" +
 	"\x04spec\x18\x02 \x01(\v2\x14.torpor.v1.ActorSpecR\x04spec\x12.\n" +
-	"\x06status\x18\x03 \x01(\v2\x16.torpor.v1.ActorStatusR\x06status\"\xad\x03\n" +
+	"\x06status\x18\x03 \x01(\v2\x16.torpor.v1.ActorStatusR\x06status\"\xde\x03\n" +
 	"\tActorSpec\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12Q\n" +
 	"\x0fworker_selector\x18\x02 \x03(\v2(.torpor.v1.ActorSpec.WorkerSelectorEntryR\x0eworkerSelector\x12+\n" +
 	"\x11template_revision\x18\x03 \x01(\x03R\x10templateRevision\x12/\n" +
 	"\x03env\x18\x04 \x03(\v2\x1d.torpor.v1.ActorSpec.EnvEntryR\x03env\x12*\n" +
 	"\x11envd_access_token\x18\x05 \x01(\tR\x0fenvdAccessToken\x12,\n" +
-	"\asandbox\x18\x06 \x01(\v2\x12.torpor.v1.SandboxR\asandbox\x1aA\n" +
+	"\asandbox\x18\x06 \x01(\v2\x12.torpor.v1.SandboxR\asandbox\x12/\n" +
+	"\x06egress\x18\a \x01(\v2\x17.torpor.v1.EgressPolicyR\x06egress\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
@@ -3471,7 +3883,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x0e\n" +
 	"\x02ip\x18\x05 \x01(\tR\x02ip\x12\x12\n" +
-	"\x04gate\x18\x06 \x01(\tR\x04gate\"\xf3\x06\n" +
+	"\x04gate\x18\x06 \x01(\tR\x04gate\"\xa4\a\n" +
 	"\vActorStatus\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.torpor.v1.ActorStateR\x05state\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.torpor.v1.WorkerRefR\x06worker\x12'\n" +
@@ -3493,7 +3905,8 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x11next_restart_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextRestartTime\x12#\n" +
 	"\rrun_operation\x18\x10 \x01(\tR\frunOperation\x125\n" +
 	"\vlast_worker\x18\x11 \x01(\v2\x14.torpor.v1.WorkerRefR\n" +
-	"lastWorker\"\xda\x01\n" +
+	"lastWorker\x12/\n" +
+	"\x06egress\x18\x12 \x01(\v2\x17.torpor.v1.EgressPolicyR\x06egress\"\xda\x01\n" +
 	"\rContainerExit\x12\x1c\n" +
 	"\tcontainer\x18\x01 \x01(\tR\tcontainer\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
@@ -3583,7 +3996,17 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x0fsandbox_classes\x18\x04 \x03(\tR\x0esandboxClasses\x12\x1a\n" +
 	"\bcordoned\x18\x05 \x01(\bR\bcordoned\x12#\n" +
 	"\rcordon_reason\x18\x06 \x01(\tR\fcordonReason\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining*\x83\x01\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining*q\n" +
+	"\n" +
+	"EgressMode\x12\x1b\n" +
+	"\x17EGRESS_MODE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10EGRESS_MODE_DENY\x10\x01\x12\x15\n" +
+	"\x11EGRESS_MODE_ALLOW\x10\x02\x12\x19\n" +
+	"\x15EGRESS_MODE_ALLOWLIST\x10\x03*c\n" +
+	"\x0eEgressProtocol\x12\x1f\n" +
+	"\x1bEGRESS_PROTOCOL_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13EGRESS_PROTOCOL_TCP\x10\x01\x12\x17\n" +
+	"\x13EGRESS_PROTOCOL_UDP\x10\x02*\x83\x01\n" +
 	"\rRestartPolicy\x12\x1e\n" +
 	"\x1aRESTART_POLICY_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15RESTART_POLICY_ALWAYS\x10\x01\x12\x1d\n" +
@@ -3653,131 +4076,145 @@ func file_torpor_v1_resources_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_resources_proto_rawDescData
 }
 
-var file_torpor_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_torpor_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
+var file_torpor_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_torpor_v1_resources_proto_goTypes = []any{
-	(RestartPolicy)(0),            // 0: torpor.v1.RestartPolicy
-	(VolumeKind)(0),               // 1: torpor.v1.VolumeKind
-	(SnapshotScope)(0),            // 2: torpor.v1.SnapshotScope
-	(RestoreScope)(0),             // 3: torpor.v1.RestoreScope
-	(FromData)(0),                 // 4: torpor.v1.FromData
-	(IdleAction)(0),               // 5: torpor.v1.IdleAction
-	(TemplatePhase)(0),            // 6: torpor.v1.TemplatePhase
-	(ActorState)(0),               // 7: torpor.v1.ActorState
-	(OperationKind)(0),            // 8: torpor.v1.OperationKind
-	(SnapshotTagScope)(0),         // 9: torpor.v1.SnapshotTagScope
-	(*ObjectMeta)(nil),            // 10: torpor.v1.ObjectMeta
-	(*Space)(nil),                 // 11: torpor.v1.Space
-	(*Template)(nil),              // 12: torpor.v1.Template
-	(*TemplateSpec)(nil),          // 13: torpor.v1.TemplateSpec
-	(*Container)(nil),             // 14: torpor.v1.Container
-	(*EnvVar)(nil),                // 15: torpor.v1.EnvVar
-	(*Probe)(nil),                 // 16: torpor.v1.Probe
-	(*HTTPGetAction)(nil),         // 17: torpor.v1.HTTPGetAction
-	(*TCPSocketAction)(nil),       // 18: torpor.v1.TCPSocketAction
-	(*ExecAction)(nil),            // 19: torpor.v1.ExecAction
-	(*Mount)(nil),                 // 20: torpor.v1.Mount
-	(*Volume)(nil),                // 21: torpor.v1.Volume
-	(*Resources)(nil),             // 22: torpor.v1.Resources
-	(*SnapshotPolicy)(nil),        // 23: torpor.v1.SnapshotPolicy
-	(*OnResume)(nil),              // 24: torpor.v1.OnResume
-	(*IdlePolicy)(nil),            // 25: torpor.v1.IdlePolicy
-	(*EvictionPolicy)(nil),        // 26: torpor.v1.EvictionPolicy
-	(*TemplateStatus)(nil),        // 27: torpor.v1.TemplateStatus
-	(*Actor)(nil),                 // 28: torpor.v1.Actor
-	(*ActorSpec)(nil),             // 29: torpor.v1.ActorSpec
-	(*Sandbox)(nil),               // 30: torpor.v1.Sandbox
-	(*WorkerRef)(nil),             // 31: torpor.v1.WorkerRef
-	(*ActorStatus)(nil),           // 32: torpor.v1.ActorStatus
-	(*ContainerExit)(nil),         // 33: torpor.v1.ContainerExit
-	(*WorkloadExited)(nil),        // 34: torpor.v1.WorkloadExited
-	(*AcceptedStateLoss)(nil),     // 35: torpor.v1.AcceptedStateLoss
-	(*ActorOperation)(nil),        // 36: torpor.v1.ActorOperation
-	(*Worker)(nil),                // 37: torpor.v1.Worker
-	(*WorkerSpec)(nil),            // 38: torpor.v1.WorkerSpec
-	(*ActorRef)(nil),              // 39: torpor.v1.ActorRef
-	(*WorkerStatus)(nil),          // 40: torpor.v1.WorkerStatus
-	(*Snapshot)(nil),              // 41: torpor.v1.Snapshot
-	(*SnapshotTag)(nil),           // 42: torpor.v1.SnapshotTag
-	(*Node)(nil),                  // 43: torpor.v1.Node
-	nil,                           // 44: torpor.v1.ObjectMeta.LabelsEntry
-	nil,                           // 45: torpor.v1.ActorSpec.WorkerSelectorEntry
-	nil,                           // 46: torpor.v1.ActorSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 47: google.protobuf.Timestamp
+	(EgressMode)(0),               // 0: torpor.v1.EgressMode
+	(EgressProtocol)(0),           // 1: torpor.v1.EgressProtocol
+	(RestartPolicy)(0),            // 2: torpor.v1.RestartPolicy
+	(VolumeKind)(0),               // 3: torpor.v1.VolumeKind
+	(SnapshotScope)(0),            // 4: torpor.v1.SnapshotScope
+	(RestoreScope)(0),             // 5: torpor.v1.RestoreScope
+	(FromData)(0),                 // 6: torpor.v1.FromData
+	(IdleAction)(0),               // 7: torpor.v1.IdleAction
+	(TemplatePhase)(0),            // 8: torpor.v1.TemplatePhase
+	(ActorState)(0),               // 9: torpor.v1.ActorState
+	(OperationKind)(0),            // 10: torpor.v1.OperationKind
+	(SnapshotTagScope)(0),         // 11: torpor.v1.SnapshotTagScope
+	(*ObjectMeta)(nil),            // 12: torpor.v1.ObjectMeta
+	(*Space)(nil),                 // 13: torpor.v1.Space
+	(*SpaceSpec)(nil),             // 14: torpor.v1.SpaceSpec
+	(*EgressBounds)(nil),          // 15: torpor.v1.EgressBounds
+	(*Template)(nil),              // 16: torpor.v1.Template
+	(*TemplateSpec)(nil),          // 17: torpor.v1.TemplateSpec
+	(*EgressPolicy)(nil),          // 18: torpor.v1.EgressPolicy
+	(*EgressRule)(nil),            // 19: torpor.v1.EgressRule
+	(*Container)(nil),             // 20: torpor.v1.Container
+	(*EnvVar)(nil),                // 21: torpor.v1.EnvVar
+	(*Probe)(nil),                 // 22: torpor.v1.Probe
+	(*HTTPGetAction)(nil),         // 23: torpor.v1.HTTPGetAction
+	(*TCPSocketAction)(nil),       // 24: torpor.v1.TCPSocketAction
+	(*ExecAction)(nil),            // 25: torpor.v1.ExecAction
+	(*Mount)(nil),                 // 26: torpor.v1.Mount
+	(*Volume)(nil),                // 27: torpor.v1.Volume
+	(*Resources)(nil),             // 28: torpor.v1.Resources
+	(*SnapshotPolicy)(nil),        // 29: torpor.v1.SnapshotPolicy
+	(*OnResume)(nil),              // 30: torpor.v1.OnResume
+	(*IdlePolicy)(nil),            // 31: torpor.v1.IdlePolicy
+	(*EvictionPolicy)(nil),        // 32: torpor.v1.EvictionPolicy
+	(*TemplateStatus)(nil),        // 33: torpor.v1.TemplateStatus
+	(*Actor)(nil),                 // 34: torpor.v1.Actor
+	(*ActorSpec)(nil),             // 35: torpor.v1.ActorSpec
+	(*Sandbox)(nil),               // 36: torpor.v1.Sandbox
+	(*WorkerRef)(nil),             // 37: torpor.v1.WorkerRef
+	(*ActorStatus)(nil),           // 38: torpor.v1.ActorStatus
+	(*ContainerExit)(nil),         // 39: torpor.v1.ContainerExit
+	(*WorkloadExited)(nil),        // 40: torpor.v1.WorkloadExited
+	(*AcceptedStateLoss)(nil),     // 41: torpor.v1.AcceptedStateLoss
+	(*ActorOperation)(nil),        // 42: torpor.v1.ActorOperation
+	(*Worker)(nil),                // 43: torpor.v1.Worker
+	(*WorkerSpec)(nil),            // 44: torpor.v1.WorkerSpec
+	(*ActorRef)(nil),              // 45: torpor.v1.ActorRef
+	(*WorkerStatus)(nil),          // 46: torpor.v1.WorkerStatus
+	(*Snapshot)(nil),              // 47: torpor.v1.Snapshot
+	(*SnapshotTag)(nil),           // 48: torpor.v1.SnapshotTag
+	(*Node)(nil),                  // 49: torpor.v1.Node
+	nil,                           // 50: torpor.v1.ObjectMeta.LabelsEntry
+	nil,                           // 51: torpor.v1.ActorSpec.WorkerSelectorEntry
+	nil,                           // 52: torpor.v1.ActorSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 53: google.protobuf.Timestamp
 }
 var file_torpor_v1_resources_proto_depIdxs = []int32{
-	47, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
-	47, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
-	44, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
-	10, // 3: torpor.v1.Space.metadata:type_name -> torpor.v1.ObjectMeta
-	10, // 4: torpor.v1.Template.metadata:type_name -> torpor.v1.ObjectMeta
-	13, // 5: torpor.v1.Template.spec:type_name -> torpor.v1.TemplateSpec
-	27, // 6: torpor.v1.Template.status:type_name -> torpor.v1.TemplateStatus
-	14, // 7: torpor.v1.TemplateSpec.containers:type_name -> torpor.v1.Container
-	21, // 8: torpor.v1.TemplateSpec.volumes:type_name -> torpor.v1.Volume
-	22, // 9: torpor.v1.TemplateSpec.resources:type_name -> torpor.v1.Resources
-	23, // 10: torpor.v1.TemplateSpec.snapshot_policy:type_name -> torpor.v1.SnapshotPolicy
-	25, // 11: torpor.v1.TemplateSpec.idle_policy:type_name -> torpor.v1.IdlePolicy
-	0,  // 12: torpor.v1.TemplateSpec.restart_policy:type_name -> torpor.v1.RestartPolicy
-	15, // 13: torpor.v1.Container.env:type_name -> torpor.v1.EnvVar
-	16, // 14: torpor.v1.Container.readiness_probe:type_name -> torpor.v1.Probe
-	20, // 15: torpor.v1.Container.mounts:type_name -> torpor.v1.Mount
-	17, // 16: torpor.v1.Probe.http_get:type_name -> torpor.v1.HTTPGetAction
-	18, // 17: torpor.v1.Probe.tcp_socket:type_name -> torpor.v1.TCPSocketAction
-	19, // 18: torpor.v1.Probe.exec:type_name -> torpor.v1.ExecAction
-	1,  // 19: torpor.v1.Volume.kind:type_name -> torpor.v1.VolumeKind
-	2,  // 20: torpor.v1.SnapshotPolicy.on_pause:type_name -> torpor.v1.SnapshotScope
-	2,  // 21: torpor.v1.SnapshotPolicy.on_commit:type_name -> torpor.v1.SnapshotScope
-	24, // 22: torpor.v1.SnapshotPolicy.on_resume:type_name -> torpor.v1.OnResume
-	4,  // 23: torpor.v1.OnResume.from_data:type_name -> torpor.v1.FromData
-	5,  // 24: torpor.v1.IdlePolicy.action:type_name -> torpor.v1.IdleAction
-	26, // 25: torpor.v1.IdlePolicy.eviction:type_name -> torpor.v1.EvictionPolicy
-	6,  // 26: torpor.v1.TemplateStatus.phase:type_name -> torpor.v1.TemplatePhase
-	10, // 27: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
-	29, // 28: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
-	32, // 29: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
-	45, // 30: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
-	46, // 31: torpor.v1.ActorSpec.env:type_name -> torpor.v1.ActorSpec.EnvEntry
-	30, // 32: torpor.v1.ActorSpec.sandbox:type_name -> torpor.v1.Sandbox
-	47, // 33: torpor.v1.Sandbox.end_time:type_name -> google.protobuf.Timestamp
-	47, // 34: torpor.v1.Sandbox.start_time:type_name -> google.protobuf.Timestamp
-	7,  // 35: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
-	31, // 36: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
-	36, // 37: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
-	47, // 38: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
-	13, // 39: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
-	35, // 40: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
-	3,  // 41: torpor.v1.ActorStatus.restored_by:type_name -> torpor.v1.RestoreScope
-	33, // 42: torpor.v1.ActorStatus.exit:type_name -> torpor.v1.ContainerExit
-	47, // 43: torpor.v1.ActorStatus.next_restart_time:type_name -> google.protobuf.Timestamp
-	31, // 44: torpor.v1.ActorStatus.last_worker:type_name -> torpor.v1.WorkerRef
-	47, // 45: torpor.v1.ContainerExit.time:type_name -> google.protobuf.Timestamp
-	33, // 46: torpor.v1.WorkloadExited.exit:type_name -> torpor.v1.ContainerExit
-	47, // 47: torpor.v1.WorkloadExited.next_restart_time:type_name -> google.protobuf.Timestamp
-	0,  // 48: torpor.v1.WorkloadExited.restart_policy:type_name -> torpor.v1.RestartPolicy
-	8,  // 49: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
-	47, // 50: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
-	3,  // 51: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
-	2,  // 52: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
-	7,  // 53: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
-	10, // 54: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
-	38, // 55: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
-	40, // 56: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
-	39, // 57: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
-	47, // 58: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
-	47, // 59: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
-	10, // 60: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
-	2,  // 61: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
-	13, // 62: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
-	10, // 63: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
-	9,  // 64: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
-	10, // 65: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
-	47, // 66: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	67, // [67:67] is the sub-list for method output_type
-	67, // [67:67] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	53, // 0: torpor.v1.ObjectMeta.create_time:type_name -> google.protobuf.Timestamp
+	53, // 1: torpor.v1.ObjectMeta.update_time:type_name -> google.protobuf.Timestamp
+	50, // 2: torpor.v1.ObjectMeta.labels:type_name -> torpor.v1.ObjectMeta.LabelsEntry
+	12, // 3: torpor.v1.Space.metadata:type_name -> torpor.v1.ObjectMeta
+	14, // 4: torpor.v1.Space.spec:type_name -> torpor.v1.SpaceSpec
+	15, // 5: torpor.v1.SpaceSpec.egress_bounds:type_name -> torpor.v1.EgressBounds
+	12, // 6: torpor.v1.Template.metadata:type_name -> torpor.v1.ObjectMeta
+	17, // 7: torpor.v1.Template.spec:type_name -> torpor.v1.TemplateSpec
+	33, // 8: torpor.v1.Template.status:type_name -> torpor.v1.TemplateStatus
+	20, // 9: torpor.v1.TemplateSpec.containers:type_name -> torpor.v1.Container
+	27, // 10: torpor.v1.TemplateSpec.volumes:type_name -> torpor.v1.Volume
+	28, // 11: torpor.v1.TemplateSpec.resources:type_name -> torpor.v1.Resources
+	29, // 12: torpor.v1.TemplateSpec.snapshot_policy:type_name -> torpor.v1.SnapshotPolicy
+	31, // 13: torpor.v1.TemplateSpec.idle_policy:type_name -> torpor.v1.IdlePolicy
+	2,  // 14: torpor.v1.TemplateSpec.restart_policy:type_name -> torpor.v1.RestartPolicy
+	18, // 15: torpor.v1.TemplateSpec.egress:type_name -> torpor.v1.EgressPolicy
+	0,  // 16: torpor.v1.EgressPolicy.mode:type_name -> torpor.v1.EgressMode
+	19, // 17: torpor.v1.EgressPolicy.rules:type_name -> torpor.v1.EgressRule
+	1,  // 18: torpor.v1.EgressRule.protocol:type_name -> torpor.v1.EgressProtocol
+	21, // 19: torpor.v1.Container.env:type_name -> torpor.v1.EnvVar
+	22, // 20: torpor.v1.Container.readiness_probe:type_name -> torpor.v1.Probe
+	26, // 21: torpor.v1.Container.mounts:type_name -> torpor.v1.Mount
+	23, // 22: torpor.v1.Probe.http_get:type_name -> torpor.v1.HTTPGetAction
+	24, // 23: torpor.v1.Probe.tcp_socket:type_name -> torpor.v1.TCPSocketAction
+	25, // 24: torpor.v1.Probe.exec:type_name -> torpor.v1.ExecAction
+	3,  // 25: torpor.v1.Volume.kind:type_name -> torpor.v1.VolumeKind
+	4,  // 26: torpor.v1.SnapshotPolicy.on_pause:type_name -> torpor.v1.SnapshotScope
+	4,  // 27: torpor.v1.SnapshotPolicy.on_commit:type_name -> torpor.v1.SnapshotScope
+	30, // 28: torpor.v1.SnapshotPolicy.on_resume:type_name -> torpor.v1.OnResume
+	6,  // 29: torpor.v1.OnResume.from_data:type_name -> torpor.v1.FromData
+	7,  // 30: torpor.v1.IdlePolicy.action:type_name -> torpor.v1.IdleAction
+	32, // 31: torpor.v1.IdlePolicy.eviction:type_name -> torpor.v1.EvictionPolicy
+	8,  // 32: torpor.v1.TemplateStatus.phase:type_name -> torpor.v1.TemplatePhase
+	12, // 33: torpor.v1.Actor.metadata:type_name -> torpor.v1.ObjectMeta
+	35, // 34: torpor.v1.Actor.spec:type_name -> torpor.v1.ActorSpec
+	38, // 35: torpor.v1.Actor.status:type_name -> torpor.v1.ActorStatus
+	51, // 36: torpor.v1.ActorSpec.worker_selector:type_name -> torpor.v1.ActorSpec.WorkerSelectorEntry
+	52, // 37: torpor.v1.ActorSpec.env:type_name -> torpor.v1.ActorSpec.EnvEntry
+	36, // 38: torpor.v1.ActorSpec.sandbox:type_name -> torpor.v1.Sandbox
+	18, // 39: torpor.v1.ActorSpec.egress:type_name -> torpor.v1.EgressPolicy
+	53, // 40: torpor.v1.Sandbox.end_time:type_name -> google.protobuf.Timestamp
+	53, // 41: torpor.v1.Sandbox.start_time:type_name -> google.protobuf.Timestamp
+	9,  // 42: torpor.v1.ActorStatus.state:type_name -> torpor.v1.ActorState
+	37, // 43: torpor.v1.ActorStatus.worker:type_name -> torpor.v1.WorkerRef
+	42, // 44: torpor.v1.ActorStatus.operation:type_name -> torpor.v1.ActorOperation
+	53, // 45: torpor.v1.ActorStatus.state_time:type_name -> google.protobuf.Timestamp
+	17, // 46: torpor.v1.ActorStatus.current_template_spec:type_name -> torpor.v1.TemplateSpec
+	41, // 47: torpor.v1.ActorStatus.accepted_state_loss:type_name -> torpor.v1.AcceptedStateLoss
+	5,  // 48: torpor.v1.ActorStatus.restored_by:type_name -> torpor.v1.RestoreScope
+	39, // 49: torpor.v1.ActorStatus.exit:type_name -> torpor.v1.ContainerExit
+	53, // 50: torpor.v1.ActorStatus.next_restart_time:type_name -> google.protobuf.Timestamp
+	37, // 51: torpor.v1.ActorStatus.last_worker:type_name -> torpor.v1.WorkerRef
+	18, // 52: torpor.v1.ActorStatus.egress:type_name -> torpor.v1.EgressPolicy
+	53, // 53: torpor.v1.ContainerExit.time:type_name -> google.protobuf.Timestamp
+	39, // 54: torpor.v1.WorkloadExited.exit:type_name -> torpor.v1.ContainerExit
+	53, // 55: torpor.v1.WorkloadExited.next_restart_time:type_name -> google.protobuf.Timestamp
+	2,  // 56: torpor.v1.WorkloadExited.restart_policy:type_name -> torpor.v1.RestartPolicy
+	10, // 57: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
+	53, // 58: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
+	5,  // 59: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
+	4,  // 60: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
+	9,  // 61: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
+	12, // 62: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
+	44, // 63: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
+	46, // 64: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
+	45, // 65: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
+	53, // 66: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
+	53, // 67: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
+	12, // 68: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
+	4,  // 69: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
+	17, // 70: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
+	12, // 71: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
+	11, // 72: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
+	12, // 73: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
+	53, // 74: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	75, // [75:75] is the sub-list for method output_type
+	75, // [75:75] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_resources_proto_init() }
@@ -3790,8 +4227,8 @@ func file_torpor_v1_resources_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_resources_proto_rawDesc), len(file_torpor_v1_resources_proto_rawDesc)),
-			NumEnums:      10,
-			NumMessages:   37,
+			NumEnums:      12,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
