@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/kube"
 	"github.com/torpor-dev/torpor/internal/store"
@@ -129,4 +130,9 @@ func (s *nodeService) ListNodes(ctx context.Context, req *connect.Request[torpor
 		return nil, err
 	}
 	return connect.NewResponse(&torporv1.ListNodesResponse{Nodes: items, NextPageToken: next}), nil
+}
+
+// ReportEgressDenied is being built (issue #28: egress refusals in the actor's events).
+func (s *nodeService) ReportEgressDenied(ctx context.Context, req *connect.Request[torporv1.ReportEgressDeniedRequest]) (*connect.Response[torporv1.ReportEgressDeniedResponse], error) {
+	return nil, fmt.Errorf("report egress denied for actor %s: %w", req.Msg.GetActorUid(), errdefs.ErrUnimplemented)
 }

@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 	"github.com/torpor-dev/torpor/internal/workflow"
@@ -125,4 +127,9 @@ func requireSpace(ctx context.Context, tx store.Tx, space string) error {
 		return err
 	}
 	return nil
+}
+
+// UpdateSpace is being built (issue #28: egress bounds per space).
+func (s *spaceService) UpdateSpace(ctx context.Context, req *connect.Request[torporv1.UpdateSpaceRequest]) (*connect.Response[torporv1.Space], error) {
+	return nil, fmt.Errorf("update space %s: %w", req.Msg.GetSpace().GetMetadata().GetName(), errdefs.ErrUnimplemented)
 }

@@ -378,6 +378,200 @@ func (*ReportExitResponse) Descriptor() ([]byte, []int) {
 	return file_torpor_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
+type ReportEgressDeniedRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Node     string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Worker   string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid string                 `protobuf:"bytes,3,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	// The operation that started the workload (its Run or Restore).
+	OperationId string `protobuf:"bytes,4,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// Refusals since the last report, sampled or not.
+	Count int64 `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`
+	// At most a few, oldest first.
+	Samples       []*EgressDenial `protobuf:"bytes,6,rep,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportEgressDeniedRequest) Reset() {
+	*x = ReportEgressDeniedRequest{}
+	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportEgressDeniedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportEgressDeniedRequest) ProtoMessage() {}
+
+func (x *ReportEgressDeniedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportEgressDeniedRequest.ProtoReflect.Descriptor instead.
+func (*ReportEgressDeniedRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ReportEgressDeniedRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ReportEgressDeniedRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ReportEgressDeniedRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *ReportEgressDeniedRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *ReportEgressDeniedRequest) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ReportEgressDeniedRequest) GetSamples() []*EgressDenial {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
+// EgressDenial is one connection (or name) an egress policy refused.
+type EgressDenial struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// "tcp", "udp" or "icmp"; "dns" for a name the resolver refused.
+	Protocol string `protobuf:"bytes,2,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// The address, or for "dns" the name.
+	Destination   string `protobuf:"bytes,3,opt,name=destination,proto3" json:"destination,omitempty"`
+	Port          int32  `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressDenial) Reset() {
+	*x = EgressDenial{}
+	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressDenial) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressDenial) ProtoMessage() {}
+
+func (x *EgressDenial) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressDenial.ProtoReflect.Descriptor instead.
+func (*EgressDenial) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *EgressDenial) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *EgressDenial) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *EgressDenial) GetDestination() string {
+	if x != nil {
+		return x.Destination
+	}
+	return ""
+}
+
+func (x *EgressDenial) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+type ReportEgressDeniedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportEgressDeniedResponse) Reset() {
+	*x = ReportEgressDeniedResponse{}
+	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportEgressDeniedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportEgressDeniedResponse) ProtoMessage() {}
+
+func (x *ReportEgressDeniedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportEgressDeniedResponse.ProtoReflect.Descriptor instead.
+func (*ReportEgressDeniedResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{8}
+}
+
 type ListNodesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
@@ -388,7 +582,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	mi := &file_torpor_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +594,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[6]
+	mi := &file_torpor_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +607,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -442,7 +636,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	mi := &file_torpor_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +648,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	mi := &file_torpor_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +661,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExecRequest) GetWorker() string {
@@ -516,7 +710,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	mi := &file_torpor_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +722,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	mi := &file_torpor_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +735,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LogsRequest) GetWorker() string {
@@ -597,7 +791,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[9]
+	mi := &file_torpor_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +803,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[9]
+	mi := &file_torpor_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +816,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WarmRequest) GetWorker() string {
@@ -647,7 +841,7 @@ type WarmResponse struct {
 
 func (x *WarmResponse) Reset() {
 	*x = WarmResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[10]
+	mi := &file_torpor_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +853,7 @@ func (x *WarmResponse) String() string {
 func (*WarmResponse) ProtoMessage() {}
 
 func (x *WarmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[10]
+	mi := &file_torpor_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +866,7 @@ func (x *WarmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmResponse.ProtoReflect.Descriptor instead.
 func (*WarmResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 // Operation names the call for idempotency and the workload it acts on.
@@ -688,7 +882,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_torpor_v1_node_proto_msgTypes[11]
+	mi := &file_torpor_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +894,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[11]
+	mi := &file_torpor_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +907,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Operation) GetActorUid() string {
@@ -764,7 +958,7 @@ type Workload struct {
 
 func (x *Workload) Reset() {
 	*x = Workload{}
-	mi := &file_torpor_v1_node_proto_msgTypes[12]
+	mi := &file_torpor_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +970,7 @@ func (x *Workload) String() string {
 func (*Workload) ProtoMessage() {}
 
 func (x *Workload) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[12]
+	mi := &file_torpor_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +983,7 @@ func (x *Workload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workload.ProtoReflect.Descriptor instead.
 func (*Workload) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Workload) GetSpace() string {
@@ -884,7 +1078,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[13]
+	mi := &file_torpor_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1090,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[13]
+	mi := &file_torpor_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1103,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RunRequest) GetOp() *Operation {
@@ -944,7 +1138,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[14]
+	mi := &file_torpor_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1150,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[14]
+	mi := &file_torpor_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1163,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RunResponse) GetWorkerIp() string {
@@ -1010,7 +1204,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[15]
+	mi := &file_torpor_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1216,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[15]
+	mi := &file_torpor_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1229,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CheckpointRequest) GetOp() *Operation {
@@ -1095,7 +1289,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[16]
+	mi := &file_torpor_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1301,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[16]
+	mi := &file_torpor_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1314,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CheckpointResponse) GetLocation() string {
@@ -1171,7 +1365,7 @@ type SnapshotSource struct {
 
 func (x *SnapshotSource) Reset() {
 	*x = SnapshotSource{}
-	mi := &file_torpor_v1_node_proto_msgTypes[17]
+	mi := &file_torpor_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1377,7 @@ func (x *SnapshotSource) String() string {
 func (*SnapshotSource) ProtoMessage() {}
 
 func (x *SnapshotSource) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[17]
+	mi := &file_torpor_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1390,7 @@ func (x *SnapshotSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSource.ProtoReflect.Descriptor instead.
 func (*SnapshotSource) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotSource) GetLocation() string {
@@ -1236,7 +1430,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[18]
+	mi := &file_torpor_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1442,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[18]
+	mi := &file_torpor_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1455,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RestoreRequest) GetOp() *Operation {
@@ -1316,7 +1510,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[19]
+	mi := &file_torpor_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1522,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[19]
+	mi := &file_torpor_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1535,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RestoreResponse) GetWorkerIp() string {
@@ -1387,7 +1581,7 @@ type StepDuration struct {
 
 func (x *StepDuration) Reset() {
 	*x = StepDuration{}
-	mi := &file_torpor_v1_node_proto_msgTypes[20]
+	mi := &file_torpor_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1593,7 @@ func (x *StepDuration) String() string {
 func (*StepDuration) ProtoMessage() {}
 
 func (x *StepDuration) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[20]
+	mi := &file_torpor_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1606,7 @@ func (x *StepDuration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDuration.ProtoReflect.Descriptor instead.
 func (*StepDuration) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StepDuration) GetName() string {
@@ -1442,7 +1636,7 @@ type TerminateRequest struct {
 
 func (x *TerminateRequest) Reset() {
 	*x = TerminateRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[21]
+	mi := &file_torpor_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1648,7 @@ func (x *TerminateRequest) String() string {
 func (*TerminateRequest) ProtoMessage() {}
 
 func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[21]
+	mi := &file_torpor_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1661,7 @@ func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateRequest.ProtoReflect.Descriptor instead.
 func (*TerminateRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TerminateRequest) GetOp() *Operation {
@@ -1492,7 +1686,7 @@ type TerminateResponse struct {
 
 func (x *TerminateResponse) Reset() {
 	*x = TerminateResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	mi := &file_torpor_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1698,7 @@ func (x *TerminateResponse) String() string {
 func (*TerminateResponse) ProtoMessage() {}
 
 func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	mi := &file_torpor_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1711,7 @@ func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateResponse.ProtoReflect.Descriptor instead.
 func (*TerminateResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 type DropCheckpointRequest struct {
@@ -1530,7 +1724,7 @@ type DropCheckpointRequest struct {
 
 func (x *DropCheckpointRequest) Reset() {
 	*x = DropCheckpointRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[23]
+	mi := &file_torpor_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1736,7 @@ func (x *DropCheckpointRequest) String() string {
 func (*DropCheckpointRequest) ProtoMessage() {}
 
 func (x *DropCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[23]
+	mi := &file_torpor_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1749,7 @@ func (x *DropCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DropCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DropCheckpointRequest) GetLocation() string {
@@ -1573,7 +1767,7 @@ type DropCheckpointResponse struct {
 
 func (x *DropCheckpointResponse) Reset() {
 	*x = DropCheckpointResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[24]
+	mi := &file_torpor_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1779,7 @@ func (x *DropCheckpointResponse) String() string {
 func (*DropCheckpointResponse) ProtoMessage() {}
 
 func (x *DropCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[24]
+	mi := &file_torpor_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1792,7 @@ func (x *DropCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DropCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 type StatsRequest struct {
@@ -1610,7 +1804,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[25]
+	mi := &file_torpor_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1816,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[25]
+	mi := &file_torpor_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1829,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StatsRequest) GetWorker() string {
@@ -1659,7 +1853,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[26]
+	mi := &file_torpor_v1_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1865,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[26]
+	mi := &file_torpor_v1_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1878,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StatsResponse) GetRunning() bool {
@@ -1735,7 +1929,7 @@ type NodeFileRequest struct {
 
 func (x *NodeFileRequest) Reset() {
 	*x = NodeFileRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[27]
+	mi := &file_torpor_v1_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1941,7 @@ func (x *NodeFileRequest) String() string {
 func (*NodeFileRequest) ProtoMessage() {}
 
 func (x *NodeFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[27]
+	mi := &file_torpor_v1_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1954,7 @@ func (x *NodeFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFileRequest.ProtoReflect.Descriptor instead.
 func (*NodeFileRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeFileRequest) GetWorker() string {
@@ -1801,7 +1995,7 @@ type NodeReadFilesRequest struct {
 
 func (x *NodeReadFilesRequest) Reset() {
 	*x = NodeReadFilesRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[28]
+	mi := &file_torpor_v1_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +2007,7 @@ func (x *NodeReadFilesRequest) String() string {
 func (*NodeReadFilesRequest) ProtoMessage() {}
 
 func (x *NodeReadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[28]
+	mi := &file_torpor_v1_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +2020,7 @@ func (x *NodeReadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReadFilesRequest.ProtoReflect.Descriptor instead.
 func (*NodeReadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{28}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NodeReadFilesRequest) GetFile() *NodeFileRequest {
@@ -1856,7 +2050,7 @@ type NodeWriteFilesRequest struct {
 
 func (x *NodeWriteFilesRequest) Reset() {
 	*x = NodeWriteFilesRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[29]
+	mi := &file_torpor_v1_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2062,7 @@ func (x *NodeWriteFilesRequest) String() string {
 func (*NodeWriteFilesRequest) ProtoMessage() {}
 
 func (x *NodeWriteFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[29]
+	mi := &file_torpor_v1_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2075,7 @@ func (x *NodeWriteFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWriteFilesRequest.ProtoReflect.Descriptor instead.
 func (*NodeWriteFilesRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{29}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NodeWriteFilesRequest) GetFile() *NodeFileRequest {
@@ -1933,7 +2127,20 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\tactor_uid\x18\x03 \x01(\tR\bactorUid\x12!\n" +
 	"\foperation_id\x18\x04 \x01(\tR\voperationId\x12,\n" +
 	"\x04exit\x18\x05 \x01(\v2\x18.torpor.v1.ContainerExitR\x04exit\"\x14\n" +
-	"\x12ReportExitResponse\"b\n" +
+	"\x12ReportExitResponse\"\xd0\x01\n" +
+	"\x19ReportEgressDeniedRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x03 \x01(\tR\bactorUid\x12!\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\x12\x14\n" +
+	"\x05count\x18\x05 \x01(\x03R\x05count\x121\n" +
+	"\asamples\x18\x06 \x03(\v2\x17.torpor.v1.EgressDenialR\asamples\"\x90\x01\n" +
+	"\fEgressDenial\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
+	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12 \n" +
+	"\vdestination\x18\x03 \x01(\tR\vdestination\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\x05R\x04port\"\x1c\n" +
+	"\x1aReportEgressDeniedResponse\"b\n" +
 	"\x11ListNodesResponse\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.torpor.v1.NodeR\x05nodes\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa0\x01\n" +
@@ -2049,12 +2256,13 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\x10CheckpointTarget\x12!\n" +
 	"\x1dCHECKPOINT_TARGET_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CHECKPOINT_TARGET_STORAGE\x10\x01\x12\x1b\n" +
-	"\x17CHECKPOINT_TARGET_LOCAL\x10\x022\xe7\x02\n" +
+	"\x17CHECKPOINT_TARGET_LOCAL\x10\x022\xca\x03\n" +
 	"\vNodeService\x12O\n" +
 	"\fRegisterNode\x12\x1e.torpor.v1.RegisterNodeRequest\x1a\x1f.torpor.v1.RegisterNodeResponse\x12F\n" +
 	"\tHeartbeat\x12\x1b.torpor.v1.HeartbeatRequest\x1a\x1c.torpor.v1.HeartbeatResponse\x12I\n" +
 	"\n" +
-	"ReportExit\x12\x1c.torpor.v1.ReportExitRequest\x1a\x1d.torpor.v1.ReportExitResponse\x121\n" +
+	"ReportExit\x12\x1c.torpor.v1.ReportExitRequest\x1a\x1d.torpor.v1.ReportExitResponse\x12a\n" +
+	"\x12ReportEgressDenied\x12$.torpor.v1.ReportEgressDeniedRequest\x1a%.torpor.v1.ReportEgressDeniedResponse\x121\n" +
 	"\aGetNode\x12\x15.torpor.v1.GetRequest\x1a\x0f.torpor.v1.Node\x12A\n" +
 	"\tListNodes\x12\x16.torpor.v1.ListRequest\x1a\x1c.torpor.v1.ListNodesResponse2\x8c\a\n" +
 	"\x10NodeAgentService\x124\n" +
@@ -2087,131 +2295,138 @@ func file_torpor_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_torpor_v1_node_proto_goTypes = []any{
-	(CheckpointTarget)(0),           // 0: torpor.v1.CheckpointTarget
-	(*RegisterNodeRequest)(nil),     // 1: torpor.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),    // 2: torpor.v1.RegisterNodeResponse
-	(*HeartbeatRequest)(nil),        // 3: torpor.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),       // 4: torpor.v1.HeartbeatResponse
-	(*ReportExitRequest)(nil),       // 5: torpor.v1.ReportExitRequest
-	(*ReportExitResponse)(nil),      // 6: torpor.v1.ReportExitResponse
-	(*ListNodesResponse)(nil),       // 7: torpor.v1.ListNodesResponse
-	(*ExecRequest)(nil),             // 8: torpor.v1.ExecRequest
-	(*LogsRequest)(nil),             // 9: torpor.v1.LogsRequest
-	(*WarmRequest)(nil),             // 10: torpor.v1.WarmRequest
-	(*WarmResponse)(nil),            // 11: torpor.v1.WarmResponse
-	(*Operation)(nil),               // 12: torpor.v1.Operation
-	(*Workload)(nil),                // 13: torpor.v1.Workload
-	(*RunRequest)(nil),              // 14: torpor.v1.RunRequest
-	(*RunResponse)(nil),             // 15: torpor.v1.RunResponse
-	(*CheckpointRequest)(nil),       // 16: torpor.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),      // 17: torpor.v1.CheckpointResponse
-	(*SnapshotSource)(nil),          // 18: torpor.v1.SnapshotSource
-	(*RestoreRequest)(nil),          // 19: torpor.v1.RestoreRequest
-	(*RestoreResponse)(nil),         // 20: torpor.v1.RestoreResponse
-	(*StepDuration)(nil),            // 21: torpor.v1.StepDuration
-	(*TerminateRequest)(nil),        // 22: torpor.v1.TerminateRequest
-	(*TerminateResponse)(nil),       // 23: torpor.v1.TerminateResponse
-	(*DropCheckpointRequest)(nil),   // 24: torpor.v1.DropCheckpointRequest
-	(*DropCheckpointResponse)(nil),  // 25: torpor.v1.DropCheckpointResponse
-	(*StatsRequest)(nil),            // 26: torpor.v1.StatsRequest
-	(*StatsResponse)(nil),           // 27: torpor.v1.StatsResponse
-	(*NodeFileRequest)(nil),         // 28: torpor.v1.NodeFileRequest
-	(*NodeReadFilesRequest)(nil),    // 29: torpor.v1.NodeReadFilesRequest
-	(*NodeWriteFilesRequest)(nil),   // 30: torpor.v1.NodeWriteFilesRequest
-	nil,                             // 31: torpor.v1.Workload.EnvEntry
-	(*Node)(nil),                    // 32: torpor.v1.Node
-	(*Worker)(nil),                  // 33: torpor.v1.Worker
-	(*timestamppb.Timestamp)(nil),   // 34: google.protobuf.Timestamp
-	(*ContainerExit)(nil),           // 35: torpor.v1.ContainerExit
-	(*ExecProcess)(nil),             // 36: torpor.v1.ExecProcess
-	(*ExecInput)(nil),               // 37: torpor.v1.ExecInput
-	(*TemplateSpec)(nil),            // 38: torpor.v1.TemplateSpec
-	(*EgressPolicy)(nil),            // 39: torpor.v1.EgressPolicy
-	(SnapshotScope)(0),              // 40: torpor.v1.SnapshotScope
-	(RestoreScope)(0),               // 41: torpor.v1.RestoreScope
-	(*GetRequest)(nil),              // 42: torpor.v1.GetRequest
-	(*ListRequest)(nil),             // 43: torpor.v1.ListRequest
-	(*ExecOutput)(nil),              // 44: torpor.v1.ExecOutput
-	(*GetActorLogsResponse)(nil),    // 45: torpor.v1.GetActorLogsResponse
-	(*FileInfo)(nil),                // 46: torpor.v1.FileInfo
-	(*ListActorFilesResponse)(nil),  // 47: torpor.v1.ListActorFilesResponse
-	(*FileChunk)(nil),               // 48: torpor.v1.FileChunk
-	(*WriteActorFilesResponse)(nil), // 49: torpor.v1.WriteActorFilesResponse
+	(CheckpointTarget)(0),              // 0: torpor.v1.CheckpointTarget
+	(*RegisterNodeRequest)(nil),        // 1: torpor.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),       // 2: torpor.v1.RegisterNodeResponse
+	(*HeartbeatRequest)(nil),           // 3: torpor.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 4: torpor.v1.HeartbeatResponse
+	(*ReportExitRequest)(nil),          // 5: torpor.v1.ReportExitRequest
+	(*ReportExitResponse)(nil),         // 6: torpor.v1.ReportExitResponse
+	(*ReportEgressDeniedRequest)(nil),  // 7: torpor.v1.ReportEgressDeniedRequest
+	(*EgressDenial)(nil),               // 8: torpor.v1.EgressDenial
+	(*ReportEgressDeniedResponse)(nil), // 9: torpor.v1.ReportEgressDeniedResponse
+	(*ListNodesResponse)(nil),          // 10: torpor.v1.ListNodesResponse
+	(*ExecRequest)(nil),                // 11: torpor.v1.ExecRequest
+	(*LogsRequest)(nil),                // 12: torpor.v1.LogsRequest
+	(*WarmRequest)(nil),                // 13: torpor.v1.WarmRequest
+	(*WarmResponse)(nil),               // 14: torpor.v1.WarmResponse
+	(*Operation)(nil),                  // 15: torpor.v1.Operation
+	(*Workload)(nil),                   // 16: torpor.v1.Workload
+	(*RunRequest)(nil),                 // 17: torpor.v1.RunRequest
+	(*RunResponse)(nil),                // 18: torpor.v1.RunResponse
+	(*CheckpointRequest)(nil),          // 19: torpor.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 20: torpor.v1.CheckpointResponse
+	(*SnapshotSource)(nil),             // 21: torpor.v1.SnapshotSource
+	(*RestoreRequest)(nil),             // 22: torpor.v1.RestoreRequest
+	(*RestoreResponse)(nil),            // 23: torpor.v1.RestoreResponse
+	(*StepDuration)(nil),               // 24: torpor.v1.StepDuration
+	(*TerminateRequest)(nil),           // 25: torpor.v1.TerminateRequest
+	(*TerminateResponse)(nil),          // 26: torpor.v1.TerminateResponse
+	(*DropCheckpointRequest)(nil),      // 27: torpor.v1.DropCheckpointRequest
+	(*DropCheckpointResponse)(nil),     // 28: torpor.v1.DropCheckpointResponse
+	(*StatsRequest)(nil),               // 29: torpor.v1.StatsRequest
+	(*StatsResponse)(nil),              // 30: torpor.v1.StatsResponse
+	(*NodeFileRequest)(nil),            // 31: torpor.v1.NodeFileRequest
+	(*NodeReadFilesRequest)(nil),       // 32: torpor.v1.NodeReadFilesRequest
+	(*NodeWriteFilesRequest)(nil),      // 33: torpor.v1.NodeWriteFilesRequest
+	nil,                                // 34: torpor.v1.Workload.EnvEntry
+	(*Node)(nil),                       // 35: torpor.v1.Node
+	(*Worker)(nil),                     // 36: torpor.v1.Worker
+	(*timestamppb.Timestamp)(nil),      // 37: google.protobuf.Timestamp
+	(*ContainerExit)(nil),              // 38: torpor.v1.ContainerExit
+	(*ExecProcess)(nil),                // 39: torpor.v1.ExecProcess
+	(*ExecInput)(nil),                  // 40: torpor.v1.ExecInput
+	(*TemplateSpec)(nil),               // 41: torpor.v1.TemplateSpec
+	(*EgressPolicy)(nil),               // 42: torpor.v1.EgressPolicy
+	(SnapshotScope)(0),                 // 43: torpor.v1.SnapshotScope
+	(RestoreScope)(0),                  // 44: torpor.v1.RestoreScope
+	(*GetRequest)(nil),                 // 45: torpor.v1.GetRequest
+	(*ListRequest)(nil),                // 46: torpor.v1.ListRequest
+	(*ExecOutput)(nil),                 // 47: torpor.v1.ExecOutput
+	(*GetActorLogsResponse)(nil),       // 48: torpor.v1.GetActorLogsResponse
+	(*FileInfo)(nil),                   // 49: torpor.v1.FileInfo
+	(*ListActorFilesResponse)(nil),     // 50: torpor.v1.ListActorFilesResponse
+	(*FileChunk)(nil),                  // 51: torpor.v1.FileChunk
+	(*WriteActorFilesResponse)(nil),    // 52: torpor.v1.WriteActorFilesResponse
 }
 var file_torpor_v1_node_proto_depIdxs = []int32{
-	32, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
-	33, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
-	32, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
-	33, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
-	34, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
-	35, // 5: torpor.v1.ReportExitRequest.exit:type_name -> torpor.v1.ContainerExit
-	32, // 6: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
-	36, // 7: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
-	37, // 8: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
-	34, // 9: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
-	13, // 10: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
-	38, // 11: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
-	31, // 12: torpor.v1.Workload.env:type_name -> torpor.v1.Workload.EnvEntry
-	39, // 13: torpor.v1.Workload.egress:type_name -> torpor.v1.EgressPolicy
-	12, // 14: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
-	13, // 15: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
-	12, // 16: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
-	40, // 17: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
-	0,  // 18: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
-	21, // 19: torpor.v1.CheckpointResponse.steps:type_name -> torpor.v1.StepDuration
-	12, // 20: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
-	13, // 21: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
-	41, // 22: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
-	18, // 23: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
-	18, // 24: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
-	21, // 25: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
-	12, // 26: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
-	34, // 27: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
-	28, // 28: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	28, // 29: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	1,  // 30: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
-	3,  // 31: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
-	5,  // 32: torpor.v1.NodeService.ReportExit:input_type -> torpor.v1.ReportExitRequest
-	42, // 33: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
-	43, // 34: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
-	14, // 35: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
-	16, // 36: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
-	19, // 37: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
-	22, // 38: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
-	26, // 39: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
-	10, // 40: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
-	8,  // 41: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
-	9,  // 42: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
-	28, // 43: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
-	28, // 44: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
-	29, // 45: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
-	30, // 46: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
-	24, // 47: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
-	2,  // 48: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
-	4,  // 49: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
-	6,  // 50: torpor.v1.NodeService.ReportExit:output_type -> torpor.v1.ReportExitResponse
-	32, // 51: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
-	7,  // 52: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
-	15, // 53: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
-	17, // 54: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
-	20, // 55: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
-	23, // 56: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
-	27, // 57: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
-	11, // 58: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
-	44, // 59: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
-	45, // 60: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
-	46, // 61: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
-	47, // 62: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
-	48, // 63: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
-	49, // 64: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
-	25, // 65: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
-	48, // [48:66] is the sub-list for method output_type
-	30, // [30:48] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	35, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
+	36, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
+	35, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
+	36, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
+	37, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
+	38, // 5: torpor.v1.ReportExitRequest.exit:type_name -> torpor.v1.ContainerExit
+	8,  // 6: torpor.v1.ReportEgressDeniedRequest.samples:type_name -> torpor.v1.EgressDenial
+	37, // 7: torpor.v1.EgressDenial.time:type_name -> google.protobuf.Timestamp
+	35, // 8: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
+	39, // 9: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
+	40, // 10: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
+	37, // 11: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	16, // 12: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
+	41, // 13: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
+	34, // 14: torpor.v1.Workload.env:type_name -> torpor.v1.Workload.EnvEntry
+	42, // 15: torpor.v1.Workload.egress:type_name -> torpor.v1.EgressPolicy
+	15, // 16: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
+	16, // 17: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
+	15, // 18: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
+	43, // 19: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
+	0,  // 20: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
+	24, // 21: torpor.v1.CheckpointResponse.steps:type_name -> torpor.v1.StepDuration
+	15, // 22: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
+	16, // 23: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
+	44, // 24: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
+	21, // 25: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
+	21, // 26: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
+	24, // 27: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
+	15, // 28: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
+	37, // 29: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
+	31, // 30: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	31, // 31: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	1,  // 32: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
+	3,  // 33: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
+	5,  // 34: torpor.v1.NodeService.ReportExit:input_type -> torpor.v1.ReportExitRequest
+	7,  // 35: torpor.v1.NodeService.ReportEgressDenied:input_type -> torpor.v1.ReportEgressDeniedRequest
+	45, // 36: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
+	46, // 37: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
+	17, // 38: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
+	19, // 39: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
+	22, // 40: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
+	25, // 41: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
+	29, // 42: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
+	13, // 43: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
+	11, // 44: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
+	12, // 45: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
+	31, // 46: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
+	31, // 47: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
+	32, // 48: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
+	33, // 49: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
+	27, // 50: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
+	2,  // 51: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
+	4,  // 52: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
+	6,  // 53: torpor.v1.NodeService.ReportExit:output_type -> torpor.v1.ReportExitResponse
+	9,  // 54: torpor.v1.NodeService.ReportEgressDenied:output_type -> torpor.v1.ReportEgressDeniedResponse
+	35, // 55: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
+	10, // 56: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
+	18, // 57: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
+	20, // 58: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
+	23, // 59: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
+	26, // 60: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
+	30, // 61: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
+	14, // 62: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
+	47, // 63: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
+	48, // 64: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
+	49, // 65: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
+	50, // 66: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
+	51, // 67: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
+	52, // 68: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
+	28, // 69: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
+	51, // [51:70] is the sub-list for method output_type
+	32, // [32:51] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_node_proto_init() }
@@ -2227,7 +2442,7 @@ func file_torpor_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_node_proto_rawDesc), len(file_torpor_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

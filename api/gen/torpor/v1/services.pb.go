@@ -305,6 +305,52 @@ func (x *CreateSpaceRequest) GetSpace() *Space {
 	return nil
 }
 
+type UpdateSpaceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// metadata.name selects the space; a non-zero metadata.version makes
+	// the update conditional on it.
+	Space         *Space `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSpaceRequest) Reset() {
+	*x = UpdateSpaceRequest{}
+	mi := &file_torpor_v1_services_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSpaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSpaceRequest) ProtoMessage() {}
+
+func (x *UpdateSpaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_services_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSpaceRequest.ProtoReflect.Descriptor instead.
+func (*UpdateSpaceRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UpdateSpaceRequest) GetSpace() *Space {
+	if x != nil {
+		return x.Space
+	}
+	return nil
+}
+
 type ListSpacesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Spaces        []*Space               `protobuf:"bytes,1,rep,name=spaces,proto3" json:"spaces,omitempty"`
@@ -315,7 +361,7 @@ type ListSpacesResponse struct {
 
 func (x *ListSpacesResponse) Reset() {
 	*x = ListSpacesResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[5]
+	mi := &file_torpor_v1_services_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -327,7 +373,7 @@ func (x *ListSpacesResponse) String() string {
 func (*ListSpacesResponse) ProtoMessage() {}
 
 func (x *ListSpacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[5]
+	mi := &file_torpor_v1_services_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -340,7 +386,7 @@ func (x *ListSpacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSpacesResponse.ProtoReflect.Descriptor instead.
 func (*ListSpacesResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{5}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListSpacesResponse) GetSpaces() []*Space {
@@ -366,7 +412,7 @@ type ListTemplateRevisionsResponse struct {
 
 func (x *ListTemplateRevisionsResponse) Reset() {
 	*x = ListTemplateRevisionsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[6]
+	mi := &file_torpor_v1_services_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +424,7 @@ func (x *ListTemplateRevisionsResponse) String() string {
 func (*ListTemplateRevisionsResponse) ProtoMessage() {}
 
 func (x *ListTemplateRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[6]
+	mi := &file_torpor_v1_services_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +437,7 @@ func (x *ListTemplateRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTemplateRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListTemplateRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{6}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListTemplateRevisionsResponse) GetRevisions() []*TemplateRevision {
@@ -412,7 +458,7 @@ type TemplateRevision struct {
 
 func (x *TemplateRevision) Reset() {
 	*x = TemplateRevision{}
-	mi := &file_torpor_v1_services_proto_msgTypes[7]
+	mi := &file_torpor_v1_services_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +470,7 @@ func (x *TemplateRevision) String() string {
 func (*TemplateRevision) ProtoMessage() {}
 
 func (x *TemplateRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[7]
+	mi := &file_torpor_v1_services_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +483,7 @@ func (x *TemplateRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateRevision.ProtoReflect.Descriptor instead.
 func (*TemplateRevision) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{7}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TemplateRevision) GetTemplate() *Template {
@@ -466,7 +512,7 @@ type RolloutTemplateRequest struct {
 
 func (x *RolloutTemplateRequest) Reset() {
 	*x = RolloutTemplateRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[8]
+	mi := &file_torpor_v1_services_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +524,7 @@ func (x *RolloutTemplateRequest) String() string {
 func (*RolloutTemplateRequest) ProtoMessage() {}
 
 func (x *RolloutTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[8]
+	mi := &file_torpor_v1_services_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +537,7 @@ func (x *RolloutTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutTemplateRequest.ProtoReflect.Descriptor instead.
 func (*RolloutTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RolloutTemplateRequest) GetSpace() string {
@@ -527,7 +573,7 @@ type RolloutTemplateResponse struct {
 
 func (x *RolloutTemplateResponse) Reset() {
 	*x = RolloutTemplateResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[9]
+	mi := &file_torpor_v1_services_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +585,7 @@ func (x *RolloutTemplateResponse) String() string {
 func (*RolloutTemplateResponse) ProtoMessage() {}
 
 func (x *RolloutTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[9]
+	mi := &file_torpor_v1_services_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +598,7 @@ func (x *RolloutTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutTemplateResponse.ProtoReflect.Descriptor instead.
 func (*RolloutTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{9}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RolloutTemplateResponse) GetTemplate() *Template {
@@ -583,7 +629,7 @@ type RolloutResult struct {
 
 func (x *RolloutResult) Reset() {
 	*x = RolloutResult{}
-	mi := &file_torpor_v1_services_proto_msgTypes[10]
+	mi := &file_torpor_v1_services_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +641,7 @@ func (x *RolloutResult) String() string {
 func (*RolloutResult) ProtoMessage() {}
 
 func (x *RolloutResult) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[10]
+	mi := &file_torpor_v1_services_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +654,7 @@ func (x *RolloutResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutResult.ProtoReflect.Descriptor instead.
 func (*RolloutResult) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{10}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RolloutResult) GetActor() string {
@@ -648,7 +694,7 @@ type CreateTemplateRequest struct {
 
 func (x *CreateTemplateRequest) Reset() {
 	*x = CreateTemplateRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[11]
+	mi := &file_torpor_v1_services_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +706,7 @@ func (x *CreateTemplateRequest) String() string {
 func (*CreateTemplateRequest) ProtoMessage() {}
 
 func (x *CreateTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[11]
+	mi := &file_torpor_v1_services_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -673,7 +719,7 @@ func (x *CreateTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CreateTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{11}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateTemplateRequest) GetTemplate() *Template {
@@ -693,7 +739,7 @@ type ListTemplatesResponse struct {
 
 func (x *ListTemplatesResponse) Reset() {
 	*x = ListTemplatesResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[12]
+	mi := &file_torpor_v1_services_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +751,7 @@ func (x *ListTemplatesResponse) String() string {
 func (*ListTemplatesResponse) ProtoMessage() {}
 
 func (x *ListTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[12]
+	mi := &file_torpor_v1_services_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +764,7 @@ func (x *ListTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{12}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListTemplatesResponse) GetTemplates() []*Template {
@@ -749,7 +795,7 @@ type ExecActorRequest struct {
 
 func (x *ExecActorRequest) Reset() {
 	*x = ExecActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	mi := &file_torpor_v1_services_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +807,7 @@ func (x *ExecActorRequest) String() string {
 func (*ExecActorRequest) ProtoMessage() {}
 
 func (x *ExecActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[13]
+	mi := &file_torpor_v1_services_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +820,7 @@ func (x *ExecActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecActorRequest.ProtoReflect.Descriptor instead.
 func (*ExecActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecActorRequest) GetSpace() string {
@@ -824,7 +870,7 @@ type ExecProcess struct {
 
 func (x *ExecProcess) Reset() {
 	*x = ExecProcess{}
-	mi := &file_torpor_v1_services_proto_msgTypes[14]
+	mi := &file_torpor_v1_services_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +882,7 @@ func (x *ExecProcess) String() string {
 func (*ExecProcess) ProtoMessage() {}
 
 func (x *ExecProcess) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[14]
+	mi := &file_torpor_v1_services_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +895,7 @@ func (x *ExecProcess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecProcess.ProtoReflect.Descriptor instead.
 func (*ExecProcess) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{14}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecProcess) GetContainer() string {
@@ -897,7 +943,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_torpor_v1_services_proto_msgTypes[15]
+	mi := &file_torpor_v1_services_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +955,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[15]
+	mi := &file_torpor_v1_services_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +968,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{15}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -952,7 +998,7 @@ type ExecInput struct {
 
 func (x *ExecInput) Reset() {
 	*x = ExecInput{}
-	mi := &file_torpor_v1_services_proto_msgTypes[16]
+	mi := &file_torpor_v1_services_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1010,7 @@ func (x *ExecInput) String() string {
 func (*ExecInput) ProtoMessage() {}
 
 func (x *ExecInput) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[16]
+	mi := &file_torpor_v1_services_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1023,7 @@ func (x *ExecInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecInput.ProtoReflect.Descriptor instead.
 func (*ExecInput) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecInput) GetStdin() []byte {
@@ -1013,7 +1059,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_torpor_v1_services_proto_msgTypes[17]
+	mi := &file_torpor_v1_services_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1071,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[17]
+	mi := &file_torpor_v1_services_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1084,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{17}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecOutput) GetStdout() []byte {
@@ -1072,7 +1118,7 @@ type ExecExit struct {
 
 func (x *ExecExit) Reset() {
 	*x = ExecExit{}
-	mi := &file_torpor_v1_services_proto_msgTypes[18]
+	mi := &file_torpor_v1_services_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1130,7 @@ func (x *ExecExit) String() string {
 func (*ExecExit) ProtoMessage() {}
 
 func (x *ExecExit) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[18]
+	mi := &file_torpor_v1_services_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1143,7 @@ func (x *ExecExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
 func (*ExecExit) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{18}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecExit) GetCode() int32 {
@@ -1125,7 +1171,7 @@ type GetActorLogsRequest struct {
 
 func (x *GetActorLogsRequest) Reset() {
 	*x = GetActorLogsRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[19]
+	mi := &file_torpor_v1_services_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1183,7 @@ func (x *GetActorLogsRequest) String() string {
 func (*GetActorLogsRequest) ProtoMessage() {}
 
 func (x *GetActorLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[19]
+	mi := &file_torpor_v1_services_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1196,7 @@ func (x *GetActorLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetActorLogsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{19}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetActorLogsRequest) GetSpace() string {
@@ -1204,7 +1250,7 @@ type GetActorLogsResponse struct {
 
 func (x *GetActorLogsResponse) Reset() {
 	*x = GetActorLogsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[20]
+	mi := &file_torpor_v1_services_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1262,7 @@ func (x *GetActorLogsResponse) String() string {
 func (*GetActorLogsResponse) ProtoMessage() {}
 
 func (x *GetActorLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[20]
+	mi := &file_torpor_v1_services_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1275,7 @@ func (x *GetActorLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetActorLogsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetActorLogsResponse) GetRecords() []*LogRecord {
@@ -1256,7 +1302,7 @@ type LogRecord struct {
 
 func (x *LogRecord) Reset() {
 	*x = LogRecord{}
-	mi := &file_torpor_v1_services_proto_msgTypes[21]
+	mi := &file_torpor_v1_services_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1314,7 @@ func (x *LogRecord) String() string {
 func (*LogRecord) ProtoMessage() {}
 
 func (x *LogRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[21]
+	mi := &file_torpor_v1_services_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1327,7 @@ func (x *LogRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogRecord.ProtoReflect.Descriptor instead.
 func (*LogRecord) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LogRecord) GetTime() *timestamppb.Timestamp {
@@ -1339,7 +1385,7 @@ type ActorStats struct {
 
 func (x *ActorStats) Reset() {
 	*x = ActorStats{}
-	mi := &file_torpor_v1_services_proto_msgTypes[22]
+	mi := &file_torpor_v1_services_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1397,7 @@ func (x *ActorStats) String() string {
 func (*ActorStats) ProtoMessage() {}
 
 func (x *ActorStats) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[22]
+	mi := &file_torpor_v1_services_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1410,7 @@ func (x *ActorStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorStats.ProtoReflect.Descriptor instead.
 func (*ActorStats) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ActorStats) GetState() ActorState {
@@ -1441,7 +1487,7 @@ type ReportActivityRequest struct {
 
 func (x *ReportActivityRequest) Reset() {
 	*x = ReportActivityRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[23]
+	mi := &file_torpor_v1_services_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1499,7 @@ func (x *ReportActivityRequest) String() string {
 func (*ReportActivityRequest) ProtoMessage() {}
 
 func (x *ReportActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[23]
+	mi := &file_torpor_v1_services_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1512,7 @@ func (x *ReportActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActivityRequest.ProtoReflect.Descriptor instead.
 func (*ReportActivityRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReportActivityRequest) GetReporter() string {
@@ -1497,7 +1543,7 @@ type ActorActivity struct {
 
 func (x *ActorActivity) Reset() {
 	*x = ActorActivity{}
-	mi := &file_torpor_v1_services_proto_msgTypes[24]
+	mi := &file_torpor_v1_services_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1555,7 @@ func (x *ActorActivity) String() string {
 func (*ActorActivity) ProtoMessage() {}
 
 func (x *ActorActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[24]
+	mi := &file_torpor_v1_services_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1568,7 @@ func (x *ActorActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorActivity.ProtoReflect.Descriptor instead.
 func (*ActorActivity) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ActorActivity) GetSpace() string {
@@ -1561,7 +1607,7 @@ type ReportActivityResponse struct {
 
 func (x *ReportActivityResponse) Reset() {
 	*x = ReportActivityResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[25]
+	mi := &file_torpor_v1_services_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1619,7 @@ func (x *ReportActivityResponse) String() string {
 func (*ReportActivityResponse) ProtoMessage() {}
 
 func (x *ReportActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[25]
+	mi := &file_torpor_v1_services_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1632,7 @@ func (x *ReportActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActivityResponse.ProtoReflect.Descriptor instead.
 func (*ReportActivityResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{25}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{26}
 }
 
 type ResumeActorRequest struct {
@@ -1617,7 +1663,7 @@ type ResumeActorRequest struct {
 
 func (x *ResumeActorRequest) Reset() {
 	*x = ResumeActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[26]
+	mi := &file_torpor_v1_services_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1675,7 @@ func (x *ResumeActorRequest) String() string {
 func (*ResumeActorRequest) ProtoMessage() {}
 
 func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[26]
+	mi := &file_torpor_v1_services_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1688,7 @@ func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
 func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{26}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResumeActorRequest) GetSpace() string {
@@ -1709,7 +1755,7 @@ type ActorEvent struct {
 
 func (x *ActorEvent) Reset() {
 	*x = ActorEvent{}
-	mi := &file_torpor_v1_services_proto_msgTypes[27]
+	mi := &file_torpor_v1_services_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1767,7 @@ func (x *ActorEvent) String() string {
 func (*ActorEvent) ProtoMessage() {}
 
 func (x *ActorEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[27]
+	mi := &file_torpor_v1_services_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1780,7 @@ func (x *ActorEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorEvent.ProtoReflect.Descriptor instead.
 func (*ActorEvent) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{27}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ActorEvent) GetTime() *timestamppb.Timestamp {
@@ -1795,7 +1841,7 @@ type ListActorEventsResponse struct {
 
 func (x *ListActorEventsResponse) Reset() {
 	*x = ListActorEventsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[28]
+	mi := &file_torpor_v1_services_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +1853,7 @@ func (x *ListActorEventsResponse) String() string {
 func (*ListActorEventsResponse) ProtoMessage() {}
 
 func (x *ListActorEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[28]
+	mi := &file_torpor_v1_services_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +1866,7 @@ func (x *ListActorEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorEventsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{28}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListActorEventsResponse) GetEvents() []*ActorEvent {
@@ -1846,7 +1892,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[29]
+	mi := &file_torpor_v1_services_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1904,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[29]
+	mi := &file_torpor_v1_services_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1917,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{29}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -1909,7 +1955,7 @@ type ForkSource struct {
 
 func (x *ForkSource) Reset() {
 	*x = ForkSource{}
-	mi := &file_torpor_v1_services_proto_msgTypes[30]
+	mi := &file_torpor_v1_services_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +1967,7 @@ func (x *ForkSource) String() string {
 func (*ForkSource) ProtoMessage() {}
 
 func (x *ForkSource) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[30]
+	mi := &file_torpor_v1_services_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +1980,7 @@ func (x *ForkSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSource.ProtoReflect.Descriptor instead.
 func (*ForkSource) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{30}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ForkSource) GetActor() string {
@@ -1963,7 +2009,7 @@ type RevertActorRequest struct {
 
 func (x *RevertActorRequest) Reset() {
 	*x = RevertActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[31]
+	mi := &file_torpor_v1_services_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2021,7 @@ func (x *RevertActorRequest) String() string {
 func (*RevertActorRequest) ProtoMessage() {}
 
 func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[31]
+	mi := &file_torpor_v1_services_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2034,7 @@ func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertActorRequest.ProtoReflect.Descriptor instead.
 func (*RevertActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{31}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RevertActorRequest) GetSpace() string {
@@ -2022,7 +2068,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[32]
+	mi := &file_torpor_v1_services_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2080,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[32]
+	mi := &file_torpor_v1_services_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2093,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{32}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -2087,7 +2133,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[33]
+	mi := &file_torpor_v1_services_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2145,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[33]
+	mi := &file_torpor_v1_services_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2158,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{33}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UpdateActorRequest) GetActor() *Actor {
@@ -2145,7 +2191,7 @@ type CreateWorkerRequest struct {
 
 func (x *CreateWorkerRequest) Reset() {
 	*x = CreateWorkerRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[34]
+	mi := &file_torpor_v1_services_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2203,7 @@ func (x *CreateWorkerRequest) String() string {
 func (*CreateWorkerRequest) ProtoMessage() {}
 
 func (x *CreateWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[34]
+	mi := &file_torpor_v1_services_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2216,7 @@ func (x *CreateWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkerRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{34}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateWorkerRequest) GetWorker() *Worker {
@@ -2190,7 +2236,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[35]
+	mi := &file_torpor_v1_services_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2248,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[35]
+	mi := &file_torpor_v1_services_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2261,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{35}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -2245,7 +2291,7 @@ type TagSnapshotRequest struct {
 
 func (x *TagSnapshotRequest) Reset() {
 	*x = TagSnapshotRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[36]
+	mi := &file_torpor_v1_services_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2303,7 @@ func (x *TagSnapshotRequest) String() string {
 func (*TagSnapshotRequest) ProtoMessage() {}
 
 func (x *TagSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[36]
+	mi := &file_torpor_v1_services_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2316,7 @@ func (x *TagSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*TagSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{36}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TagSnapshotRequest) GetSpace() string {
@@ -2311,7 +2357,7 @@ type ListSnapshotTagsResponse struct {
 
 func (x *ListSnapshotTagsResponse) Reset() {
 	*x = ListSnapshotTagsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[37]
+	mi := &file_torpor_v1_services_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2369,7 @@ func (x *ListSnapshotTagsResponse) String() string {
 func (*ListSnapshotTagsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[37]
+	mi := &file_torpor_v1_services_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2382,7 @@ func (x *ListSnapshotTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotTagsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotTagsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{37}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListSnapshotTagsResponse) GetTags() []*SnapshotTag {
@@ -2363,7 +2409,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[38]
+	mi := &file_torpor_v1_services_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2421,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[38]
+	mi := &file_torpor_v1_services_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2434,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{38}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -2418,7 +2464,7 @@ type ActorFileRequest struct {
 
 func (x *ActorFileRequest) Reset() {
 	*x = ActorFileRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[39]
+	mi := &file_torpor_v1_services_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2476,7 @@ func (x *ActorFileRequest) String() string {
 func (*ActorFileRequest) ProtoMessage() {}
 
 func (x *ActorFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[39]
+	mi := &file_torpor_v1_services_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2489,7 @@ func (x *ActorFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorFileRequest.ProtoReflect.Descriptor instead.
 func (*ActorFileRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{39}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ActorFileRequest) GetSpace() string {
@@ -2491,7 +2537,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_torpor_v1_services_proto_msgTypes[40]
+	mi := &file_torpor_v1_services_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2549,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[40]
+	mi := &file_torpor_v1_services_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2562,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{40}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FileInfo) GetName() string {
@@ -2570,7 +2616,7 @@ type ListActorFilesResponse struct {
 
 func (x *ListActorFilesResponse) Reset() {
 	*x = ListActorFilesResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[41]
+	mi := &file_torpor_v1_services_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2628,7 @@ func (x *ListActorFilesResponse) String() string {
 func (*ListActorFilesResponse) ProtoMessage() {}
 
 func (x *ListActorFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[41]
+	mi := &file_torpor_v1_services_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2641,7 @@ func (x *ListActorFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListActorFilesResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{41}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListActorFilesResponse) GetFiles() []*FileInfo {
@@ -2615,7 +2661,7 @@ type ReadActorFilesRequest struct {
 
 func (x *ReadActorFilesRequest) Reset() {
 	*x = ReadActorFilesRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[42]
+	mi := &file_torpor_v1_services_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2673,7 @@ func (x *ReadActorFilesRequest) String() string {
 func (*ReadActorFilesRequest) ProtoMessage() {}
 
 func (x *ReadActorFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[42]
+	mi := &file_torpor_v1_services_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2686,7 @@ func (x *ReadActorFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadActorFilesRequest.ProtoReflect.Descriptor instead.
 func (*ReadActorFilesRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{42}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReadActorFilesRequest) GetFile() *ActorFileRequest {
@@ -2666,7 +2712,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_torpor_v1_services_proto_msgTypes[43]
+	mi := &file_torpor_v1_services_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2724,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[43]
+	mi := &file_torpor_v1_services_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2737,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{43}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FileChunk) GetData() []byte {
@@ -2715,7 +2761,7 @@ type WriteActorFilesRequest struct {
 
 func (x *WriteActorFilesRequest) Reset() {
 	*x = WriteActorFilesRequest{}
-	mi := &file_torpor_v1_services_proto_msgTypes[44]
+	mi := &file_torpor_v1_services_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +2773,7 @@ func (x *WriteActorFilesRequest) String() string {
 func (*WriteActorFilesRequest) ProtoMessage() {}
 
 func (x *WriteActorFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[44]
+	mi := &file_torpor_v1_services_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +2786,7 @@ func (x *WriteActorFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteActorFilesRequest.ProtoReflect.Descriptor instead.
 func (*WriteActorFilesRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{44}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WriteActorFilesRequest) GetFile() *ActorFileRequest {
@@ -2781,7 +2827,7 @@ type WriteActorFilesResponse struct {
 
 func (x *WriteActorFilesResponse) Reset() {
 	*x = WriteActorFilesResponse{}
-	mi := &file_torpor_v1_services_proto_msgTypes[45]
+	mi := &file_torpor_v1_services_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +2839,7 @@ func (x *WriteActorFilesResponse) String() string {
 func (*WriteActorFilesResponse) ProtoMessage() {}
 
 func (x *WriteActorFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_services_proto_msgTypes[45]
+	mi := &file_torpor_v1_services_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +2852,7 @@ func (x *WriteActorFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteActorFilesResponse.ProtoReflect.Descriptor instead.
 func (*WriteActorFilesResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_services_proto_rawDescGZIP(), []int{45}
+	return file_torpor_v1_services_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WriteActorFilesResponse) GetSize() int64 {
@@ -2839,6 +2885,8 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\acascade\x18\x06 \x01(\bR\acascade\"\x10\n" +
 	"\x0eDeleteResponse\"<\n" +
 	"\x12CreateSpaceRequest\x12&\n" +
+	"\x05space\x18\x01 \x01(\v2\x10.torpor.v1.SpaceR\x05space\"<\n" +
+	"\x12UpdateSpaceRequest\x12&\n" +
 	"\x05space\x18\x01 \x01(\v2\x10.torpor.v1.SpaceR\x05space\"f\n" +
 	"\x12ListSpacesResponse\x12(\n" +
 	"\x06spaces\x18\x01 \x03(\v2\x10.torpor.v1.SpaceR\x06spaces\x12&\n" +
@@ -3012,13 +3060,14 @@ const file_torpor_v1_services_proto_rawDesc = "" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\"-\n" +
 	"\x17WriteActorFilesResponse\x12\x12\n" +
-	"\x04size\x18\x01 \x01(\x03R\x04size2\x8c\x02\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size2\xcc\x02\n" +
 	"\fSpaceService\x12>\n" +
 	"\vCreateSpace\x12\x1d.torpor.v1.CreateSpaceRequest\x1a\x10.torpor.v1.Space\x123\n" +
 	"\bGetSpace\x12\x15.torpor.v1.GetRequest\x1a\x10.torpor.v1.Space\x12C\n" +
 	"\n" +
 	"ListSpaces\x12\x16.torpor.v1.ListRequest\x1a\x1d.torpor.v1.ListSpacesResponse\x12B\n" +
-	"\vDeleteSpace\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse2\x9a\x04\n" +
+	"\vDeleteSpace\x12\x18.torpor.v1.DeleteRequest\x1a\x19.torpor.v1.DeleteResponse\x12>\n" +
+	"\vUpdateSpace\x12\x1d.torpor.v1.UpdateSpaceRequest\x1a\x10.torpor.v1.Space2\x9a\x04\n" +
 	"\x0fTemplateService\x12G\n" +
 	"\x0eCreateTemplate\x12 .torpor.v1.CreateTemplateRequest\x1a\x13.torpor.v1.Template\x129\n" +
 	"\vGetTemplate\x12\x15.torpor.v1.GetRequest\x1a\x13.torpor.v1.Template\x12I\n" +
@@ -3073,187 +3122,191 @@ func file_torpor_v1_services_proto_rawDescGZIP() []byte {
 	return file_torpor_v1_services_proto_rawDescData
 }
 
-var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_torpor_v1_services_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_torpor_v1_services_proto_goTypes = []any{
 	(*GetRequest)(nil),                    // 0: torpor.v1.GetRequest
 	(*ListRequest)(nil),                   // 1: torpor.v1.ListRequest
 	(*DeleteRequest)(nil),                 // 2: torpor.v1.DeleteRequest
 	(*DeleteResponse)(nil),                // 3: torpor.v1.DeleteResponse
 	(*CreateSpaceRequest)(nil),            // 4: torpor.v1.CreateSpaceRequest
-	(*ListSpacesResponse)(nil),            // 5: torpor.v1.ListSpacesResponse
-	(*ListTemplateRevisionsResponse)(nil), // 6: torpor.v1.ListTemplateRevisionsResponse
-	(*TemplateRevision)(nil),              // 7: torpor.v1.TemplateRevision
-	(*RolloutTemplateRequest)(nil),        // 8: torpor.v1.RolloutTemplateRequest
-	(*RolloutTemplateResponse)(nil),       // 9: torpor.v1.RolloutTemplateResponse
-	(*RolloutResult)(nil),                 // 10: torpor.v1.RolloutResult
-	(*CreateTemplateRequest)(nil),         // 11: torpor.v1.CreateTemplateRequest
-	(*ListTemplatesResponse)(nil),         // 12: torpor.v1.ListTemplatesResponse
-	(*ExecActorRequest)(nil),              // 13: torpor.v1.ExecActorRequest
-	(*ExecProcess)(nil),                   // 14: torpor.v1.ExecProcess
-	(*TerminalSize)(nil),                  // 15: torpor.v1.TerminalSize
-	(*ExecInput)(nil),                     // 16: torpor.v1.ExecInput
-	(*ExecOutput)(nil),                    // 17: torpor.v1.ExecOutput
-	(*ExecExit)(nil),                      // 18: torpor.v1.ExecExit
-	(*GetActorLogsRequest)(nil),           // 19: torpor.v1.GetActorLogsRequest
-	(*GetActorLogsResponse)(nil),          // 20: torpor.v1.GetActorLogsResponse
-	(*LogRecord)(nil),                     // 21: torpor.v1.LogRecord
-	(*ActorStats)(nil),                    // 22: torpor.v1.ActorStats
-	(*ReportActivityRequest)(nil),         // 23: torpor.v1.ReportActivityRequest
-	(*ActorActivity)(nil),                 // 24: torpor.v1.ActorActivity
-	(*ReportActivityResponse)(nil),        // 25: torpor.v1.ReportActivityResponse
-	(*ResumeActorRequest)(nil),            // 26: torpor.v1.ResumeActorRequest
-	(*ActorEvent)(nil),                    // 27: torpor.v1.ActorEvent
-	(*ListActorEventsResponse)(nil),       // 28: torpor.v1.ListActorEventsResponse
-	(*CreateActorRequest)(nil),            // 29: torpor.v1.CreateActorRequest
-	(*ForkSource)(nil),                    // 30: torpor.v1.ForkSource
-	(*RevertActorRequest)(nil),            // 31: torpor.v1.RevertActorRequest
-	(*ListActorsResponse)(nil),            // 32: torpor.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),            // 33: torpor.v1.UpdateActorRequest
-	(*CreateWorkerRequest)(nil),           // 34: torpor.v1.CreateWorkerRequest
-	(*ListWorkersResponse)(nil),           // 35: torpor.v1.ListWorkersResponse
-	(*TagSnapshotRequest)(nil),            // 36: torpor.v1.TagSnapshotRequest
-	(*ListSnapshotTagsResponse)(nil),      // 37: torpor.v1.ListSnapshotTagsResponse
-	(*ListSnapshotsResponse)(nil),         // 38: torpor.v1.ListSnapshotsResponse
-	(*ActorFileRequest)(nil),              // 39: torpor.v1.ActorFileRequest
-	(*FileInfo)(nil),                      // 40: torpor.v1.FileInfo
-	(*ListActorFilesResponse)(nil),        // 41: torpor.v1.ListActorFilesResponse
-	(*ReadActorFilesRequest)(nil),         // 42: torpor.v1.ReadActorFilesRequest
-	(*FileChunk)(nil),                     // 43: torpor.v1.FileChunk
-	(*WriteActorFilesRequest)(nil),        // 44: torpor.v1.WriteActorFilesRequest
-	(*WriteActorFilesResponse)(nil),       // 45: torpor.v1.WriteActorFilesResponse
-	(*Space)(nil),                         // 46: torpor.v1.Space
-	(*Template)(nil),                      // 47: torpor.v1.Template
-	(*timestamppb.Timestamp)(nil),         // 48: google.protobuf.Timestamp
-	(ActorState)(0),                       // 49: torpor.v1.ActorState
-	(*Actor)(nil),                         // 50: torpor.v1.Actor
-	(*fieldmaskpb.FieldMask)(nil),         // 51: google.protobuf.FieldMask
-	(*Worker)(nil),                        // 52: torpor.v1.Worker
-	(SnapshotTagScope)(0),                 // 53: torpor.v1.SnapshotTagScope
-	(*SnapshotTag)(nil),                   // 54: torpor.v1.SnapshotTag
-	(*Snapshot)(nil),                      // 55: torpor.v1.Snapshot
+	(*UpdateSpaceRequest)(nil),            // 5: torpor.v1.UpdateSpaceRequest
+	(*ListSpacesResponse)(nil),            // 6: torpor.v1.ListSpacesResponse
+	(*ListTemplateRevisionsResponse)(nil), // 7: torpor.v1.ListTemplateRevisionsResponse
+	(*TemplateRevision)(nil),              // 8: torpor.v1.TemplateRevision
+	(*RolloutTemplateRequest)(nil),        // 9: torpor.v1.RolloutTemplateRequest
+	(*RolloutTemplateResponse)(nil),       // 10: torpor.v1.RolloutTemplateResponse
+	(*RolloutResult)(nil),                 // 11: torpor.v1.RolloutResult
+	(*CreateTemplateRequest)(nil),         // 12: torpor.v1.CreateTemplateRequest
+	(*ListTemplatesResponse)(nil),         // 13: torpor.v1.ListTemplatesResponse
+	(*ExecActorRequest)(nil),              // 14: torpor.v1.ExecActorRequest
+	(*ExecProcess)(nil),                   // 15: torpor.v1.ExecProcess
+	(*TerminalSize)(nil),                  // 16: torpor.v1.TerminalSize
+	(*ExecInput)(nil),                     // 17: torpor.v1.ExecInput
+	(*ExecOutput)(nil),                    // 18: torpor.v1.ExecOutput
+	(*ExecExit)(nil),                      // 19: torpor.v1.ExecExit
+	(*GetActorLogsRequest)(nil),           // 20: torpor.v1.GetActorLogsRequest
+	(*GetActorLogsResponse)(nil),          // 21: torpor.v1.GetActorLogsResponse
+	(*LogRecord)(nil),                     // 22: torpor.v1.LogRecord
+	(*ActorStats)(nil),                    // 23: torpor.v1.ActorStats
+	(*ReportActivityRequest)(nil),         // 24: torpor.v1.ReportActivityRequest
+	(*ActorActivity)(nil),                 // 25: torpor.v1.ActorActivity
+	(*ReportActivityResponse)(nil),        // 26: torpor.v1.ReportActivityResponse
+	(*ResumeActorRequest)(nil),            // 27: torpor.v1.ResumeActorRequest
+	(*ActorEvent)(nil),                    // 28: torpor.v1.ActorEvent
+	(*ListActorEventsResponse)(nil),       // 29: torpor.v1.ListActorEventsResponse
+	(*CreateActorRequest)(nil),            // 30: torpor.v1.CreateActorRequest
+	(*ForkSource)(nil),                    // 31: torpor.v1.ForkSource
+	(*RevertActorRequest)(nil),            // 32: torpor.v1.RevertActorRequest
+	(*ListActorsResponse)(nil),            // 33: torpor.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),            // 34: torpor.v1.UpdateActorRequest
+	(*CreateWorkerRequest)(nil),           // 35: torpor.v1.CreateWorkerRequest
+	(*ListWorkersResponse)(nil),           // 36: torpor.v1.ListWorkersResponse
+	(*TagSnapshotRequest)(nil),            // 37: torpor.v1.TagSnapshotRequest
+	(*ListSnapshotTagsResponse)(nil),      // 38: torpor.v1.ListSnapshotTagsResponse
+	(*ListSnapshotsResponse)(nil),         // 39: torpor.v1.ListSnapshotsResponse
+	(*ActorFileRequest)(nil),              // 40: torpor.v1.ActorFileRequest
+	(*FileInfo)(nil),                      // 41: torpor.v1.FileInfo
+	(*ListActorFilesResponse)(nil),        // 42: torpor.v1.ListActorFilesResponse
+	(*ReadActorFilesRequest)(nil),         // 43: torpor.v1.ReadActorFilesRequest
+	(*FileChunk)(nil),                     // 44: torpor.v1.FileChunk
+	(*WriteActorFilesRequest)(nil),        // 45: torpor.v1.WriteActorFilesRequest
+	(*WriteActorFilesResponse)(nil),       // 46: torpor.v1.WriteActorFilesResponse
+	(*Space)(nil),                         // 47: torpor.v1.Space
+	(*Template)(nil),                      // 48: torpor.v1.Template
+	(*timestamppb.Timestamp)(nil),         // 49: google.protobuf.Timestamp
+	(ActorState)(0),                       // 50: torpor.v1.ActorState
+	(*Actor)(nil),                         // 51: torpor.v1.Actor
+	(*fieldmaskpb.FieldMask)(nil),         // 52: google.protobuf.FieldMask
+	(*Worker)(nil),                        // 53: torpor.v1.Worker
+	(SnapshotTagScope)(0),                 // 54: torpor.v1.SnapshotTagScope
+	(*SnapshotTag)(nil),                   // 55: torpor.v1.SnapshotTag
+	(*Snapshot)(nil),                      // 56: torpor.v1.Snapshot
 }
 var file_torpor_v1_services_proto_depIdxs = []int32{
-	46, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
-	46, // 1: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
-	7,  // 2: torpor.v1.ListTemplateRevisionsResponse.revisions:type_name -> torpor.v1.TemplateRevision
-	47, // 3: torpor.v1.TemplateRevision.template:type_name -> torpor.v1.Template
-	47, // 4: torpor.v1.RolloutTemplateResponse.template:type_name -> torpor.v1.Template
-	10, // 5: torpor.v1.RolloutTemplateResponse.results:type_name -> torpor.v1.RolloutResult
-	47, // 6: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
-	47, // 7: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
-	14, // 8: torpor.v1.ExecActorRequest.process:type_name -> torpor.v1.ExecProcess
-	16, // 9: torpor.v1.ExecActorRequest.input:type_name -> torpor.v1.ExecInput
-	15, // 10: torpor.v1.ExecProcess.size:type_name -> torpor.v1.TerminalSize
-	15, // 11: torpor.v1.ExecInput.resize:type_name -> torpor.v1.TerminalSize
-	18, // 12: torpor.v1.ExecOutput.exit:type_name -> torpor.v1.ExecExit
-	48, // 13: torpor.v1.GetActorLogsRequest.since:type_name -> google.protobuf.Timestamp
-	21, // 14: torpor.v1.GetActorLogsResponse.records:type_name -> torpor.v1.LogRecord
-	48, // 15: torpor.v1.LogRecord.time:type_name -> google.protobuf.Timestamp
-	49, // 16: torpor.v1.ActorStats.state:type_name -> torpor.v1.ActorState
-	48, // 17: torpor.v1.ActorStats.started:type_name -> google.protobuf.Timestamp
-	24, // 18: torpor.v1.ReportActivityRequest.actors:type_name -> torpor.v1.ActorActivity
-	48, // 19: torpor.v1.ActorActivity.last_active:type_name -> google.protobuf.Timestamp
-	48, // 20: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
-	49, // 21: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
-	49, // 22: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
-	27, // 23: torpor.v1.ListActorEventsResponse.events:type_name -> torpor.v1.ActorEvent
-	50, // 24: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
-	30, // 25: torpor.v1.CreateActorRequest.from:type_name -> torpor.v1.ForkSource
-	50, // 26: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
-	50, // 27: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
-	51, // 28: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
-	52, // 29: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
-	52, // 30: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
-	53, // 31: torpor.v1.TagSnapshotRequest.scope:type_name -> torpor.v1.SnapshotTagScope
-	54, // 32: torpor.v1.ListSnapshotTagsResponse.tags:type_name -> torpor.v1.SnapshotTag
-	55, // 33: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
-	48, // 34: torpor.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
-	40, // 35: torpor.v1.ListActorFilesResponse.files:type_name -> torpor.v1.FileInfo
-	39, // 36: torpor.v1.ReadActorFilesRequest.file:type_name -> torpor.v1.ActorFileRequest
-	39, // 37: torpor.v1.WriteActorFilesRequest.file:type_name -> torpor.v1.ActorFileRequest
-	4,  // 38: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
-	0,  // 39: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
-	1,  // 40: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
-	2,  // 41: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
-	11, // 42: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
-	0,  // 43: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
-	1,  // 44: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
-	2,  // 45: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
-	0,  // 46: torpor.v1.TemplateService.ListTemplateRevisions:input_type -> torpor.v1.GetRequest
-	0,  // 47: torpor.v1.TemplateService.RebuildTemplate:input_type -> torpor.v1.GetRequest
-	8,  // 48: torpor.v1.TemplateService.RolloutTemplate:input_type -> torpor.v1.RolloutTemplateRequest
-	29, // 49: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
-	0,  // 50: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
-	1,  // 51: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
-	33, // 52: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
-	2,  // 53: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
-	26, // 54: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
-	0,  // 55: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
-	0,  // 56: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
-	0,  // 57: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
-	31, // 58: torpor.v1.ActorService.RevertActor:input_type -> torpor.v1.RevertActorRequest
-	39, // 59: torpor.v1.ActorService.StatActorFile:input_type -> torpor.v1.ActorFileRequest
-	39, // 60: torpor.v1.ActorService.ListActorFiles:input_type -> torpor.v1.ActorFileRequest
-	42, // 61: torpor.v1.ActorService.ReadActorFiles:input_type -> torpor.v1.ReadActorFilesRequest
-	44, // 62: torpor.v1.ActorService.WriteActorFiles:input_type -> torpor.v1.WriteActorFilesRequest
-	23, // 63: torpor.v1.ActorService.ReportActivity:input_type -> torpor.v1.ReportActivityRequest
-	13, // 64: torpor.v1.ActorService.ExecActor:input_type -> torpor.v1.ExecActorRequest
-	19, // 65: torpor.v1.ActorService.GetActorLogs:input_type -> torpor.v1.GetActorLogsRequest
-	0,  // 66: torpor.v1.ActorService.GetActorStats:input_type -> torpor.v1.GetRequest
-	34, // 67: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
-	0,  // 68: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
-	1,  // 69: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
-	2,  // 70: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
-	0,  // 71: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
-	1,  // 72: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
-	2,  // 73: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
-	36, // 74: torpor.v1.SnapshotService.TagSnapshot:input_type -> torpor.v1.TagSnapshotRequest
-	1,  // 75: torpor.v1.SnapshotService.ListSnapshotTags:input_type -> torpor.v1.ListRequest
-	2,  // 76: torpor.v1.SnapshotService.UntagSnapshot:input_type -> torpor.v1.DeleteRequest
-	46, // 77: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
-	46, // 78: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
-	5,  // 79: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
-	3,  // 80: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
-	47, // 81: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
-	47, // 82: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
-	12, // 83: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
-	3,  // 84: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
-	6,  // 85: torpor.v1.TemplateService.ListTemplateRevisions:output_type -> torpor.v1.ListTemplateRevisionsResponse
-	47, // 86: torpor.v1.TemplateService.RebuildTemplate:output_type -> torpor.v1.Template
-	9,  // 87: torpor.v1.TemplateService.RolloutTemplate:output_type -> torpor.v1.RolloutTemplateResponse
-	50, // 88: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
-	50, // 89: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
-	32, // 90: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
-	50, // 91: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
-	3,  // 92: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
-	50, // 93: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
-	50, // 94: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
-	50, // 95: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
-	28, // 96: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
-	50, // 97: torpor.v1.ActorService.RevertActor:output_type -> torpor.v1.Actor
-	40, // 98: torpor.v1.ActorService.StatActorFile:output_type -> torpor.v1.FileInfo
-	41, // 99: torpor.v1.ActorService.ListActorFiles:output_type -> torpor.v1.ListActorFilesResponse
-	43, // 100: torpor.v1.ActorService.ReadActorFiles:output_type -> torpor.v1.FileChunk
-	45, // 101: torpor.v1.ActorService.WriteActorFiles:output_type -> torpor.v1.WriteActorFilesResponse
-	25, // 102: torpor.v1.ActorService.ReportActivity:output_type -> torpor.v1.ReportActivityResponse
-	17, // 103: torpor.v1.ActorService.ExecActor:output_type -> torpor.v1.ExecOutput
-	20, // 104: torpor.v1.ActorService.GetActorLogs:output_type -> torpor.v1.GetActorLogsResponse
-	22, // 105: torpor.v1.ActorService.GetActorStats:output_type -> torpor.v1.ActorStats
-	52, // 106: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
-	52, // 107: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
-	35, // 108: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
-	3,  // 109: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
-	55, // 110: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
-	38, // 111: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
-	3,  // 112: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
-	54, // 113: torpor.v1.SnapshotService.TagSnapshot:output_type -> torpor.v1.SnapshotTag
-	37, // 114: torpor.v1.SnapshotService.ListSnapshotTags:output_type -> torpor.v1.ListSnapshotTagsResponse
-	3,  // 115: torpor.v1.SnapshotService.UntagSnapshot:output_type -> torpor.v1.DeleteResponse
-	77, // [77:116] is the sub-list for method output_type
-	38, // [38:77] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	47, // 0: torpor.v1.CreateSpaceRequest.space:type_name -> torpor.v1.Space
+	47, // 1: torpor.v1.UpdateSpaceRequest.space:type_name -> torpor.v1.Space
+	47, // 2: torpor.v1.ListSpacesResponse.spaces:type_name -> torpor.v1.Space
+	8,  // 3: torpor.v1.ListTemplateRevisionsResponse.revisions:type_name -> torpor.v1.TemplateRevision
+	48, // 4: torpor.v1.TemplateRevision.template:type_name -> torpor.v1.Template
+	48, // 5: torpor.v1.RolloutTemplateResponse.template:type_name -> torpor.v1.Template
+	11, // 6: torpor.v1.RolloutTemplateResponse.results:type_name -> torpor.v1.RolloutResult
+	48, // 7: torpor.v1.CreateTemplateRequest.template:type_name -> torpor.v1.Template
+	48, // 8: torpor.v1.ListTemplatesResponse.templates:type_name -> torpor.v1.Template
+	15, // 9: torpor.v1.ExecActorRequest.process:type_name -> torpor.v1.ExecProcess
+	17, // 10: torpor.v1.ExecActorRequest.input:type_name -> torpor.v1.ExecInput
+	16, // 11: torpor.v1.ExecProcess.size:type_name -> torpor.v1.TerminalSize
+	16, // 12: torpor.v1.ExecInput.resize:type_name -> torpor.v1.TerminalSize
+	19, // 13: torpor.v1.ExecOutput.exit:type_name -> torpor.v1.ExecExit
+	49, // 14: torpor.v1.GetActorLogsRequest.since:type_name -> google.protobuf.Timestamp
+	22, // 15: torpor.v1.GetActorLogsResponse.records:type_name -> torpor.v1.LogRecord
+	49, // 16: torpor.v1.LogRecord.time:type_name -> google.protobuf.Timestamp
+	50, // 17: torpor.v1.ActorStats.state:type_name -> torpor.v1.ActorState
+	49, // 18: torpor.v1.ActorStats.started:type_name -> google.protobuf.Timestamp
+	25, // 19: torpor.v1.ReportActivityRequest.actors:type_name -> torpor.v1.ActorActivity
+	49, // 20: torpor.v1.ActorActivity.last_active:type_name -> google.protobuf.Timestamp
+	49, // 21: torpor.v1.ActorEvent.time:type_name -> google.protobuf.Timestamp
+	50, // 22: torpor.v1.ActorEvent.from_state:type_name -> torpor.v1.ActorState
+	50, // 23: torpor.v1.ActorEvent.to_state:type_name -> torpor.v1.ActorState
+	28, // 24: torpor.v1.ListActorEventsResponse.events:type_name -> torpor.v1.ActorEvent
+	51, // 25: torpor.v1.CreateActorRequest.actor:type_name -> torpor.v1.Actor
+	31, // 26: torpor.v1.CreateActorRequest.from:type_name -> torpor.v1.ForkSource
+	51, // 27: torpor.v1.ListActorsResponse.actors:type_name -> torpor.v1.Actor
+	51, // 28: torpor.v1.UpdateActorRequest.actor:type_name -> torpor.v1.Actor
+	52, // 29: torpor.v1.UpdateActorRequest.update_mask:type_name -> google.protobuf.FieldMask
+	53, // 30: torpor.v1.CreateWorkerRequest.worker:type_name -> torpor.v1.Worker
+	53, // 31: torpor.v1.ListWorkersResponse.workers:type_name -> torpor.v1.Worker
+	54, // 32: torpor.v1.TagSnapshotRequest.scope:type_name -> torpor.v1.SnapshotTagScope
+	55, // 33: torpor.v1.ListSnapshotTagsResponse.tags:type_name -> torpor.v1.SnapshotTag
+	56, // 34: torpor.v1.ListSnapshotsResponse.snapshots:type_name -> torpor.v1.Snapshot
+	49, // 35: torpor.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
+	41, // 36: torpor.v1.ListActorFilesResponse.files:type_name -> torpor.v1.FileInfo
+	40, // 37: torpor.v1.ReadActorFilesRequest.file:type_name -> torpor.v1.ActorFileRequest
+	40, // 38: torpor.v1.WriteActorFilesRequest.file:type_name -> torpor.v1.ActorFileRequest
+	4,  // 39: torpor.v1.SpaceService.CreateSpace:input_type -> torpor.v1.CreateSpaceRequest
+	0,  // 40: torpor.v1.SpaceService.GetSpace:input_type -> torpor.v1.GetRequest
+	1,  // 41: torpor.v1.SpaceService.ListSpaces:input_type -> torpor.v1.ListRequest
+	2,  // 42: torpor.v1.SpaceService.DeleteSpace:input_type -> torpor.v1.DeleteRequest
+	5,  // 43: torpor.v1.SpaceService.UpdateSpace:input_type -> torpor.v1.UpdateSpaceRequest
+	12, // 44: torpor.v1.TemplateService.CreateTemplate:input_type -> torpor.v1.CreateTemplateRequest
+	0,  // 45: torpor.v1.TemplateService.GetTemplate:input_type -> torpor.v1.GetRequest
+	1,  // 46: torpor.v1.TemplateService.ListTemplates:input_type -> torpor.v1.ListRequest
+	2,  // 47: torpor.v1.TemplateService.DeleteTemplate:input_type -> torpor.v1.DeleteRequest
+	0,  // 48: torpor.v1.TemplateService.ListTemplateRevisions:input_type -> torpor.v1.GetRequest
+	0,  // 49: torpor.v1.TemplateService.RebuildTemplate:input_type -> torpor.v1.GetRequest
+	9,  // 50: torpor.v1.TemplateService.RolloutTemplate:input_type -> torpor.v1.RolloutTemplateRequest
+	30, // 51: torpor.v1.ActorService.CreateActor:input_type -> torpor.v1.CreateActorRequest
+	0,  // 52: torpor.v1.ActorService.GetActor:input_type -> torpor.v1.GetRequest
+	1,  // 53: torpor.v1.ActorService.ListActors:input_type -> torpor.v1.ListRequest
+	34, // 54: torpor.v1.ActorService.UpdateActor:input_type -> torpor.v1.UpdateActorRequest
+	2,  // 55: torpor.v1.ActorService.DeleteActor:input_type -> torpor.v1.DeleteRequest
+	27, // 56: torpor.v1.ActorService.ResumeActor:input_type -> torpor.v1.ResumeActorRequest
+	0,  // 57: torpor.v1.ActorService.SuspendActor:input_type -> torpor.v1.GetRequest
+	0,  // 58: torpor.v1.ActorService.PauseActor:input_type -> torpor.v1.GetRequest
+	0,  // 59: torpor.v1.ActorService.ListActorEvents:input_type -> torpor.v1.GetRequest
+	32, // 60: torpor.v1.ActorService.RevertActor:input_type -> torpor.v1.RevertActorRequest
+	40, // 61: torpor.v1.ActorService.StatActorFile:input_type -> torpor.v1.ActorFileRequest
+	40, // 62: torpor.v1.ActorService.ListActorFiles:input_type -> torpor.v1.ActorFileRequest
+	43, // 63: torpor.v1.ActorService.ReadActorFiles:input_type -> torpor.v1.ReadActorFilesRequest
+	45, // 64: torpor.v1.ActorService.WriteActorFiles:input_type -> torpor.v1.WriteActorFilesRequest
+	24, // 65: torpor.v1.ActorService.ReportActivity:input_type -> torpor.v1.ReportActivityRequest
+	14, // 66: torpor.v1.ActorService.ExecActor:input_type -> torpor.v1.ExecActorRequest
+	20, // 67: torpor.v1.ActorService.GetActorLogs:input_type -> torpor.v1.GetActorLogsRequest
+	0,  // 68: torpor.v1.ActorService.GetActorStats:input_type -> torpor.v1.GetRequest
+	35, // 69: torpor.v1.WorkerService.CreateWorker:input_type -> torpor.v1.CreateWorkerRequest
+	0,  // 70: torpor.v1.WorkerService.GetWorker:input_type -> torpor.v1.GetRequest
+	1,  // 71: torpor.v1.WorkerService.ListWorkers:input_type -> torpor.v1.ListRequest
+	2,  // 72: torpor.v1.WorkerService.DeleteWorker:input_type -> torpor.v1.DeleteRequest
+	0,  // 73: torpor.v1.SnapshotService.GetSnapshot:input_type -> torpor.v1.GetRequest
+	1,  // 74: torpor.v1.SnapshotService.ListSnapshots:input_type -> torpor.v1.ListRequest
+	2,  // 75: torpor.v1.SnapshotService.DeleteSnapshot:input_type -> torpor.v1.DeleteRequest
+	37, // 76: torpor.v1.SnapshotService.TagSnapshot:input_type -> torpor.v1.TagSnapshotRequest
+	1,  // 77: torpor.v1.SnapshotService.ListSnapshotTags:input_type -> torpor.v1.ListRequest
+	2,  // 78: torpor.v1.SnapshotService.UntagSnapshot:input_type -> torpor.v1.DeleteRequest
+	47, // 79: torpor.v1.SpaceService.CreateSpace:output_type -> torpor.v1.Space
+	47, // 80: torpor.v1.SpaceService.GetSpace:output_type -> torpor.v1.Space
+	6,  // 81: torpor.v1.SpaceService.ListSpaces:output_type -> torpor.v1.ListSpacesResponse
+	3,  // 82: torpor.v1.SpaceService.DeleteSpace:output_type -> torpor.v1.DeleteResponse
+	47, // 83: torpor.v1.SpaceService.UpdateSpace:output_type -> torpor.v1.Space
+	48, // 84: torpor.v1.TemplateService.CreateTemplate:output_type -> torpor.v1.Template
+	48, // 85: torpor.v1.TemplateService.GetTemplate:output_type -> torpor.v1.Template
+	13, // 86: torpor.v1.TemplateService.ListTemplates:output_type -> torpor.v1.ListTemplatesResponse
+	3,  // 87: torpor.v1.TemplateService.DeleteTemplate:output_type -> torpor.v1.DeleteResponse
+	7,  // 88: torpor.v1.TemplateService.ListTemplateRevisions:output_type -> torpor.v1.ListTemplateRevisionsResponse
+	48, // 89: torpor.v1.TemplateService.RebuildTemplate:output_type -> torpor.v1.Template
+	10, // 90: torpor.v1.TemplateService.RolloutTemplate:output_type -> torpor.v1.RolloutTemplateResponse
+	51, // 91: torpor.v1.ActorService.CreateActor:output_type -> torpor.v1.Actor
+	51, // 92: torpor.v1.ActorService.GetActor:output_type -> torpor.v1.Actor
+	33, // 93: torpor.v1.ActorService.ListActors:output_type -> torpor.v1.ListActorsResponse
+	51, // 94: torpor.v1.ActorService.UpdateActor:output_type -> torpor.v1.Actor
+	3,  // 95: torpor.v1.ActorService.DeleteActor:output_type -> torpor.v1.DeleteResponse
+	51, // 96: torpor.v1.ActorService.ResumeActor:output_type -> torpor.v1.Actor
+	51, // 97: torpor.v1.ActorService.SuspendActor:output_type -> torpor.v1.Actor
+	51, // 98: torpor.v1.ActorService.PauseActor:output_type -> torpor.v1.Actor
+	29, // 99: torpor.v1.ActorService.ListActorEvents:output_type -> torpor.v1.ListActorEventsResponse
+	51, // 100: torpor.v1.ActorService.RevertActor:output_type -> torpor.v1.Actor
+	41, // 101: torpor.v1.ActorService.StatActorFile:output_type -> torpor.v1.FileInfo
+	42, // 102: torpor.v1.ActorService.ListActorFiles:output_type -> torpor.v1.ListActorFilesResponse
+	44, // 103: torpor.v1.ActorService.ReadActorFiles:output_type -> torpor.v1.FileChunk
+	46, // 104: torpor.v1.ActorService.WriteActorFiles:output_type -> torpor.v1.WriteActorFilesResponse
+	26, // 105: torpor.v1.ActorService.ReportActivity:output_type -> torpor.v1.ReportActivityResponse
+	18, // 106: torpor.v1.ActorService.ExecActor:output_type -> torpor.v1.ExecOutput
+	21, // 107: torpor.v1.ActorService.GetActorLogs:output_type -> torpor.v1.GetActorLogsResponse
+	23, // 108: torpor.v1.ActorService.GetActorStats:output_type -> torpor.v1.ActorStats
+	53, // 109: torpor.v1.WorkerService.CreateWorker:output_type -> torpor.v1.Worker
+	53, // 110: torpor.v1.WorkerService.GetWorker:output_type -> torpor.v1.Worker
+	36, // 111: torpor.v1.WorkerService.ListWorkers:output_type -> torpor.v1.ListWorkersResponse
+	3,  // 112: torpor.v1.WorkerService.DeleteWorker:output_type -> torpor.v1.DeleteResponse
+	56, // 113: torpor.v1.SnapshotService.GetSnapshot:output_type -> torpor.v1.Snapshot
+	39, // 114: torpor.v1.SnapshotService.ListSnapshots:output_type -> torpor.v1.ListSnapshotsResponse
+	3,  // 115: torpor.v1.SnapshotService.DeleteSnapshot:output_type -> torpor.v1.DeleteResponse
+	55, // 116: torpor.v1.SnapshotService.TagSnapshot:output_type -> torpor.v1.SnapshotTag
+	38, // 117: torpor.v1.SnapshotService.ListSnapshotTags:output_type -> torpor.v1.ListSnapshotTagsResponse
+	3,  // 118: torpor.v1.SnapshotService.UntagSnapshot:output_type -> torpor.v1.DeleteResponse
+	79, // [79:119] is the sub-list for method output_type
+	39, // [39:79] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_services_proto_init() }
@@ -3268,7 +3321,7 @@ func file_torpor_v1_services_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_services_proto_rawDesc), len(file_torpor_v1_services_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -42,6 +42,9 @@ const (
 	NodeServiceHeartbeatProcedure = "/torpor.v1.NodeService/Heartbeat"
 	// NodeServiceReportExitProcedure is the fully-qualified name of the NodeService's ReportExit RPC.
 	NodeServiceReportExitProcedure = "/torpor.v1.NodeService/ReportExit"
+	// NodeServiceReportEgressDeniedProcedure is the fully-qualified name of the NodeService's
+	// ReportEgressDenied RPC.
+	NodeServiceReportEgressDeniedProcedure = "/torpor.v1.NodeService/ReportEgressDenied"
 	// NodeServiceGetNodeProcedure is the fully-qualified name of the NodeService's GetNode RPC.
 	NodeServiceGetNodeProcedure = "/torpor.v1.NodeService/GetNode"
 	// NodeServiceListNodesProcedure is the fully-qualified name of the NodeService's ListNodes RPC.
@@ -93,6 +96,11 @@ type NodeServiceClient interface {
 	// Idempotent: an exit of a workload the actor no longer runs is
 	// ignored.
 	ReportExit(context.Context, *connect.Request[v1.ReportExitRequest]) (*connect.Response[v1.ReportExitResponse], error)
+	// ReportEgressDenied tells the control plane of connections (and names)
+	// a workload's egress policy refused: how many since the node's last
+	// report, and a sample of them for the actor's events. Ignored for a
+	// workload the actor no longer runs.
+	ReportEgressDenied(context.Context, *connect.Request[v1.ReportEgressDeniedRequest]) (*connect.Response[v1.ReportEgressDeniedResponse], error)
 	GetNode(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Node], error)
 	ListNodes(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListNodesResponse], error)
 }
@@ -126,6 +134,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("ReportExit")),
 			connect.WithClientOptions(opts...),
 		),
+		reportEgressDenied: connect.NewClient[v1.ReportEgressDeniedRequest, v1.ReportEgressDeniedResponse](
+			httpClient,
+			baseURL+NodeServiceReportEgressDeniedProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ReportEgressDenied")),
+			connect.WithClientOptions(opts...),
+		),
 		getNode: connect.NewClient[v1.GetRequest, v1.Node](
 			httpClient,
 			baseURL+NodeServiceGetNodeProcedure,
@@ -143,11 +157,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
-	registerNode *connect.Client[v1.RegisterNodeRequest, v1.RegisterNodeResponse]
-	heartbeat    *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
-	reportExit   *connect.Client[v1.ReportExitRequest, v1.ReportExitResponse]
-	getNode      *connect.Client[v1.GetRequest, v1.Node]
-	listNodes    *connect.Client[v1.ListRequest, v1.ListNodesResponse]
+	registerNode       *connect.Client[v1.RegisterNodeRequest, v1.RegisterNodeResponse]
+	heartbeat          *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
+	reportExit         *connect.Client[v1.ReportExitRequest, v1.ReportExitResponse]
+	reportEgressDenied *connect.Client[v1.ReportEgressDeniedRequest, v1.ReportEgressDeniedResponse]
+	getNode            *connect.Client[v1.GetRequest, v1.Node]
+	listNodes          *connect.Client[v1.ListRequest, v1.ListNodesResponse]
 }
 
 // RegisterNode calls torpor.v1.NodeService.RegisterNode.
@@ -163,6 +178,11 @@ func (c *nodeServiceClient) Heartbeat(ctx context.Context, req *connect.Request[
 // ReportExit calls torpor.v1.NodeService.ReportExit.
 func (c *nodeServiceClient) ReportExit(ctx context.Context, req *connect.Request[v1.ReportExitRequest]) (*connect.Response[v1.ReportExitResponse], error) {
 	return c.reportExit.CallUnary(ctx, req)
+}
+
+// ReportEgressDenied calls torpor.v1.NodeService.ReportEgressDenied.
+func (c *nodeServiceClient) ReportEgressDenied(ctx context.Context, req *connect.Request[v1.ReportEgressDeniedRequest]) (*connect.Response[v1.ReportEgressDeniedResponse], error) {
+	return c.reportEgressDenied.CallUnary(ctx, req)
 }
 
 // GetNode calls torpor.v1.NodeService.GetNode.
@@ -186,6 +206,11 @@ type NodeServiceHandler interface {
 	// Idempotent: an exit of a workload the actor no longer runs is
 	// ignored.
 	ReportExit(context.Context, *connect.Request[v1.ReportExitRequest]) (*connect.Response[v1.ReportExitResponse], error)
+	// ReportEgressDenied tells the control plane of connections (and names)
+	// a workload's egress policy refused: how many since the node's last
+	// report, and a sample of them for the actor's events. Ignored for a
+	// workload the actor no longer runs.
+	ReportEgressDenied(context.Context, *connect.Request[v1.ReportEgressDeniedRequest]) (*connect.Response[v1.ReportEgressDeniedResponse], error)
 	GetNode(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Node], error)
 	ListNodes(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListNodesResponse], error)
 }
@@ -215,6 +240,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("ReportExit")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceReportEgressDeniedHandler := connect.NewUnaryHandler(
+		NodeServiceReportEgressDeniedProcedure,
+		svc.ReportEgressDenied,
+		connect.WithSchema(nodeServiceMethods.ByName("ReportEgressDenied")),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceGetNodeHandler := connect.NewUnaryHandler(
 		NodeServiceGetNodeProcedure,
 		svc.GetNode,
@@ -235,6 +266,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceHeartbeatHandler.ServeHTTP(w, r)
 		case NodeServiceReportExitProcedure:
 			nodeServiceReportExitHandler.ServeHTTP(w, r)
+		case NodeServiceReportEgressDeniedProcedure:
+			nodeServiceReportEgressDeniedHandler.ServeHTTP(w, r)
 		case NodeServiceGetNodeProcedure:
 			nodeServiceGetNodeHandler.ServeHTTP(w, r)
 		case NodeServiceListNodesProcedure:
@@ -258,6 +291,10 @@ func (UnimplementedNodeServiceHandler) Heartbeat(context.Context, *connect.Reque
 
 func (UnimplementedNodeServiceHandler) ReportExit(context.Context, *connect.Request[v1.ReportExitRequest]) (*connect.Response[v1.ReportExitResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeService.ReportExit is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ReportEgressDenied(context.Context, *connect.Request[v1.ReportEgressDeniedRequest]) (*connect.Response[v1.ReportEgressDeniedResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeService.ReportEgressDenied is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) GetNode(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Node], error) {

@@ -51,6 +51,9 @@ const (
 	// SpaceServiceDeleteSpaceProcedure is the fully-qualified name of the SpaceService's DeleteSpace
 	// RPC.
 	SpaceServiceDeleteSpaceProcedure = "/torpor.v1.SpaceService/DeleteSpace"
+	// SpaceServiceUpdateSpaceProcedure is the fully-qualified name of the SpaceService's UpdateSpace
+	// RPC.
+	SpaceServiceUpdateSpaceProcedure = "/torpor.v1.SpaceService/UpdateSpace"
 	// TemplateServiceCreateTemplateProcedure is the fully-qualified name of the TemplateService's
 	// CreateTemplate RPC.
 	TemplateServiceCreateTemplateProcedure = "/torpor.v1.TemplateService/CreateTemplate"
@@ -159,6 +162,9 @@ type SpaceServiceClient interface {
 	GetSpace(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Space], error)
 	ListSpaces(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListSpacesResponse], error)
 	DeleteSpace(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	// UpdateSpace replaces a space's spec (administrators only): new egress
+	// bounds apply to templates and actors applied from then on.
+	UpdateSpace(context.Context, *connect.Request[v1.UpdateSpaceRequest]) (*connect.Response[v1.Space], error)
 }
 
 // NewSpaceServiceClient constructs a client for the torpor.v1.SpaceService service. By default, it
@@ -196,6 +202,12 @@ func NewSpaceServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(spaceServiceMethods.ByName("DeleteSpace")),
 			connect.WithClientOptions(opts...),
 		),
+		updateSpace: connect.NewClient[v1.UpdateSpaceRequest, v1.Space](
+			httpClient,
+			baseURL+SpaceServiceUpdateSpaceProcedure,
+			connect.WithSchema(spaceServiceMethods.ByName("UpdateSpace")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -205,6 +217,7 @@ type spaceServiceClient struct {
 	getSpace    *connect.Client[v1.GetRequest, v1.Space]
 	listSpaces  *connect.Client[v1.ListRequest, v1.ListSpacesResponse]
 	deleteSpace *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	updateSpace *connect.Client[v1.UpdateSpaceRequest, v1.Space]
 }
 
 // CreateSpace calls torpor.v1.SpaceService.CreateSpace.
@@ -227,12 +240,20 @@ func (c *spaceServiceClient) DeleteSpace(ctx context.Context, req *connect.Reque
 	return c.deleteSpace.CallUnary(ctx, req)
 }
 
+// UpdateSpace calls torpor.v1.SpaceService.UpdateSpace.
+func (c *spaceServiceClient) UpdateSpace(ctx context.Context, req *connect.Request[v1.UpdateSpaceRequest]) (*connect.Response[v1.Space], error) {
+	return c.updateSpace.CallUnary(ctx, req)
+}
+
 // SpaceServiceHandler is an implementation of the torpor.v1.SpaceService service.
 type SpaceServiceHandler interface {
 	CreateSpace(context.Context, *connect.Request[v1.CreateSpaceRequest]) (*connect.Response[v1.Space], error)
 	GetSpace(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Space], error)
 	ListSpaces(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListSpacesResponse], error)
 	DeleteSpace(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	// UpdateSpace replaces a space's spec (administrators only): new egress
+	// bounds apply to templates and actors applied from then on.
+	UpdateSpace(context.Context, *connect.Request[v1.UpdateSpaceRequest]) (*connect.Response[v1.Space], error)
 }
 
 // NewSpaceServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -266,6 +287,12 @@ func NewSpaceServiceHandler(svc SpaceServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(spaceServiceMethods.ByName("DeleteSpace")),
 		connect.WithHandlerOptions(opts...),
 	)
+	spaceServiceUpdateSpaceHandler := connect.NewUnaryHandler(
+		SpaceServiceUpdateSpaceProcedure,
+		svc.UpdateSpace,
+		connect.WithSchema(spaceServiceMethods.ByName("UpdateSpace")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/torpor.v1.SpaceService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SpaceServiceCreateSpaceProcedure:
@@ -276,6 +303,8 @@ func NewSpaceServiceHandler(svc SpaceServiceHandler, opts ...connect.HandlerOpti
 			spaceServiceListSpacesHandler.ServeHTTP(w, r)
 		case SpaceServiceDeleteSpaceProcedure:
 			spaceServiceDeleteSpaceHandler.ServeHTTP(w, r)
+		case SpaceServiceUpdateSpaceProcedure:
+			spaceServiceUpdateSpaceHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -299,6 +328,10 @@ func (UnimplementedSpaceServiceHandler) ListSpaces(context.Context, *connect.Req
 
 func (UnimplementedSpaceServiceHandler) DeleteSpace(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.SpaceService.DeleteSpace is not implemented"))
+}
+
+func (UnimplementedSpaceServiceHandler) UpdateSpace(context.Context, *connect.Request[v1.UpdateSpaceRequest]) (*connect.Response[v1.Space], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.SpaceService.UpdateSpace is not implemented"))
 }
 
 // TemplateServiceClient is a client for the torpor.v1.TemplateService service.
