@@ -14,6 +14,10 @@
 //
 // GET /dial?addr=HOST:PORT answers the first line a TCP server there sends:
 // whether the actor reaches beyond its node (egress), and as whom.
+//
+// GET /print?line=TEXT writes TEXT as a line to its standard output (what
+// the node reads into the actor's log) before it answers, so a test can
+// have the workload write output when it wants.
 package main
 
 import (
@@ -69,6 +73,7 @@ func run(ctx context.Context, addr, dataDir, identityDir string) error {
 	mux.HandleFunc("GET /whoami", func(w http.ResponseWriter, _ *http.Request) { serveWhoami(w, certPath) })
 	mux.HandleFunc("GET /hostname", serveHostname)
 	mux.HandleFunc("GET /dial", serveDial)
+	mux.HandleFunc("GET /print", servePrint)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -160,6 +165,16 @@ func serveWhoami(w http.ResponseWriter, certPath string) {
 		return
 	}
 	fmt.Fprintf(w, "%s serial=%s\n", cert.URIs[0], cert.SerialNumber.Text(16))
+}
+
+// servePrint writes the line parameter to standard output, unbuffered,
+// and answers once it is written.
+func servePrint(w http.ResponseWriter, r *http.Request) {
+	if _, err := fmt.Println(r.URL.Query().Get("line")); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	fmt.Fprintln(w, "printed")
 }
 
 // serveDial connects to the addr parameter and answers the first line the

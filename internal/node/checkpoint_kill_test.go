@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -24,8 +26,9 @@ import (
 // does while a node is unreachable: it must answer with a snapshot that
 // restores the workload with its memory (the count goes on), whether the
 // kill came before the capture (the sandbox still runs: it is adopted
-// back and captured again), while the sandbox saved itself (it finishes
-// without its agent and exits), after the capture or after the upload.
+// back and captured again, its output read again: what it writes then is
+// in its log), while the sandbox saved itself (it finishes without its
+// agent and exits), after the capture or after the upload.
 func TestAgentKilledDuringCheckpoint(t *testing.T) {
 	cfg, reg, _ := newKilledNode(t, "c")
 	name := cfg.Name
@@ -83,6 +86,7 @@ func TestAgentKilledDuringCheckpoint(t *testing.T) {
 			if err != nil || !st.Msg.GetRunning() || st.Msg.GetActorUid() != "actor-c" {
 				t.Fatalf("%s: after the restart: stats %v, %v; want actor-c running", point, st, err)
 			}
+			getPath(t, ip, "/print?line="+url.QueryEscape(adoptedLine))
 		}
 		resp, err := p.client.Checkpoint(ctx, connect.NewRequest(req))
 		if err != nil {
@@ -102,6 +106,11 @@ func TestAgentKilledDuringCheckpoint(t *testing.T) {
 		}
 		ip = restored.Msg.GetWorkerIp()
 		request()
+		if point == "recorded" {
+			if lines := logLines(t, p, WorkerName(name, worker), "actor-c"); !slices.Contains(lines, "counter/stdout:"+adoptedLine) {
+				t.Errorf("%s: the restored actor's log %q lacks the line its workload wrote once adopted", point, lines)
+			}
+		}
 	}
 
 	if _, err := p.client.Terminate(ctx, connect.NewRequest(&torporv1.TerminateRequest{Op: op("actor-c", "op-term", WorkerName(name, worker))})); err != nil {
@@ -109,6 +118,27 @@ func TestAgentKilledDuringCheckpoint(t *testing.T) {
 	}
 	stopAgent(p)
 	(&gvisorNode{stateDir: cfg.StateDir, runtime: cfg.mustGVisor(t)}).wantNoWorkloads(t)
+}
+
+// adoptedLine is what the workload of a checkpoint cut short writes
+// once the restarted agent adopted it.
+const adoptedLine = "written once adopted"
+
+// logLines is the log of actorUID on worker, as texts.
+func logLines(t *testing.T, p *agentProcess, worker, actorUID string) []string {
+	t.Helper()
+	logs, err := p.client.Logs(context.Background(), connect.NewRequest(&torporv1.LogsRequest{Worker: worker, ActorUid: actorUID}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []*torporv1.LogRecord
+	for logs.Receive() {
+		recs = append(recs, logs.Msg().GetRecords()...)
+	}
+	if err := logs.Err(); err != nil {
+		t.Fatalf("logs of actor %s: %v", actorUID, err)
+	}
+	return texts(recs)
 }
 
 // TestCaptureCutShortIsNotKept: a capture kept across a restart whose

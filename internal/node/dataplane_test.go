@@ -102,7 +102,8 @@ func TestDataPlaneOnTestRuntime(t *testing.T) {
 
 // TestLogsAcrossAgentRestart: what a workload writes while its agent is
 // away waits in its FIFO, and the next agent, adopting the workload,
-// reads it into the same log.
+// reads it into the same log, whether the previous agent left it running
+// or died in a checkpoint of it, before the capture began.
 func TestLogsAcrossAgentRestart(t *testing.T) {
 	n := newFakeNode(t)
 	ctx := context.Background()
@@ -149,5 +150,29 @@ func TestLogsAcrossAgentRestart(t *testing.T) {
 	write("after")
 	waitFor(t, "the lines after the restart", func() bool {
 		return slices.Equal(lines(), []string{"before", "while away", "after"})
+	})
+
+	if err := n.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// What an agent killed once a checkpoint's intent is on record
+	// leaves: the capture on record, the sandbox running.
+	record := filepath.Join(n.cfg.StateDir, "slots", n.worker(0)+".json")
+	var rec slotRecord
+	if err := readJSON(record, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Phase, rec.Capture = phaseStopping, "op-suspend"
+	if err := writeJSON(record, rec); err != nil {
+		t.Fatal(err)
+	}
+	write("while away again")
+	n.start(t)
+	if st := n.stats(t, 0); !st.GetRunning() || st.GetActorUid() != "a1" {
+		t.Fatalf("stats %v, want a1 adopted", st)
+	}
+	write("after the checkpoint cut short")
+	waitFor(t, "the lines after the checkpoint cut short", func() bool {
+		return slices.Equal(lines(), []string{"before", "while away", "after", "while away again", "after the checkpoint cut short"})
 	})
 }

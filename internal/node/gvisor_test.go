@@ -159,14 +159,20 @@ var counterClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Tra
 // get sends one request to the counter at ip.
 func get(t testing.TB, ip string) string {
 	t.Helper()
-	resp, err := counterClient.Get("http://" + ip + ":8080/")
+	return getPath(t, ip, "/")
+}
+
+// getPath answers the counter at ip's GET of path.
+func getPath(t testing.TB, ip, path string) string {
+	t.Helper()
+	resp, err := counterClient.Get("http://" + ip + ":8080" + path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s %q %v", ip, resp.Status, body, err)
+		t.Fatalf("GET %s%s: %s %q %v", ip, path, resp.Status, body, err)
 	}
 	return strings.TrimSpace(string(body))
 }

@@ -41,6 +41,14 @@ type runningHook interface {
 	running(ctx context.Context, s *slot, w *torporv1.Workload)
 }
 
+// adoptedHook takes back the workload a previous agent left running in
+// s, as started and running gave it to that agent: the restarted agent
+// found it running (reconcile), so neither is called for it.
+type adoptedHook interface {
+	slotHook
+	adopted(s *slot, w *torporv1.Workload)
+}
+
 // stoppedHook removes what it kept for the slot's workload, which is
 // gone.
 type stoppedHook interface {
@@ -89,6 +97,14 @@ func (hs slotHooks) running(ctx context.Context, s *slot, w *torporv1.Workload) 
 	for _, h := range hs {
 		if h, ok := h.(runningHook); ok {
 			h.running(ctx, s, w)
+		}
+	}
+}
+
+func (hs slotHooks) adopted(s *slot, w *torporv1.Workload) {
+	for _, h := range hs {
+		if h, ok := h.(adoptedHook); ok {
+			h.adopted(s, w)
 		}
 	}
 }

@@ -329,17 +329,6 @@ func (id *workloadIdentity) keep(s *slot, w *torporv1.Workload) {
 	id.renewals.start(s.name(), func(ctx context.Context) { id.renewLoop(ctx, s, w) })
 }
 
-// adopt renews the identity of a workload a previous agent left
-// running on s.
-func (id *workloadIdentity) adopt(s *slot, rec slotRecord) {
-	w, err := rec.workload()
-	if err != nil {
-		id.log.Error("adopted workload's certificate will not be renewed", "worker", s.name(), "actor_uid", rec.ActorUID, "err", err)
-		return
-	}
-	id.keep(s, w)
-}
-
 // drop stops renewing s's identity and removes its files: the
 // workload is gone.
 func (id *workloadIdentity) drop(s *slot) error {

@@ -25,6 +25,12 @@ func (h identityHook) running(_ context.Context, s *slot, w *torporv1.Workload) 
 	h.identity.keep(s, w)
 }
 
+// adopted renews the identity of a workload a previous agent started,
+// from the certificate on disk.
+func (h identityHook) adopted(s *slot, w *torporv1.Workload) {
+	h.identity.keep(s, w)
+}
+
 func (h identityHook) stopped(s *slot) error {
 	return h.identity.drop(s)
 }

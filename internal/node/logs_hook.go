@@ -38,6 +38,12 @@ func (h logsHook) started(s *slot, w *torporv1.Workload, restored bool) {
 	h.logs.mark(w.GetActorUid(), "started (cold boot) on node %s, worker %s", h.node, s.name())
 }
 
+// adopted reads the output of a workload a previous agent started from
+// where that agent stopped: what it wrote meanwhile waits in its FIFOs.
+func (h logsHook) adopted(s *slot, w *torporv1.Workload) {
+	h.logs.attach(s.name(), w.GetActorUid(), containerNames(w))
+}
+
 // stopped reads what the stopped workload wrote last; the log itself is
 // kept, closed or removed by the operation that stopped it.
 func (h logsHook) stopped(s *slot) error {

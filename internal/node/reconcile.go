@@ -81,11 +81,7 @@ func (m *slotMachine) reconcile(ctx context.Context) error {
 		switch {
 		case rec.Phase == phaseRunning && present[s.name()]:
 			log.Info("adopted running workload", "operation", rec.Operation)
-			m.identity.adopt(s, rec)
-			if w, err := rec.workload(); err == nil {
-				m.logs.attach(s.name(), rec.ActorUID, containerNames(w))
-			}
-			m.follow(s, rec, m.watch(s))
+			m.adopt(s, rec)
 		case rec.Capture != "":
 			if err := m.settleCapture(ctx, s, rec, present[s.name()]); err != nil {
 				return err
@@ -118,6 +114,19 @@ func (m *slotMachine) reconcile(ctx context.Context) error {
 		hosted[s.current().ActorUID] = true
 	}
 	return m.volumes.removeStrays(hosted)
+}
+
+// adopt takes back the workload rec records running in s, which a
+// previous agent started and the runtime still runs: every hook's
+// adopted (its log read, its identity renewed) and its exit followed.
+// Each way reconcile finds a workload to adopt goes through here.
+func (m *slotMachine) adopt(s *slot, rec slotRecord) {
+	if w, err := rec.workload(); err != nil {
+		m.log.Error("adopted workload's output will not be read nor its certificate renewed", "worker", s.name(), "actor_uid", rec.ActorUID, "err", err)
+	} else {
+		m.hooks().adopted(s, w)
+	}
+	m.follow(s, rec, m.watch(s))
 }
 
 // clearOrQuarantine clears slot s of what a previous run left with clear.
@@ -178,8 +187,7 @@ func (m *slotMachine) settleCapture(ctx context.Context, s *slot, rec slotRecord
 				return err
 			}
 			log.Info("adopted a workload whose checkpoint was cut short; its retry captures it again")
-			m.identity.adopt(s, rec)
-			m.follow(s, rec, m.watch(s))
+			m.adopt(s, rec)
 			return nil
 		}
 		if st.Running {
