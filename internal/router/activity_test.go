@@ -132,9 +132,11 @@ func TestIdlePolicyWaitsForOpenStreams(t *testing.T) {
 	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "open\n" {
 		t.Fatalf("stream start %q, %v", line, err)
 	}
-	// Well past the idle period, with many idle sweeps of the control
-	// plane, the open stream the router reports keeps the actor running.
-	time.Sleep(1500 * time.Millisecond)
+	opened := time.Now()
+	// A sweep of the control plane past the idle period since the
+	// actor's last activity but the stream: the open stream the router
+	// reports keeps the actor running.
+	e.waitSweptAfter(t, opened.Add(time.Second))
 	if got := e.state(key); got != torporv1.ActorState_ACTOR_STATE_RUNNING {
 		t.Fatalf("actor is %s with a stream open, want RUNNING", got)
 	}

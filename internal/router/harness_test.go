@@ -64,6 +64,9 @@ type env struct {
 	// engine is the control plane's, which applies idle policies from the
 	// activity the routers report (its sweep runs every 50ms).
 	engine *workflow.Engine
+	// sweptFrom is when the latest idle sweep that has ended began
+	// (Unix nanoseconds).
+	sweptFrom atomic.Int64
 	// calls counts API calls by procedure, as the server received them.
 	calls sync.Map // procedure -> *atomic.Int64
 	// outages counts, by procedure, the calls still to be answered
@@ -173,7 +176,9 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 				return
 			case <-tick.C:
 			}
+			began := time.Now()
 			_ = e.engine.SweepIdle(sweepCtx)
+			e.sweptFrom.Store(began.UnixNano())
 		}
 	}()
 	t.Cleanup(func() {
@@ -209,6 +214,14 @@ func newEnv(t testing.TB, workers int, wl workload) *env {
 		t.Fatalf("register node: %v", err)
 	}
 	return e
+}
+
+// waitSweptAfter waits for the end of an idle sweep that began after
+// after: one that stops an actor last active before after minus its idle
+// period, unless it is busy.
+func (e *env) waitSweptAfter(t testing.TB, after time.Time) {
+	t.Helper()
+	waitFor(t, "an idle sweep begun after "+after.Format(time.StampMilli), func() bool { return e.sweptFrom.Load() > after.UnixNano() })
 }
 
 // outage answers the next calls of procedure Unavailable.

@@ -94,6 +94,7 @@ func TestTunnelReachesTheActorsPortAndResumesIt(t *testing.T) {
 		{"Proxy-Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("token:"+token))}},
 	} {
 		resp, conn := tr.connectTunnel(t, authority, header)
+		opened := time.Now()
 		if conn == nil {
 			body, _ := io.ReadAll(resp.Body)
 			t.Fatalf("CONNECT %s: %s %s", authority, resp.Status, body)
@@ -101,8 +102,9 @@ func TestTunnelReachesTheActorsPortAndResumesIt(t *testing.T) {
 		if got := e.state(key); got != torporv1.ActorState_ACTOR_STATE_RUNNING {
 			t.Fatalf("actor %s is %s after the tunnel opened, want RUNNING", key, got)
 		}
-		// Longer than the idle policy: the open tunnel keeps the actor.
-		time.Sleep(2500 * time.Millisecond)
+		// A sweep past the idle period since the actor's last activity
+		// but the tunnel: the open tunnel keeps the actor.
+		e.waitSweptAfter(t, opened.Add(time.Second))
 		if got := e.state(key); got != torporv1.ActorState_ACTOR_STATE_RUNNING {
 			t.Fatalf("actor %s is %s with a tunnel open, want RUNNING", key, got)
 		}
