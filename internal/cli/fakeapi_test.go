@@ -186,6 +186,14 @@ func (f *fakeAPI) ListSpaces(_ context.Context, r *connect.Request[torporv1.List
 	return connect.NewResponse(&torporv1.ListSpacesResponse{Spaces: items, NextPageToken: next}), nil
 }
 
+func (f *fakeAPI) UpdateSpace(_ context.Context, r *connect.Request[torporv1.UpdateSpaceRequest]) (*connect.Response[torporv1.Space], error) {
+	in := r.Msg.GetSpace()
+	return respond(f.spaces.update("", in.GetMetadata().GetName(), func(s *torporv1.Space) error {
+		s.Spec = in.GetSpec()
+		return nil
+	}))
+}
+
 func (f *fakeAPI) DeleteSpace(_ context.Context, r *connect.Request[torporv1.DeleteRequest]) (*connect.Response[torporv1.DeleteResponse], error) {
 	return respond(f.spaces.remove(r.Msg))
 }
