@@ -462,6 +462,11 @@ type fakeAgent struct {
 type runningWorkload struct {
 	actorUID string
 	srv      *http.Server
+	// ln is closed by stop itself: srv.Close closes only the listeners
+	// Serve has taken, and Serve's goroutine may not have run yet when a
+	// quick stop comes, leaving the address taken for the next start on
+	// the worker.
+	ln net.Listener
 }
 
 func newFakeAgent(t testing.TB, port int, wl workload) *fakeAgent {
@@ -566,7 +571,7 @@ func (f *fakeAgent) start(ctx context.Context, method string, op *torporv1.Opera
 		if err != nil {
 			return connect.NewError(connect.CodeInternal, fmt.Errorf("start workload: %w", err))
 		}
-		rw.srv = &http.Server{Handler: f.wl(w.GetActor())}
+		rw.srv, rw.ln = &http.Server{Handler: f.wl(w.GetActor())}, ln
 		go func() {
 			if err := rw.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				f.t.Errorf("workload of %s: %v", w.GetActor(), err)
@@ -594,6 +599,7 @@ func (f *fakeAgent) stop(worker, actorUID string) {
 	}
 	if rw.srv != nil {
 		rw.srv.Close()
+		rw.ln.Close()
 	}
 	delete(f.running, worker)
 	f.slotGate.Occupy(worker, f.workerIP[worker], "")
