@@ -124,7 +124,7 @@ last snapshots.`,
 	flags.StringVar(&f.runsc, "runsc", "", "runsc binary (default: runsc next to this binary, else in PATH)")
 	flags.StringVar(&f.bridge, "bridge", netns.DefaultBridge, "node bridge the workers' network namespaces attach to")
 	flags.StringVar(&f.cidr, "cidr", netns.DefaultCIDR, "workers' subnet: the bridge gets the first address, worker i the (i+2)-th")
-	flags.BoolVar(&f.egress, "egress", true, "let workloads reach networks beyond this host, masqueraded as it (turns on IPv4 forwarding); --egress=false: the host only")
+	flags.BoolVar(&f.egress, "egress", true, "let workloads reach networks beyond this host as their egress policies allow, masqueraded as it (turns on IPv4 forwarding); --egress=false: every workload's policy is deny (nothing beyond the node), and its start says so")
 	f.images.register(flags)
 	flags.BoolVar(&f.cleanup, "cleanup", false, "remove every sandbox, mount, network namespace, veth, bridge and nftables table of the stopped node, say what was removed, and exit (suspend its actors first: running workloads are lost)")
 	logs.register(cmd.PersistentFlags(), "info")
@@ -232,6 +232,7 @@ func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) err
 	if cfg.Snapshots, err = snapshot.Open(context.Background(), f.snapshots); err != nil {
 		return fmt.Errorf("--snapshots: %w", err)
 	}
+	cfg.NoEgress = !f.egress
 	if cfg.Network, err = netns.New(netns.Config{Node: cfg.Name, Bridge: f.bridge, CIDR: f.cidr, Egress: f.egress}); err != nil {
 		return err
 	}

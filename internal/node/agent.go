@@ -111,6 +111,10 @@ type Config struct {
 	// registry credentials; nil allows none. The control plane checked
 	// each template against its own policy, this node checks again.
 	Images *image.Policy
+	// NoEgress (--egress=false) is the node's ceiling on egress: every
+	// workload is enforced Deny, whatever its policy, and its start says
+	// so (a warning, and a line in the actor's log).
+	NoEgress bool
 	// GuestHelper is the statically linked torpor binary the node runs
 	// inside sandboxes for the API's file calls (guestfiles.go). Default:
 	// the node's own executable.
@@ -319,6 +323,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.member.cert.KeepRenewed(ctx, creds)
 		return ctx.Err()
 	})
+	loops.Go("egress refusals", func(ctx context.Context) error {
+		return a.machine.egress.reportLoop(ctx, a.cfg.Name, nodeService)
+	})
+	if log, ok := a.cfg.Network.(refusalLog); ok {
+		loops.Go("egress refusal samples", func(ctx context.Context) error {
+			// Without samples the counts still go: logged, not fatal.
+			if err := log.Refusals(ctx, a.machine.egress.refused); err != nil {
+				a.log.Error("egress refusals are counted but not sampled", "err", err)
+			}
+			<-ctx.Done()
+			return nil
+		})
+	}
 	loops.Go("registration", func(ctx context.Context) error {
 		a.member.stayRegistered(ctx, nodeService, address)
 		return ctx.Err()

@@ -64,6 +64,7 @@ func (m *slotMachine) hooks() slotHooks {
 	return slotHooks{
 		logsHook{logs: m.logs, node: m.node, log: m.log},
 		identityHook{identity: m.identity},
+		egressHook{g: m.egress},
 		snapshotsHook{snapshots: m.snapshots, background: m.ops.Go},
 	}
 }

@@ -341,6 +341,10 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 		return started{}, err
 	}
 	steps.done("ready")
+	if warning := m.egress.lowered(w); warning != "" {
+		warnings = append(warnings, warning)
+		m.logs.mark(w.GetActorUid(), "%s", warning)
+	}
 	m.log.Debug("start steps", append([]any{"worker", s.name(), "actor_uid", w.GetActorUid(), "restore", src.memory != "", "warm", warm}, steps.attrs...)...)
 	return started{warm: warm, steps: steps.steps, watch: watch, warnings: warnings}, nil
 }

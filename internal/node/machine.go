@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"path/filepath"
 	"sync"
 	"time"
@@ -67,6 +68,8 @@ type slotMachine struct {
 	stopWatches context.CancelFunc
 	watchers    sync.WaitGroup
 	exitReports exitReporter
+	// egress enforces the workloads' egress policies (egress_hook.go).
+	egress *egressGuard
 }
 
 func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) *slotMachine {
@@ -83,6 +86,14 @@ func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) 
 	}
 	m.watching, m.stopWatches = context.WithCancel(context.Background())
 	m.metrics = newMetrics(cfg.Registry, m.busy)
+	m.egress = &egressGuard{ceiling: !cfg.NoEgress, log: log, index: m.index,
+		clients: map[netip.Addr]egressClient{}, pending: map[string]*egressPending{},
+		metric: func(space, actor string, n uint64) {
+			m.metrics.egressDenied.WithLabelValues(space, actor).Add(float64(n))
+		}}
+	if pn, ok := cfg.Network.(PolicyNetwork); ok {
+		m.egress.network = pn
+	}
 	m.warm = &warmer{off: cfg.NoWarm, rt: cfg.Runtime, log: log, workload: m.warmWorkload, background: m.ops.Go}
 	return m
 }
@@ -109,6 +120,9 @@ func (m *slotMachine) openSlots(ctx context.Context, network Network, workers in
 			return err
 		}
 		m.slots = append(m.slots, s)
+		if m.egress.network != nil && m.images.nameserver == "" {
+			m.images.nameserver = rs.Gateway
+		}
 		m.byName[name] = s
 	}
 	// Once the slots are there: it reads them.
@@ -124,6 +138,16 @@ func (m *slotMachine) slot(worker string) (*slot, error) {
 		return nil, invalid("op.worker", "required")
 	}
 	return nil, errdefs.Errorf(errdefs.ErrNotFound, "worker %s is not on node %s", worker, m.node)
+}
+
+// index is s's index among the node's slots (its network's).
+func (m *slotMachine) index(s *slot) int {
+	for i, o := range m.slots {
+		if o == s {
+			return i
+		}
+	}
+	return -1
 }
 
 // busy counts the slots hosting a workload.

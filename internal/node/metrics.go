@@ -17,6 +17,8 @@ type metrics struct {
 	operations *prometheus.CounterVec
 	seconds    *prometheus.HistogramVec
 	steps      *prometheus.HistogramVec
+	// egressDenied counts what egress policies refused (egress_reports.go).
+	egressDenied *prometheus.CounterVec
 }
 
 // newMetrics counts operations into reg (nil: a registry of its own);
@@ -42,11 +44,15 @@ func newMetrics(reg *prometheus.Registry, busy func() int) *metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"operation", "step"}),
 	}
+	m.egressDenied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "torpor_egress_denied_total",
+		Help: "Connections (packets opening one) and DNS names the actor's egress policy refused on this node, by space and actor.",
+	}, []string{"space", "actor"})
 	workers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "torpor_node_busy_workers",
 		Help: "Worker slots of this node hosting a workload.",
 	}, func() float64 { return float64(busy()) })
-	m.registry.MustRegister(m.operations, m.seconds, m.steps, workers)
+	m.registry.MustRegister(m.operations, m.seconds, m.steps, m.egressDenied, workers)
 	return m
 }
 

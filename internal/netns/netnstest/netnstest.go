@@ -49,23 +49,9 @@ func Outside(tb testing.TB) Host {
 		os.Remove(nsPath)
 	}
 	removeOutside()
-	if err := os.MkdirAll(filepath.Dir(nsPath), 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	ns, err := newNamedNS(nsPath)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ns.Close()
-	tb.Cleanup(removeOutside)
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostLink}, PeerName: "eth0", PeerNamespace: netlink.NsFd(ns)}
-	if err := netlink.LinkAdd(veth); err != nil {
-		tb.Fatal(err)
-	}
 	h := Host{IP: fmt.Sprintf("198.18.%d.%d", third, fourth+2), NodeIP: fmt.Sprintf("198.18.%d.%d", third, fourth+1), Port: 18082, NS: nsPath}
-	if err := up(hostLink, h.NodeIP); err != nil {
-		tb.Fatal(err)
-	}
+	ns := linkedNS(tb, nsPath, hostLink, h.NodeIP, removeOutside)
+	defer ns.Close()
 	listening := make(chan error, 1)
 	go func() {
 		// Never unlocked: the thread dies with the goroutine instead of
@@ -89,15 +75,7 @@ func Outside(tb testing.TB) Host {
 			return
 		}
 		tb.Cleanup(func() { l.Close() })
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			from, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-			fmt.Fprintln(c, from)
-			c.Close()
-		}
+		answerFrom(l)
 	}()
 	if err := <-listening; err != nil {
 		tb.Fatalf("outside host: %v", err)
@@ -150,4 +128,58 @@ func newNamedNS(nsPath string) (netns.NsHandle, error) {
 		return 0, fmt.Errorf("outside namespace: %w", err)
 	}
 	return netns.GetFromPath(nsPath)
+}
+
+// linkedNS makes a namespace at nsPath with a veth to this host (hostLink,
+// with nodeIP/30 here, eth0 there), removed by remove when tb ends.
+func linkedNS(tb testing.TB, nsPath, hostLink, nodeIP string, remove func()) netns.NsHandle {
+	tb.Helper()
+	if err := os.MkdirAll(filepath.Dir(nsPath), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	ns, err := newNamedNS(nsPath)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(remove)
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostLink}, PeerName: "eth0", PeerNamespace: netlink.NsFd(ns)}
+	if err := netlink.LinkAdd(veth); err != nil {
+		ns.Close()
+		tb.Fatal(err)
+	}
+	if err := up(hostLink, nodeIP); err != nil {
+		ns.Close()
+		tb.Fatal(err)
+	}
+	return ns
+}
+
+// ServeLine answers every connection ln accepts with line, until tb
+// ends.
+func ServeLine(tb testing.TB, ln net.Listener, line string) {
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(c, line)
+			c.Close()
+		}
+	}()
+}
+
+// answerFrom answers every connection l accepts with the address it came
+// from, until l is closed.
+func answerFrom(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		from, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		fmt.Fprintln(c, from)
+		c.Close()
+	}
 }

@@ -1,0 +1,197 @@
+package netnstest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	goruntime "runtime"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
+)
+
+// Internet is a test "internet": a network namespace that holds every
+// address of the documentation ranges (192.0.2.0/24, 198.51.100.0/24,
+// 203.0.113.0/24), routed to from this host over a veth, with TCP and UDP
+// echo servers on TCPPorts and UDPPorts of every address. Each answers
+// with the address the connection (or datagram) came from, and a newline.
+type Internet struct {
+	// Ranges are the documentation ranges it holds.
+	Ranges []netip.Prefix
+	// NodeIP is this host's end of the link (one of the node's own
+	// addresses), IP the internet's.
+	NodeIP, IP string
+	TCPPorts   []int
+	UDPPorts   []int
+	// NS is the path of its network namespace.
+	NS string
+}
+
+// The echo servers' ports.
+var (
+	InternetTCPPorts = []int{443, 8443, 9000}
+	InternetUDPPorts = []int{443, 9000}
+)
+
+// lockPath serializes the processes that make an Internet: the routes to
+// the documentation ranges are host-wide.
+const lockPath = "/run/torpor-netnstest-internet.lock"
+
+// NewInternet makes the test internet, removed when tb ends (one at a
+// time on a host: a second waits for the first to end).
+func NewInternet(tb testing.TB) Internet {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Fatal("netnstest: needs root (network namespaces)")
+	}
+	lock, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { lock.Close() })
+	third, fourth := rand.IntN(256), 4*rand.IntN(64)
+	tag := fmt.Sprintf("%02x%02x", third, fourth)
+	in := Internet{
+		Ranges: []netip.Prefix{
+			netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("203.0.113.0/24"),
+		},
+		NodeIP: fmt.Sprintf("198.18.%d.%d", third, fourth+1), IP: fmt.Sprintf("198.18.%d.%d", third, fourth+2),
+		TCPPorts: InternetTCPPorts, UDPPorts: InternetUDPPorts,
+		NS: "/var/run/netns/tp-internet-" + tag,
+	}
+	hostLink := "tpinet" + tag
+	var routes []*netlink.Route
+	remove := func() {
+		for _, r := range routes {
+			netlink.RouteDel(r) //nolint:errcheck // best effort
+		}
+		if l, err := netlink.LinkByName(hostLink); err == nil {
+			netlink.LinkDel(l) //nolint:errcheck // best effort; the namespace takes its end along
+		}
+		unix.Unmount(in.NS, unix.MNT_DETACH) //nolint:errcheck // may not be mounted
+		os.Remove(in.NS)
+	}
+	ns := linkedNS(tb, in.NS, hostLink, in.NodeIP, remove)
+	defer ns.Close()
+	link, err := netlink.LinkByName(hostLink)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, p := range in.Ranges {
+		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}, Gw: net.ParseIP(in.IP)}
+		if err := netlink.RouteReplace(r); err != nil {
+			tb.Fatalf("test internet: route %s: %v", p, err)
+		}
+		routes = append(routes, r)
+	}
+	// The sockets are made in the namespace and served from anywhere.
+	var tcp []net.Listener
+	var udp []net.PacketConn
+	err = inNS(ns, func() error {
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		if err := up("eth0", in.IP); err != nil {
+			return err
+		}
+		if err := up("lo", ""); err != nil {
+			return err
+		}
+		lo, err := h.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		for _, p := range in.Ranges {
+			// An address of a /24 on lo makes the whole /24 local.
+			a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().Next().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}}
+			if err := h.AddrAdd(lo, a); err != nil {
+				return fmt.Errorf("lo: %s: %w", a.IPNet, err)
+			}
+		}
+		if err := h.RouteReplace(&netlink.Route{Gw: net.ParseIP(in.NodeIP)}); err != nil {
+			return fmt.Errorf("default route: %w", err)
+		}
+		for _, port := range in.TCPPorts {
+			l, err := net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", port))
+			if err != nil {
+				return err
+			}
+			tcp = append(tcp, l)
+		}
+		for _, port := range in.UDPPorts {
+			c, err := net.ListenPacket("udp4", fmt.Sprintf("0.0.0.0:%d", port))
+			if err != nil {
+				return err
+			}
+			udp = append(udp, c)
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatalf("test internet: %v", err)
+	}
+	for _, l := range tcp {
+		tb.Cleanup(func() { l.Close() })
+		go answerFrom(l)
+	}
+	for _, c := range udp {
+		tb.Cleanup(func() { c.Close() })
+		// Answered from the address asked, as the sender's connection
+		// tracking expects (the socket listens on all of them).
+		pc := ipv4.NewPacketConn(c)
+		if err := pc.SetControlMessage(ipv4.FlagDst, true); err != nil {
+			tb.Fatal(err)
+		}
+		go func() {
+			buf := make([]byte, 1500)
+			for {
+				_, cm, addr, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				from, _, _ := net.SplitHostPort(addr.String())
+				var reply *ipv4.ControlMessage
+				if cm != nil {
+					reply = &ipv4.ControlMessage{Src: cm.Dst}
+				}
+				pc.WriteTo([]byte(from+"\n"), reply, addr) //nolint:errcheck // the sender retries
+			}
+		}()
+	}
+	return in
+}
+
+// inNS runs fn on a thread in ns; the thread is discarded after.
+func inNS(ns netns.NsHandle, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread() // never unlocked: the thread leaves with the goroutine
+		if err := netns.Set(ns); err != nil {
+			done <- err
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
+}
+
+// InNS runs fn on a thread in the network namespace at path: a test's
+// client in a slot's namespace.
+func InNS(path string, fn func() error) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	return inNS(ns, fn)
+}
