@@ -13,7 +13,13 @@
 // actor name), read on every request, as a restore may change it.
 //
 // GET /dial?addr=HOST:PORT answers the first line a TCP server there sends:
-// whether the actor reaches beyond its node (egress), and as whom.
+// whether the actor reaches beyond its node (egress), and as whom. With
+// net=udp it sends a datagram and answers the first line of the reply;
+// with net=icmp (addr=HOST) it sends an echo request and answers "echo
+// reply" or the error.
+//
+// GET /resolve?name=NAME answers the addresses NAME resolves to, one a
+// line, or 502 with the error.
 //
 // GET /print?line=TEXT writes TEXT as a line to its standard output (what
 // the node reads into the actor's log) before it answers, so a test can
@@ -73,6 +79,7 @@ func run(ctx context.Context, addr, dataDir, identityDir string) error {
 	mux.HandleFunc("GET /whoami", func(w http.ResponseWriter, _ *http.Request) { serveWhoami(w, certPath) })
 	mux.HandleFunc("GET /hostname", serveHostname)
 	mux.HandleFunc("GET /dial", serveDial)
+	mux.HandleFunc("GET /resolve", serveResolve)
 	mux.HandleFunc("GET /print", servePrint)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -185,17 +192,103 @@ func serveDial(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "addr=HOST:PORT is required", http.StatusBadRequest)
 		return
 	}
-	conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	network := r.URL.Query().Get("net")
+	switch network {
+	case "":
+		network = "tcp"
+	case "icmp":
+		servePing(w, addr)
+		return
+	}
+	conn, err := net.DialTimeout(network, addr, 3*time.Second)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(3 * time.Second))
+	if network == "udp" {
+		if _, err := conn.Write([]byte("ping\n")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+	}
 	line, err := bufio.NewReader(conn).ReadString('\n')
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
 	fmt.Fprint(w, line)
+}
+
+// serveResolve answers the addresses the name parameter resolves to.
+func serveResolve(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupHost(ctx, r.URL.Query().Get("name"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	for _, a := range addrs {
+		fmt.Fprintln(w, a)
+	}
+}
+
+// servePing sends one ICMP echo request to host (an unprivileged ping
+// socket) and answers whether a reply came.
+func servePing(w http.ResponseWriter, host string) {
+	c, err := icmpDial(host)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	// Type 8 (echo request), code 0, checksum, id, sequence 1.
+	msg := []byte{8, 0, 0, 0, 0, 1, 0, 1}
+	sum := uint32(0)
+	for i := 0; i < len(msg); i += 2 {
+		sum += uint32(msg[i])<<8 | uint32(msg[i+1])
+	}
+	sum = (sum >> 16) + (sum & 0xffff)
+	sum += sum >> 16
+	msg[2], msg[3] = byte(^sum>>8), byte(^sum)
+	if _, err := c.Write(msg); err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	buf := make([]byte, 1500)
+	n, err := c.Read(buf)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	if n < 1 || buf[0] != 0 {
+		http.Error(w, fmt.Sprintf("ICMP type %d, not an echo reply", buf[0]), http.StatusBadGateway)
+		return
+	}
+	fmt.Fprintln(w, "echo reply")
+}
+
+// icmpDial opens an unprivileged ICMP (ping) socket connected to host.
+func icmpDial(host string) (*os.File, error) {
+	ip := net.ParseIP(host).To4()
+	if ip == nil {
+		return nil, fmt.Errorf("%q is not an IPv4 address", host)
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, syscall.IPPROTO_ICMP)
+	if err != nil {
+		return nil, fmt.Errorf("ping socket: %w", err)
+	}
+	if err := syscall.Connect(fd, &syscall.SockaddrInet4{Addr: [4]byte(ip)}); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("ping %s: %w", host, err)
+	}
+	// Non-blocking, so the file is polled and takes deadlines.
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("ping socket: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "ping"), nil
 }
