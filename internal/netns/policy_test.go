@@ -120,8 +120,8 @@ func TestSlotPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		run(t, []probe{
-			{"public tcp", false, tcp("192.0.2.7", 443), false},
-			{"public udp", true, tcp("192.0.2.7", 443), false},
+			{"public tcp", false, in.AddrPort(0, 7, 443), false},
+			{"public udp", true, in.AddrPort(0, 7, 443), false},
 			{"gateway", false, tcp(n.Gateway().String(), nodePort), false},
 			{"the node's link", false, tcp(self, nodePort), false},
 		})
@@ -131,8 +131,8 @@ func TestSlotPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		run(t, []probe{
-			{"public tcp", false, tcp("192.0.2.7", 443), true},
-			{"public udp", true, tcp("203.0.113.9", 9000), true},
+			{"public tcp", false, in.AddrPort(0, 7, 443), true},
+			{"public udp", true, in.AddrPort(1, 9, 9000), true},
 			{"gateway", false, tcp(n.Gateway().String(), nodePort), false},
 			{"the node's link", false, tcp(self, nodePort), false},
 			{"metadata", false, tcp("169.254.169.254", 80), false},
@@ -140,7 +140,7 @@ func TestSlotPolicy(t *testing.T) {
 	})
 	t.Run("allowlist", func(t *testing.T) {
 		p := mustPolicy(t, &torporv1.EgressPolicy{Rules: []*torporv1.EgressRule{
-			{Cidr: "192.0.2.0/24", Ports: []string{"443"}},
+			{Cidr: in.Ranges[0].String(), Ports: []string{"443"}},
 			{Host: "api.example.test", Ports: []string{"8443", "9000-9001"}},
 			{Cidr: "0.0.0.0/0", Protocol: torporv1.EgressProtocol_EGRESS_PROTOCOL_UDP, Ports: []string{"9000"}},
 		}})
@@ -148,27 +148,27 @@ func TestSlotPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		run(t, []probe{
-			{"address rule", false, tcp("192.0.2.7", 443), true},
-			{"address rule, other port", false, tcp("192.0.2.7", 8443), false},
-			{"host rule before an answer", false, tcp("198.51.100.20", 8443), false},
-			{"udp rule", true, tcp("203.0.113.9", 9000), true},
-			{"udp, other port", true, tcp("203.0.113.9", 443), false},
+			{"address rule", false, in.AddrPort(0, 7, 443), true},
+			{"address rule, other port", false, in.AddrPort(0, 7, 8443), false},
+			{"host rule before an answer", false, in.AddrPort(1, 20, 8443), false},
+			{"udp rule", true, in.AddrPort(1, 9, 9000), true},
+			{"udp, other port", true, in.AddrPort(1, 9, 443), false},
 			{"0.0.0.0/0 does not reach the node", false, tcp(n.Gateway().String(), nodePort), false},
 			{"nor its link", false, tcp(self, nodePort), false},
 		})
-		if err := n.Permit(ctx, 0, 1, []netip.Addr{netip.MustParseAddr("198.51.100.20")}, time.Minute); err != nil {
+		if err := n.Permit(ctx, 0, 1, []netip.Addr{in.Addr(1, 20)}, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		want := Refused{Src: netip.MustParseAddr("10.252.0.2"), Dst: netip.MustParseAddr("192.0.2.7"), Protocol: 6, Port: 8443}
+		want := Refused{Src: netip.MustParseAddr("10.252.0.2"), Dst: in.Addr(0, 7), Protocol: 6, Port: 8443}
 		for r := range logged {
 			if r.Src == want.Src && r.Dst == want.Dst && r.Protocol == want.Protocol && r.Port == want.Port {
 				break
 			}
 		}
 		run(t, []probe{
-			{"host rule, answered", false, tcp("198.51.100.20", 8443), true},
-			{"host rule, answered, other port", false, tcp("198.51.100.20", 443), false},
-			{"another address", false, tcp("198.51.100.21", 8443), false},
+			{"host rule, answered", false, in.AddrPort(1, 20, 8443), true},
+			{"host rule, answered, other port", false, in.AddrPort(1, 20, 443), false},
+			{"another address", false, in.AddrPort(1, 21, 8443), false},
 		})
 	})
 	t.Run("dns goes to the gateway", func(t *testing.T) {
@@ -188,8 +188,8 @@ func TestSlotPolicy(t *testing.T) {
 			}
 		}()
 		netnstest.InNS(s.NetNS, func() error {
-			if got, err := udpEcho("192.0.2.53:53"); err != nil || got != "resolver" {
-				t.Errorf("a query to 192.0.2.53: %q, %v; want the node's resolver", got, err)
+			if got, err := udpEcho(in.AddrPort(1, 53, 53)); err != nil || got != "resolver" {
+				t.Errorf("a query to another nameserver: %q, %v; want the node's resolver", got, err)
 			}
 			return nil
 		})
@@ -199,7 +199,7 @@ func TestSlotPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		netnstest.InNS(s.NetNS, func() error {
-			if got, err := dial("192.0.2.7", 443); err == nil {
+			if got, err := dial(in.Addr(0, 7).String(), 443); err == nil {
 				t.Errorf("a slot without a policy reached %q", got)
 			}
 			return nil

@@ -17,11 +17,13 @@ import (
 
 // Internet is a test "internet": a network namespace that holds every
 // address of the documentation ranges (192.0.2.0/24, 198.51.100.0/24,
-// 203.0.113.0/24), routed to from this host over a veth, with TCP and UDP
-// echo servers on TCPPorts and UDPPorts of every address. Each answers
-// with the address the connection (or datagram) came from, and a newline.
+// 203.0.113.0/24) this host has no route to already (a host may live in
+// one: a test uses Ranges, never a range by name), routed to from this
+// host over a veth, with TCP and UDP echo servers on TCPPorts and
+// UDPPorts of every address. Each answers with the address the connection
+// (or datagram) came from, and a newline.
 type Internet struct {
-	// Ranges are the documentation ranges it holds.
+	// Ranges are the documentation ranges it holds: at least two.
 	Ranges []netip.Prefix
 	// NodeIP is this host's end of the link (one of the node's own
 	// addresses), IP the internet's.
@@ -60,9 +62,7 @@ func NewInternet(tb testing.TB) Internet {
 	third, fourth := rand.IntN(256), 4*rand.IntN(64)
 	tag := fmt.Sprintf("%02x%02x", third, fourth)
 	in := Internet{
-		Ranges: []netip.Prefix{
-			netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("203.0.113.0/24"),
-		},
+		Ranges: freeRanges(tb, documentation),
 		NodeIP: fmt.Sprintf("198.18.%d.%d", third, fourth+1), IP: fmt.Sprintf("198.18.%d.%d", third, fourth+2),
 		TCPPorts: InternetTCPPorts, UDPPorts: InternetUDPPorts,
 		NS: "/var/run/netns/tp-internet-" + tag,
@@ -87,7 +87,8 @@ func NewInternet(tb testing.TB) Internet {
 	}
 	for _, p := range in.Ranges {
 		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}, Gw: net.ParseIP(in.IP)}
-		if err := netlink.RouteReplace(r); err != nil {
+		// Added, never replaced: a route of the host's own stays.
+		if err := netlink.RouteAdd(r); err != nil {
 			tb.Fatalf("test internet: route %s: %v", p, err)
 		}
 		routes = append(routes, r)
@@ -194,4 +195,51 @@ func InNS(path string, fn func() error) error {
 	}
 	defer ns.Close()
 	return inNS(ns, fn)
+}
+
+// documentation are the ranges RFC 5737 reserves for documentation.
+var documentation = []netip.Prefix{
+	netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("203.0.113.0/24"),
+}
+
+// freeRanges are those of ranges no route of this host (but a default
+// one) overlaps; at least two, or tb fails.
+func freeRanges(tb testing.TB, ranges []netip.Prefix) []netip.Prefix {
+	tb.Helper()
+	routes, err := netlink.RouteList(nil, unix.AF_INET)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var free []netip.Prefix
+	for _, p := range ranges {
+		taken := false
+		for _, r := range routes {
+			if r.Dst == nil {
+				continue
+			}
+			bits, _ := r.Dst.Mask.Size()
+			if rp, ok := netip.AddrFromSlice(r.Dst.IP.To4()); ok && (bits > 0 && netip.PrefixFrom(rp, bits).Overlaps(p)) {
+				taken = true
+			}
+		}
+		if !taken {
+			free = append(free, p)
+		}
+	}
+	if len(free) < 2 {
+		tb.Fatalf("test internet: this host routes all but %v of the documentation ranges %v already", free, ranges)
+	}
+	return free
+}
+
+// Addr is address host (the last byte) of the internet's i-th range.
+func (in Internet) Addr(i, host int) netip.Addr {
+	b := in.Ranges[i].Addr().As4()
+	b[3] = byte(host)
+	return netip.AddrFrom4(b)
+}
+
+// AddrPort is Addr and port as "ip:port".
+func (in Internet) AddrPort(i, host, port int) string {
+	return netip.AddrPortFrom(in.Addr(i, host), uint16(port)).String()
 }
