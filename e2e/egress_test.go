@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"testing"
 
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/netns/netnstest"
 )
 
@@ -14,7 +15,11 @@ import (
 func TestWorkloadEgress(t *testing.T) {
 	outside := netnstest.Outside(t)
 	c := newCluster(t, clusterOptions{backend: "sqlite", egress: true})
-	c.applyTemplate(counterTemplate(t, "counter", nil))
+	// A template reaches nothing beyond its node unless its policy says
+	// so (docs/templates.md): this one allows every public address.
+	c.applyTemplate(counterTemplate(t, "counter", func(s *torporv1.TemplateSpec) {
+		s.Egress = &torporv1.EgressPolicy{Mode: torporv1.EgressMode_EGRESS_MODE_ALLOW}
+	}))
 	c.createActor("c1", "counter")
 	dial := func() (int, string) {
 		t.Helper()

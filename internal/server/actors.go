@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/egress"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
@@ -46,9 +47,13 @@ func (s *actorService) CreateActor(ctx context.Context, req *connect.Request[tor
 	if err := refuseSandboxSettings(a.GetSpec()); err != nil {
 		return nil, err
 	}
+	policy, err := admitEgress(ctx, s.store, a.GetMetadata().GetSpace(), a.GetSpec().GetEgress(), "spec.egress")
+	if err != nil {
+		return nil, err
+	}
 	created, err := createSuspendedActor(ctx, s.store, userMeta(a.GetMetadata()), &torporv1.ActorSpec{
 		Template: a.GetSpec().GetTemplate(), TemplateRevision: a.GetSpec().GetTemplateRevision(), WorkerSelector: a.GetSpec().GetWorkerSelector(),
-	})
+	}, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -57,8 +62,9 @@ func (s *actorService) CreateActor(ctx context.Context, req *connect.Request[tor
 
 // createSuspendedActor creates an actor SUSPENDED, on the revision spec
 // names of its template (0: the latest), in one transaction with the
-// checks that its space exists and that revision may take new actors.
-func createSuspendedActor(ctx context.Context, st store.Store, meta *torporv1.ObjectMeta, spec *torporv1.ActorSpec) (*torporv1.Actor, error) {
+// checks that its space exists, that revision may take new actors and
+// that the actor's egress policy lies within the revision's.
+func createSuspendedActor(ctx context.Context, st store.Store, meta *torporv1.ObjectMeta, spec *torporv1.ActorSpec, policy egress.Policy) (*torporv1.Actor, error) {
 	var created *torporv1.Actor
 	err := st.InTx(ctx, func(tx store.Tx) error {
 		if err := requireSpace(ctx, tx, meta.GetSpace()); err != nil {
@@ -69,7 +75,10 @@ func createSuspendedActor(ctx context.Context, st store.Store, meta *torporv1.Ob
 			return err
 		}
 		onRevision := proto.CloneOf(spec)
-		onRevision.TemplateRevision = rev
+		onRevision.TemplateRevision = rev.GetStatus().GetRevision()
+		if onRevision.Egress, err = actorEgress(rev, policy); err != nil {
+			return err
+		}
 		created, err = tx.Actors().Create(ctx, &torporv1.Actor{
 			Metadata: meta,
 			Spec:     onRevision,
@@ -128,8 +137,14 @@ func (s *actorService) UpdateActor(ctx context.Context, req *connect.Request[tor
 				return nil, err
 			}
 			u.Template, u.Revision = in.GetSpec().GetTemplate(), in.GetSpec().GetTemplateRevision()
+		case "spec.egress":
+			policy, err := admitEgress(ctx, s.store, meta.GetSpace(), in.GetSpec().GetEgress(), "spec.egress")
+			if err != nil {
+				return nil, err
+			}
+			u.Egress = &policy
 		default:
-			return nil, invalidArgument("updateMask", "%q cannot be updated (updatable: spec.worker_selector, spec.template)", p)
+			return nil, invalidArgument("updateMask", "%q cannot be updated (updatable: spec.worker_selector, spec.template, spec.egress)", p)
 		}
 	}
 	updated, err := s.engine.UpdateSpec(ctx, meta.GetSpace(), meta.GetName(), u)
@@ -216,18 +231,18 @@ func (s *actorService) ListActorEvents(ctx context.Context, req *connect.Request
 // template name, which a new actor may be created on: it exists and its
 // golden build did not fail. One still building is accepted: the actor's
 // first resume cold-boots until the golden snapshot is ready, and says so.
-func requireRevision(ctx context.Context, tx store.Tx, space, name string, rev int64) (int64, error) {
+func requireRevision(ctx context.Context, tx store.Tx, space, name string, rev int64) (*torporv1.Template, error) {
 	_, r, err := workflow.Revision(ctx, tx, space, name, rev)
 	if isNotFound(err) {
-		return 0, failedPrecondition("spec.template: %v", err)
+		return nil, failedPrecondition("spec.template: %v", err)
 	}
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := workflow.Usable(r); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return r.GetStatus().GetRevision(), nil
+	return r, nil
 }
 
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strings"
 
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
-	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/kube"
 	"github.com/torpor-dev/torpor/internal/store"
@@ -75,21 +75,32 @@ func callerIs(ctx context.Context, node string) error {
 	return nil
 }
 
+// checkNodeReport checks what every report of a node on a workload
+// names: the node, which must be the caller, the worker and the actor.
+func checkNodeReport(ctx context.Context, node, worker, actorUID string) error {
+	if err := validate.Name("node", node); err != nil {
+		return err
+	}
+	if err := callerIs(ctx, node); err != nil {
+		return err
+	}
+	switch {
+	case worker == "":
+		return invalidArgument("worker", "required")
+	case actorUID == "":
+		return invalidArgument("actor_uid", "required")
+	}
+	return nil
+}
+
 // ReportExit records that a workload on one of the caller's workers
 // exited (Engine.ReportExit).
 func (s *nodeService) ReportExit(ctx context.Context, req *connect.Request[torporv1.ReportExitRequest]) (*connect.Response[torporv1.ReportExitResponse], error) {
 	m := req.Msg
-	if err := validate.Name("node", m.GetNode()); err != nil {
-		return nil, err
-	}
-	if err := callerIs(ctx, m.GetNode()); err != nil {
+	if err := checkNodeReport(ctx, m.GetNode(), m.GetWorker(), m.GetActorUid()); err != nil {
 		return nil, err
 	}
 	switch {
-	case m.GetWorker() == "":
-		return nil, invalidArgument("worker", "required")
-	case m.GetActorUid() == "":
-		return nil, invalidArgument("actor_uid", "required")
 	case m.GetExit().GetContainer() == "":
 		return nil, invalidArgument("exit.container", "required")
 	}
@@ -132,7 +143,44 @@ func (s *nodeService) ListNodes(ctx context.Context, req *connect.Request[torpor
 	return connect.NewResponse(&torporv1.ListNodesResponse{Nodes: items, NextPageToken: next}), nil
 }
 
-// ReportEgressDenied is being built (issue #28: egress refusals in the actor's events).
+// ReportEgressDenied records the sampled egress refusals of a workload on
+// one of the caller's workers in its actor's events
+// (Engine.ReportEgressDenied). A report names at most
+// workflow.MaxEgressSamples samples; one with more is refused whole
+// (InvalidArgument), so no report writes unbounded events.
 func (s *nodeService) ReportEgressDenied(ctx context.Context, req *connect.Request[torporv1.ReportEgressDeniedRequest]) (*connect.Response[torporv1.ReportEgressDeniedResponse], error) {
-	return nil, fmt.Errorf("report egress denied for actor %s: %w", req.Msg.GetActorUid(), errdefs.ErrUnimplemented)
+	m := req.Msg
+	if err := checkNodeReport(ctx, m.GetNode(), m.GetWorker(), m.GetActorUid()); err != nil {
+		return nil, err
+	}
+	switch {
+	case m.GetCount() < int64(len(m.GetSamples())):
+		return nil, invalidArgument("count", "%d is less than the %d samples", m.GetCount(), len(m.GetSamples()))
+	case len(m.GetSamples()) > workflow.MaxEgressSamples:
+		return nil, invalidArgument("samples", "%d samples, at most %d per report", len(m.GetSamples()), workflow.MaxEgressSamples)
+	}
+	for i, d := range m.GetSamples() {
+		if err := egressDenial(d, fmt.Sprintf("samples[%d]", i)); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.engine.ReportEgressDenied(ctx, m.GetNode(), m.GetWorker(), m.GetActorUid(), m.GetOperationId(), m.GetCount(), m.GetSamples()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&torporv1.ReportEgressDeniedResponse{}), nil
+}
+
+// egressDenial checks one sampled refusal at path.
+func egressDenial(d *torporv1.EgressDenial, path string) error {
+	switch p := d.GetProtocol(); {
+	case p != "tcp" && p != "udp" && p != "icmp" && p != "dns":
+		return invalidArgument(path+".protocol", "%q: want tcp, udp, icmp or dns", p)
+	case d.GetDestination() == "" || len(d.GetDestination()) > 253 || strings.IndexFunc(d.GetDestination(), func(r rune) bool { return r <= ' ' || r > '~' }) >= 0:
+		return invalidArgument(path+".destination", "must be an address or name of 1 to 253 printable bytes")
+	case d.GetPort() < 0 || d.GetPort() > 65535:
+		return invalidArgument(path+".port", "%d is not a port", d.GetPort())
+	case d.GetTime() == nil:
+		return invalidArgument(path+".time", "required")
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/egress"
 	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
@@ -93,7 +94,7 @@ func (s *sandboxService) CreateSandbox(ctx context.Context, req *connect.Request
 	var err error
 	for range sandboxIDAttempts {
 		id = newSandboxID()
-		_, err = createSuspendedActor(ctx, s.store, &torporv1.ObjectMeta{Space: space, Name: id, Labels: m.GetLabels()}, spec)
+		_, err = createSuspendedActor(ctx, s.store, &torporv1.ObjectMeta{Space: space, Name: id, Labels: m.GetLabels()}, spec, egress.Policy{})
 		if !errors.Is(err, store.ErrAlreadyExists) {
 			break
 		}

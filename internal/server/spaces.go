@@ -2,12 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
-	"github.com/torpor-dev/torpor/internal/errdefs"
+	"github.com/torpor-dev/torpor/internal/egress"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
 	"github.com/torpor-dev/torpor/internal/workflow"
@@ -26,7 +27,11 @@ func (s *spaceService) CreateSpace(ctx context.Context, req *connect.Request[tor
 	if err := validate.Space(sp); err != nil {
 		return nil, err
 	}
-	created, err := s.store.Spaces().Create(ctx, &torporv1.Space{Metadata: userMeta(sp.GetMetadata())})
+	spec, err := spaceSpec(sp.GetSpec())
+	if err != nil {
+		return nil, err
+	}
+	created, err := s.store.Spaces().Create(ctx, &torporv1.Space{Metadata: userMeta(sp.GetMetadata()), Spec: spec})
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +134,46 @@ func requireSpace(ctx context.Context, tx store.Tx, space string) error {
 	return nil
 }
 
-// UpdateSpace is being built (issue #28: egress bounds per space).
+// UpdateSpace replaces a space's spec (administrators only: the access
+// rules give the SpaceService to them), conditional on metadata.version
+// when it is not zero. New egress bounds hold for templates and actors
+// applied from then on; what is stored already is not re-checked.
 func (s *spaceService) UpdateSpace(ctx context.Context, req *connect.Request[torporv1.UpdateSpaceRequest]) (*connect.Response[torporv1.Space], error) {
-	return nil, fmt.Errorf("update space %s: %w", req.Msg.GetSpace().GetMetadata().GetName(), errdefs.ErrUnimplemented)
+	in := req.Msg.GetSpace()
+	name := in.GetMetadata().GetName()
+	if err := keyOf("", name, false); err != nil {
+		return nil, err
+	}
+	spec, err := spaceSpec(in.GetSpec())
+	if err != nil {
+		return nil, err
+	}
+	var updated *torporv1.Space
+	err = s.store.InTx(ctx, func(tx store.Tx) error {
+		sp, err := tx.Spaces().Get(ctx, "", name)
+		if err != nil {
+			return err
+		}
+		if v := in.GetMetadata().GetVersion(); v != 0 && v != sp.GetMetadata().GetVersion() {
+			return connect.NewError(connect.CodeAborted, fmt.Errorf("space %s is at version %d, not %d: re-read and retry", name, sp.GetMetadata().GetVersion(), v))
+		}
+		sp.Spec = spec
+		updated, err = tx.Spaces().Update(ctx, sp)
+		return err
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("space %s changed during the update: retry: %w", name, err))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(updated), nil
+}
+
+// spaceSpec checks a space's spec and returns what is stored of it.
+func spaceSpec(spec *torporv1.SpaceSpec) (*torporv1.SpaceSpec, error) {
+	if _, err := egress.ParseBounds(spec.GetEgressBounds(), "spec.egressBounds"); err != nil {
+		return nil, err
+	}
+	return &torporv1.SpaceSpec{EgressBounds: spec.GetEgressBounds()}, nil
 }

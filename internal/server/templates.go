@@ -33,19 +33,28 @@ func (s *templateService) CreateTemplate(ctx context.Context, req *connect.Reque
 	if t == nil {
 		return nil, invalidArgument("template", "required")
 	}
+	meta := userMeta(t.GetMetadata())
+	// The policy first: its refusal names the rule, where the spec's
+	// size limit would name only the spec.
+	policy, err := admitEgress(ctx, s.store, meta.GetSpace(), t.GetSpec().GetEgress(), "spec.egress")
+	if err != nil {
+		return nil, err
+	}
 	if err := s.admit(ctx, t); err != nil {
 		return nil, err
 	}
 	spec := proto.Clone(t.GetSpec()).(*torporv1.TemplateSpec)
 	validate.ApplyTemplateDefaults(spec)
-	meta := userMeta(t.GetMetadata())
 	var stored *torporv1.Template
 	var result workflow.ApplyResult
-	err := s.store.InTx(ctx, func(tx store.Tx) error {
+	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		if err := requireSpace(ctx, tx, meta.GetSpace()); err != nil {
 			return err
 		}
 		var err error
+		if spec.Egress, err = templateEgress(ctx, tx, meta, policy); err != nil {
+			return err
+		}
 		stored, result, err = workflow.ApplyTemplate(ctx, tx, meta, spec)
 		return err
 	})

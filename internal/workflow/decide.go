@@ -100,7 +100,7 @@ func DecideRestore(in RestoreInput) RestorePlan {
 
 // SameGuest reports whether guest state captured under template old can
 // be restored as it is under template next: they differ at most in
-// policies (idle, eviction, snapshot, warm workers, restart), which decide when
+// policies (idle, eviction, snapshot, warm workers, restart, egress), which decide when
 // and how the control plane checkpoints or warms, never what runs.
 // Changing an idle timeout must not cost an actor its memory.
 func SameGuest(old, next *torporv1.TemplateSpec) bool {
@@ -110,6 +110,7 @@ func SameGuest(old, next *torporv1.TemplateSpec) bool {
 	o, n := proto.CloneOf(old), proto.CloneOf(next)
 	for _, s := range []*torporv1.TemplateSpec{o, n} {
 		s.IdlePolicy, s.SnapshotPolicy, s.WarmWorkers, s.RestartPolicy = nil, nil, 0, torporv1.RestartPolicy_RESTART_POLICY_UNSPECIFIED
+		s.Egress = nil
 	}
 	return proto.Equal(o, n)
 }

@@ -74,35 +74,47 @@ func restarts(policy torporv1.RestartPolicy, exit *torporv1.ContainerExit) bool 
 // meets the exit in that step's node call.
 func (e *Engine) ReportExit(ctx context.Context, node, worker, actorUID, opID string, exit *torporv1.ContainerExit) error {
 	return e.store.InTx(ctx, func(tx store.Tx) error {
-		w, err := tx.Workers().Get(ctx, e.opts.WorkerNamespace, worker)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
+		a, err := e.reportedWorkload(ctx, tx, node, worker, actorUID, opID)
+		if a == nil || err != nil {
 			return err
-		}
-		if w.GetSpec().GetNode() != node {
-			return errdefs.Errorf(errdefs.ErrFailedPrecondition, "worker %s is not on node %s", worker, node)
-		}
-		ref := w.GetStatus().GetActor()
-		if ref.GetUid() != actorUID {
-			return nil
-		}
-		a, err := tx.Actors().Get(ctx, ref.GetSpace(), ref.GetName())
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		st := a.GetStatus()
-		if a.GetMetadata().GetUid() != actorUID || st.GetWorker().GetUid() != w.GetMetadata().GetUid() ||
-			st.GetState() != torporv1.ActorState_ACTOR_STATE_RUNNING || st.GetRunOperation() != "" && st.GetRunOperation() != opID {
-			return nil
 		}
 		e.logger(a).Warn("workload exited", "exit", exits.Describe(exit))
 		return e.exitInTx(ctx, tx, a, exit)
 	})
+}
+
+// reportedWorkload reads, in tx, the actor a node reports on: actor
+// actorUID, RUNNING on worker of node the workload operation opID started.
+// nil (and no error) when the report is of a workload the actor no longer
+// runs there; FailedPrecondition when worker is not node's.
+func (e *Engine) reportedWorkload(ctx context.Context, tx store.Tx, node, worker, actorUID, opID string) (*torporv1.Actor, error) {
+	w, err := tx.Workers().Get(ctx, e.opts.WorkerNamespace, worker)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if w.GetSpec().GetNode() != node {
+		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "worker %s is not on node %s", worker, node)
+	}
+	ref := w.GetStatus().GetActor()
+	if ref.GetUid() != actorUID {
+		return nil, nil
+	}
+	a, err := tx.Actors().Get(ctx, ref.GetSpace(), ref.GetName())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := a.GetStatus()
+	if a.GetMetadata().GetUid() != actorUID || st.GetWorker().GetUid() != w.GetMetadata().GetUid() ||
+		st.GetState() != torporv1.ActorState_ACTOR_STATE_RUNNING || st.GetRunOperation() != "" && st.GetRunOperation() != opID {
+		return nil, nil
+	}
+	return a, nil
 }
 
 // exitInTx makes cur CRASHED because its workload exited, recording the

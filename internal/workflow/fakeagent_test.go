@@ -39,6 +39,21 @@ type fakeAgent struct {
 	// warm: worker name -> the template uid it was warmed for (Warm);
 	// a restore of that template there reports it started warm.
 	warm map[string]string
+	// workloads are the workloads of the Run, Restore and Warm calls, in
+	// order, by method.
+	workloads []sentWorkload
+}
+
+type sentWorkload struct {
+	method   string
+	workload *torporv1.Workload
+}
+
+// sent records a workload sent by method.
+func (f *fakeAgent) sent(method string, w *torporv1.Workload) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.workloads = append(f.workloads, sentWorkload{method, w})
 }
 
 // unreachable is what a call of a node that is down returns.
@@ -120,6 +135,7 @@ func (f *fakeAgent) Warm(_ context.Context, req *connect.Request[torporv1.WarmRe
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "Warm")
+	f.workloads = append(f.workloads, sentWorkload{"Warm", req.Msg.GetWorkload()})
 	if cur := f.slots[req.Msg.GetWorker()]; cur != "" {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s hosts actor %s", req.Msg.GetWorker(), cur))
 	}
@@ -141,6 +157,7 @@ func (f *fakeAgent) Run(_ context.Context, req *connect.Request[torporv1.RunRequ
 	if err := f.unreachable(); err != nil {
 		return nil, err
 	}
+	f.sent("Run", req.Msg.GetWorkload())
 	var none error
 	if err := f.start("Run", req.Msg.GetOp(), &none); err != nil {
 		return nil, err
@@ -159,6 +176,7 @@ func (f *fakeAgent) Restore(_ context.Context, req *connect.Request[torporv1.Res
 	if err := f.unreachable(); err != nil {
 		return nil, err
 	}
+	f.sent("Restore", req.Msg.GetWorkload())
 	if err := f.start("Restore", req.Msg.GetOp(), &f.failRestore); err != nil {
 		return nil, err
 	}

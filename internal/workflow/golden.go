@@ -145,7 +145,10 @@ func (e *Engine) runGolden(ctx context.Context, t *torporv1.Template, w *torporv
 	m := t.GetMetadata()
 	opID := newOperationID()
 	op := &torporv1.Operation{ActorUid: m.GetUid(), OperationId: opID, Worker: w.GetName()}
-	workload := &torporv1.Workload{Space: m.GetSpace(), Actor: goldenActorPrefix + m.GetName(), ActorUid: m.GetUid(), TemplateName: m.GetName(), TemplateUid: m.GetUid(), Template: t.GetSpec()}
+	workload, err := templateWorkload(t, goldenActorPrefix+m.GetName(), m.GetUid())
+	if err != nil {
+		return nil, nil, err
+	}
 	cleanup := &torporv1.Operation{ActorUid: m.GetUid(), OperationId: opID + "-terminate", Worker: w.GetName()}
 	run, err := agent.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: op, Workload: workload, CheckPort: true}))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/egress"
 	"github.com/torpor-dev/torpor/internal/enum"
 	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
@@ -27,6 +28,10 @@ type SpecUpdate struct {
 	Revision int64
 	// AllowStateLoss accepts a move that loses state (see CheckMove).
 	AllowStateLoss bool
+	// Egress, when non-nil, replaces the actor's egress policy (Unset:
+	// the template's). The policy, new or kept, must lie within the
+	// template revision the actor ends on.
+	Egress *egress.Policy
 }
 
 // UpdateSpec applies u in one transaction. A move to another template
@@ -59,9 +64,17 @@ func (e *Engine) updateSpec(ctx context.Context, space, name string, u SpecUpdat
 		if u.Selector != nil {
 			a.Spec.WorkerSelector = *u.Selector
 		}
+		if u.Egress != nil {
+			a.Spec.Egress = u.Egress.Proto()
+		}
 		var moved *transition
 		if u.Template != "" {
 			if moved, cost, err = e.repoint(ctx, tx, a, u); err != nil {
+				return err
+			}
+		}
+		if u.Egress != nil || moved != nil {
+			if err := checkActorEgress(ctx, tx, a); err != nil {
 				return err
 			}
 		}

@@ -426,7 +426,7 @@ func (e *Engine) driveResume(ctx context.Context, a *torporv1.Actor, source *tor
 			return "", err
 		}
 		cur.Status.RestoredBy = op.GetRestoreScope()
-		cur.Status.RunOperation = op.GetId()
+		cur.Status.RunOperation, cur.Status.Egress = op.GetId(), res.egress
 		cur.Status.Operation = nil
 		return local, nil
 	}
@@ -494,6 +494,8 @@ type restored struct {
 	// claim is from the operation's start (its claim) to the node call;
 	// node is the node call, retries included.
 	claim, node time.Duration
+	// egress is the policy the workload started under (ActorStatus.egress).
+	egress *torporv1.EgressPolicy
 }
 
 // callRestore asks the node to start a's workload, reporting whether it
@@ -505,14 +507,13 @@ func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor, source *tor
 		return restored{}, err
 	}
 	nodeOp := &torporv1.Operation{ActorUid: a.GetMetadata().GetUid(), OperationId: op.GetId(), Worker: st.GetWorker().GetName()}
-	workload := &torporv1.Workload{
-		Space: a.GetMetadata().GetSpace(), Actor: a.GetMetadata().GetName(), ActorUid: a.GetMetadata().GetUid(),
-		TemplateName: st.GetCurrentTemplate(), TemplateUid: st.GetCurrentTemplateUid(), Template: st.GetCurrentTemplateSpec(),
-		Env: a.GetSpec().GetEnv(), EnvdAccessToken: a.GetSpec().GetEnvdAccessToken(), Envd: a.GetSpec().GetSandbox() != nil,
+	workload, err := actorWorkload(a)
+	if err != nil {
+		return restored{}, err
 	}
 	if op.GetRestoreScope() == torporv1.RestoreScope_RESTORE_SCOPE_BOOT {
 		_, err = agent.Run(ctx, connect.NewRequest(&torporv1.RunRequest{Op: nodeOp, Workload: workload}))
-		return restored{}, err
+		return restored{egress: workload.GetEgress()}, err
 	}
 	req := &torporv1.RestoreRequest{Op: nodeOp, Workload: workload, Scope: op.GetRestoreScope()}
 	space := a.GetMetadata().GetSpace()
@@ -530,7 +531,7 @@ func (e *Engine) callRestore(ctx context.Context, a *torporv1.Actor, source *tor
 	if err != nil {
 		return restored{}, err
 	}
-	return restored{warm: resp.Msg.GetWarm(), steps: resp.Msg.GetSteps()}, nil
+	return restored{warm: resp.Msg.GetWarm(), steps: resp.Msg.GetSteps(), egress: workload.GetEgress()}, nil
 }
 
 // resumedReason is the history's reason of a resume that ended: how it

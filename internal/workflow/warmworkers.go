@@ -151,9 +151,12 @@ func (e *Engine) warmWorker(ctx context.Context, w *torporv1.Worker, t *torporv1
 	if !ok {
 		return false, nil
 	}
-	req := &torporv1.WarmRequest{Worker: w.GetMetadata().GetName(), Workload: &torporv1.Workload{
-		Space: t.GetMetadata().GetSpace(), TemplateName: t.GetMetadata().GetName(), TemplateUid: t.GetMetadata().GetUid(), Template: t.GetSpec(),
-	}}
+	workload, err := templateWorkload(t, "", "")
+	if err != nil {
+		log.Warn("worker not warmed", "err", err)
+		return false, nil
+	}
+	req := &torporv1.WarmRequest{Worker: w.GetMetadata().GetName(), Workload: workload}
 	if _, err := wr.Warm(ctx, connect.NewRequest(req)); err != nil {
 		log.Debug("worker not warmed", "err", err)
 		return false, nil
