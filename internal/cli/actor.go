@@ -241,6 +241,7 @@ const recentEvents = 10
 // ends with a pod's events. It reads the store only: nothing wakes.
 func describeActor(ctx context.Context, c *clients, w io.Writer, a *torporv1.Actor, now time.Time) error {
 	fmt.Fprintf(w, "URL:  %s\n", actorURL(c.router, c.domain, a.GetMetadata().GetSpace(), a.GetMetadata().GetName()))
+	fmt.Fprintf(w, "Egress:  %s\n", effectiveEgress(ctx, c, a))
 	resp, err := call(ctx, c.actors.ListActorEvents, &torporv1.GetRequest{Space: a.GetMetadata().GetSpace(), Name: a.GetMetadata().GetName()})
 	if err != nil {
 		return fmt.Errorf("events of actor %s: %w", a.GetMetadata().GetName(), err)

@@ -316,6 +316,7 @@ func TestActorDescribeAndEvents(t *testing.T) {
 			State:              torporv1.ActorState_ACTOR_STATE_RUNNING,
 			Worker:             &torporv1.WorkerRef{Namespace: "default", Name: "w-1", Ip: "10.0.0.2"},
 			CurrentTemplateUid: "t-1",
+			Egress:             &torporv1.EgressPolicy{Mode: torporv1.EgressMode_EGRESS_MODE_DENY},
 		},
 	})
 	fake.events = []*torporv1.ActorEvent{
@@ -340,7 +341,10 @@ Status:
     Name:       w-1
     IP:         10.0.0.2
   Current Template UID:  t-1
+  Egress:
+    Mode:  DENY
 URL:  http://a1.default.actors.localhost:7080/
+Egress:  deny (the running workload's)
 Events:
   TIME                   FROM       TO          WORKER   TOOK     REASON
   `+stamp+`   <none>     SUSPENDED   <none>   <none>   created
@@ -357,6 +361,7 @@ Events:
 		t.Errorf("events -o json: %v", &events)
 	}
 }
+
 
 func TestTemplateDescribe(t *testing.T) {
 	isolate(t)

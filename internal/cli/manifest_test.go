@@ -148,6 +148,16 @@ func TestLoadTemplates(t *testing.T) {
 			}}},
 		},
 		{
+			name: "an egress allowlist",
+			doc:  minimal + "  egress:\n    mode: ALLOWLIST\n    rules: [{host: api.example.com, ports: [\"443\"]}, {cidr: 203.0.113.0/24, protocol: UDP}]\n",
+			want: []*torporv1.Template{{Metadata: &torporv1.ObjectMeta{Name: "small", Space: "default"}, Spec: &torporv1.TemplateSpec{
+				Containers: []*torporv1.Container{{Name: "main", Image: pinned}},
+				Egress: &torporv1.EgressPolicy{Mode: torporv1.EgressMode_EGRESS_MODE_ALLOWLIST, Rules: []*torporv1.EgressRule{
+					{Host: "api.example.com", Ports: []string{"443"}}, {Cidr: "203.0.113.0/24", Protocol: torporv1.EgressProtocol_EGRESS_PROTOCOL_UDP},
+				}},
+			}}},
+		},
+		{
 			name: "multiple documents, empty ones skipped",
 			doc:  "---\n" + minimal + "---\n" + strings.Replace(minimal, "name: small", "name: other", 1) + "---\n",
 			want: []*torporv1.Template{
