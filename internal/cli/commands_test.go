@@ -362,7 +362,6 @@ Events:
 	}
 }
 
-
 func TestTemplateDescribe(t *testing.T) {
 	isolate(t)
 	fake, url := startFakeAPI(t)
