@@ -173,7 +173,19 @@ func TestCreate(t *testing.T) {
 		{name: "no template", method: "POST", path: "/v2/sandboxes", body: `{"timeout":10}`, status: 400, message: "templateID: required", check: notCalled("CreateSandbox")},
 		{name: "not JSON", method: "POST", path: "/v2/sandboxes", body: `{templateID`, status: 400, message: "body:"},
 		{name: "negative timeout", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","timeout":-1}`, status: 400, message: "timeout:"},
-		{name: "no internet access", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","allow_internet_access":false}`, status: 400, message: "allow_internet_access:"},
+		{name: "no internet access is an egress policy of DENY", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","allow_internet_access":false}`, status: 201,
+			check: func(t *testing.T, f *fakeAPI, _ []byte) {
+				if got := lastCall[*torporv1.CreateSandboxRequest](t, f, "CreateSandbox").GetEgress(); got.GetMode() != torporv1.EgressMode_EGRESS_MODE_DENY {
+					t.Errorf("allow_internet_access false: egress %v, want DENY", got)
+				}
+			}},
+		{name: "internet access is the template's policy", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","allow_internet_access":true}`, status: 201,
+			check: func(t *testing.T, f *fakeAPI, _ []byte) {
+				if got := lastCall[*torporv1.CreateSandboxRequest](t, f, "CreateSandbox").GetEgress(); got != nil {
+					t.Errorf("allow_internet_access true: egress %v, want none (the template's)", got)
+				}
+			}},
+		{name: "network rules", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","network":{"allowOut":["1.1.1.1"]}}`, status: 400, message: "network:", check: notCalled("CreateSandbox")},
 		{name: "network rules", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","network":{"denyOut":["0.0.0.0/0"]}}`, status: 400, message: "network:"},
 		{name: "mcp", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","mcp":{"x":{}}}`, status: 400, message: "mcp:"},
 		{name: "volume mounts", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","volumeMounts":[{"name":"v","path":"/d"}]}`, status: 400, message: "volumeMounts:"},

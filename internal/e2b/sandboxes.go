@@ -49,6 +49,7 @@ func (g *Gateway) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 		AutoPause:      body.AutoPause != nil && *body.AutoPause,
 		AutoResume:     body.AutoResume != nil && body.AutoResume.Enabled,
 		Secure:         secure,
+		Egress:         sandboxEgress(body),
 	}, c.key))
 	if err != nil {
 		return err
@@ -57,12 +58,20 @@ func (g *Gateway) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 	return nil
 }
 
+// sandboxEgress is the egress policy a create asks for the sandbox:
+// allow_internet_access false is DENY; true, or none, the template's
+// policy (which the sandbox may not widen: E2B's true is not a way past
+// it).
+func sandboxEgress(b newSandbox) *torporv1.EgressPolicy {
+	if b.AllowInternetAccess != nil && !*b.AllowInternetAccess {
+		return &torporv1.EgressPolicy{Mode: torporv1.EgressMode_EGRESS_MODE_DENY}
+	}
+	return nil
+}
+
 // refuseUnsupported refuses, naming the field, what a create asks that
 // Torpor cannot honour, rather than ignoring it.
 func refuseUnsupported(b newSandbox) error {
-	if b.AllowInternetAccess != nil && !*b.AllowInternetAccess {
-		return badRequest("allow_internet_access", "false is not supported: a sandbox's egress is its node's setting (torpor node --egress)")
-	}
 	if b.AutoPauseMemory != nil && !*b.AutoPauseMemory {
 		return badRequest("autoPauseMemory", "false is not supported: a pause keeps the sandbox's memory")
 	}

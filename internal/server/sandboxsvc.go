@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
-	"github.com/torpor-dev/torpor/internal/egress"
 	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/store"
 	"github.com/torpor-dev/torpor/internal/validate"
@@ -70,6 +69,10 @@ func (s *sandboxService) CreateSandbox(ctx context.Context, req *connect.Request
 		return nil, err
 	}
 	space := m.GetSpace()
+	policy, err := admitEgress(ctx, s.store, space, m.GetEgress(), "egress")
+	if err != nil {
+		return nil, err
+	}
 	if _, err := s.store.Templates().Get(ctx, space, m.GetTemplate()); isNotFound(err) {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("template: no template %q in space %q", m.GetTemplate(), space))
 	} else if err != nil {
@@ -91,10 +94,9 @@ func (s *sandboxService) CreateSandbox(ctx context.Context, req *connect.Request
 		spec.EnvdAccessToken = randomHex(32)
 	}
 	var id string
-	var err error
 	for range sandboxIDAttempts {
 		id = newSandboxID()
-		_, err = createSuspendedActor(ctx, s.store, &torporv1.ObjectMeta{Space: space, Name: id, Labels: m.GetLabels()}, spec, egress.Policy{})
+		_, err = createSuspendedActor(ctx, s.store, &torporv1.ObjectMeta{Space: space, Name: id, Labels: m.GetLabels()}, spec, policy)
 		if !errors.Is(err, store.ErrAlreadyExists) {
 			break
 		}

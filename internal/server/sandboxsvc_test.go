@@ -96,6 +96,8 @@ func TestCreateSandboxChecksRequest(t *testing.T) {
 		{"negative timeout", &torporv1.CreateSandboxRequest{Space: "a", Template: "counter", TimeoutSeconds: -1}, connect.CodeInvalidArgument, "timeoutSeconds: "},
 		{"timeout over a day", &torporv1.CreateSandboxRequest{Space: "a", Template: "counter", TimeoutSeconds: MaxSandboxTimeoutSeconds + 1}, connect.CodeInvalidArgument, "timeoutSeconds: "},
 		{"another space", &torporv1.CreateSandboxRequest{Space: "b", Template: "counter"}, connect.CodePermissionDenied, "space"},
+		{"egress beyond the space's bounds", &torporv1.CreateSandboxRequest{Space: "a", Template: "counter", Egress: &torporv1.EgressPolicy{Mode: torporv1.EgressMode_EGRESS_MODE_ALLOW}}, connect.CodeInvalidArgument, "egress.mode: allow is outside space a's egress bounds"},
+		{"egress wider than the template's", &torporv1.CreateSandboxRequest{Space: "a", Template: "counter", Egress: &torporv1.EgressPolicy{Rules: []*torporv1.EgressRule{{Host: "api.example.com"}}}}, connect.CodeInvalidArgument, "spec.egress.mode: allowlist is wider than the template's policy, deny"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ofA.CreateSandbox(ctx, connect.NewRequest(tc.req))

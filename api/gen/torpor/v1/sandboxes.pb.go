@@ -37,7 +37,11 @@ type CreateSandboxRequest struct {
 	AutoResume     bool  `protobuf:"varint,7,opt,name=auto_resume,json=autoResume,proto3" json:"auto_resume,omitempty"`
 	// Make an envd access token (ActorSpec.envd_access_token). The E2B API
 	// turns it on unless the caller asked secure=false.
-	Secure        bool `protobuf:"varint,8,opt,name=secure,proto3" json:"secure,omitempty"`
+	Secure bool `protobuf:"varint,8,opt,name=secure,proto3" json:"secure,omitempty"`
+	// Narrows the template's egress policy for this sandbox
+	// (ActorSpec.egress): E2B's allow_internet_access false is DENY. Unset:
+	// the template's.
+	Egress        *EgressPolicy `protobuf:"bytes,9,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -126,6 +130,13 @@ func (x *CreateSandboxRequest) GetSecure() bool {
 		return x.Secure
 	}
 	return false
+}
+
+func (x *CreateSandboxRequest) GetEgress() *EgressPolicy {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
 }
 
 type ConnectSandboxRequest struct {
@@ -433,7 +444,7 @@ var File_torpor_v1_sandboxes_proto protoreflect.FileDescriptor
 
 const file_torpor_v1_sandboxes_proto_rawDesc = "" +
 	"\n" +
-	"\x19torpor/v1/sandboxes.proto\x12\ttorpor.v1\x1a\x19torpor/v1/resources.proto\"\xbd\x03\n" +
+	"\x19torpor/v1/sandboxes.proto\x12\ttorpor.v1\x1a\x19torpor/v1/resources.proto\"\xee\x03\n" +
 	"\x14CreateSandboxRequest\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12C\n" +
@@ -444,7 +455,8 @@ const file_torpor_v1_sandboxes_proto_rawDesc = "" +
 	"auto_pause\x18\x06 \x01(\bR\tautoPause\x12\x1f\n" +
 	"\vauto_resume\x18\a \x01(\bR\n" +
 	"autoResume\x12\x16\n" +
-	"\x06secure\x18\b \x01(\bR\x06secure\x1a9\n" +
+	"\x06secure\x18\b \x01(\bR\x06secure\x12/\n" +
+	"\x06egress\x18\t \x01(\v2\x17.torpor.v1.EgressPolicyR\x06egress\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
@@ -506,29 +518,31 @@ var file_torpor_v1_sandboxes_proto_goTypes = []any{
 	nil,                              // 6: torpor.v1.CreateSandboxRequest.LabelsEntry
 	nil,                              // 7: torpor.v1.CreateSandboxRequest.EnvEntry
 	nil,                              // 8: torpor.v1.ListSandboxesRequest.LabelsEntry
-	(*Actor)(nil),                    // 9: torpor.v1.Actor
-	(ActorState)(0),                  // 10: torpor.v1.ActorState
+	(*EgressPolicy)(nil),             // 9: torpor.v1.EgressPolicy
+	(*Actor)(nil),                    // 10: torpor.v1.Actor
+	(ActorState)(0),                  // 11: torpor.v1.ActorState
 }
 var file_torpor_v1_sandboxes_proto_depIdxs = []int32{
 	6,  // 0: torpor.v1.CreateSandboxRequest.labels:type_name -> torpor.v1.CreateSandboxRequest.LabelsEntry
 	7,  // 1: torpor.v1.CreateSandboxRequest.env:type_name -> torpor.v1.CreateSandboxRequest.EnvEntry
-	9,  // 2: torpor.v1.ConnectSandboxResponse.actor:type_name -> torpor.v1.Actor
-	8,  // 3: torpor.v1.ListSandboxesRequest.labels:type_name -> torpor.v1.ListSandboxesRequest.LabelsEntry
-	10, // 4: torpor.v1.ListSandboxesRequest.states:type_name -> torpor.v1.ActorState
-	9,  // 5: torpor.v1.ListSandboxesResponse.actors:type_name -> torpor.v1.Actor
-	0,  // 6: torpor.v1.SandboxService.CreateSandbox:input_type -> torpor.v1.CreateSandboxRequest
-	1,  // 7: torpor.v1.SandboxService.ConnectSandbox:input_type -> torpor.v1.ConnectSandboxRequest
-	3,  // 8: torpor.v1.SandboxService.SetSandboxTimeout:input_type -> torpor.v1.SetSandboxTimeoutRequest
-	4,  // 9: torpor.v1.SandboxService.ListSandboxes:input_type -> torpor.v1.ListSandboxesRequest
-	9,  // 10: torpor.v1.SandboxService.CreateSandbox:output_type -> torpor.v1.Actor
-	2,  // 11: torpor.v1.SandboxService.ConnectSandbox:output_type -> torpor.v1.ConnectSandboxResponse
-	9,  // 12: torpor.v1.SandboxService.SetSandboxTimeout:output_type -> torpor.v1.Actor
-	5,  // 13: torpor.v1.SandboxService.ListSandboxes:output_type -> torpor.v1.ListSandboxesResponse
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	9,  // 2: torpor.v1.CreateSandboxRequest.egress:type_name -> torpor.v1.EgressPolicy
+	10, // 3: torpor.v1.ConnectSandboxResponse.actor:type_name -> torpor.v1.Actor
+	8,  // 4: torpor.v1.ListSandboxesRequest.labels:type_name -> torpor.v1.ListSandboxesRequest.LabelsEntry
+	11, // 5: torpor.v1.ListSandboxesRequest.states:type_name -> torpor.v1.ActorState
+	10, // 6: torpor.v1.ListSandboxesResponse.actors:type_name -> torpor.v1.Actor
+	0,  // 7: torpor.v1.SandboxService.CreateSandbox:input_type -> torpor.v1.CreateSandboxRequest
+	1,  // 8: torpor.v1.SandboxService.ConnectSandbox:input_type -> torpor.v1.ConnectSandboxRequest
+	3,  // 9: torpor.v1.SandboxService.SetSandboxTimeout:input_type -> torpor.v1.SetSandboxTimeoutRequest
+	4,  // 10: torpor.v1.SandboxService.ListSandboxes:input_type -> torpor.v1.ListSandboxesRequest
+	10, // 11: torpor.v1.SandboxService.CreateSandbox:output_type -> torpor.v1.Actor
+	2,  // 12: torpor.v1.SandboxService.ConnectSandbox:output_type -> torpor.v1.ConnectSandboxResponse
+	10, // 13: torpor.v1.SandboxService.SetSandboxTimeout:output_type -> torpor.v1.Actor
+	5,  // 14: torpor.v1.SandboxService.ListSandboxes:output_type -> torpor.v1.ListSandboxesResponse
+	11, // [11:15] is the sub-list for method output_type
+	7,  // [7:11] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_sandboxes_proto_init() }
