@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
@@ -100,6 +101,15 @@ func TestEgressPolicy(t *testing.T) {
 		}
 		c.waitFor(fmt.Sprintf("%d refusals of %s counted", counted, actor), func() bool {
 			return c.egressDenied("default", actor) >= float64(counted)
+		})
+		// Sampled into the actor's events (at most a few per report).
+		c.waitFor("refusals of "+actor+" in its events", func() bool {
+			for _, e := range c.events(actor) {
+				if strings.HasPrefix(e.GetReason(), "EgressDenied: ") && strings.Contains(e.GetReason(), "refused by the egress policy") {
+					return true
+				}
+			}
+			return false
 		})
 	}
 	if n := c.egressDenied("default", "allow"); n > float64(len(never)) {

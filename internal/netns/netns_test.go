@@ -104,7 +104,7 @@ func TestNamesStayWithinLimits(t *testing.T) {
 // both ends of the test.
 func testNetwork(t *testing.T) *Network { return testNetworkWith(t, false) }
 
-func testNetworkWith(t *testing.T, egress bool) *Network {
+func testNetworkWith(t testing.TB, egress bool) *Network {
 	t.Helper()
 	runtimetest.RequireRoot(t)
 	n, err := New(Config{Node: "netnstest", Bridge: "tpnetnstest", CIDR: "10.252.0.0/24", Egress: egress})
@@ -150,7 +150,7 @@ func inNS(t *testing.T, nsPath string, fn func()) {
 	}
 }
 
-func assertNothingLeft(t *testing.T, n *Network) {
+func assertNothingLeft(t testing.TB, n *Network) {
 	t.Helper()
 	entries, _ := os.ReadDir(Dir)
 	for _, e := range entries {

@@ -40,6 +40,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -94,7 +95,7 @@ func (n *Network) ApplyPolicy(ctx context.Context, index int, p egress.Policy) e
 	if err != nil {
 		return fmt.Errorf("egress policy: %w", err)
 	}
-	c, err := nftables.New()
+	c, err := batchConn()
 	if err != nil {
 		return fmt.Errorf("egress policy of slot %d: nftables: %w", index, err)
 	}
@@ -392,4 +393,27 @@ func dportIs(port uint16) []expr.Any {
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
 	}
+}
+
+// batchReadBuffer holds the kernel's acknowledgements of one slot's batch
+// (a few per rule: up to egress.MaxRules rules); the default buffer
+// overflows (ENOBUFS) at some fifty.
+const batchReadBuffer = 8 << 20
+
+// batchConn is an nftables connection for a large batch.
+func batchConn() (*nftables.Conn, error) {
+	return nftables.New(nftables.WithSockOptions(func(c *mdnetlink.Conn) error {
+		raw, err := c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		if err := raw.Control(func(fd uintptr) {
+			// FORCE: past net.core.rmem_max (the agent runs as root).
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, batchReadBuffer)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}))
 }

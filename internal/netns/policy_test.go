@@ -229,3 +229,28 @@ func mustPort(addr string) int {
 	fmt.Sscan(p, &port)
 	return port
 }
+
+// TestApplyPolicyOfMaxRules: the largest policy a template may have is
+// written in one batch (the kernel's acknowledgements of it overflowed
+// netlink's default buffer at some fifty rules).
+func TestApplyPolicyOfMaxRules(t *testing.T) {
+	n := testNetworkWith(t, true)
+	ctx := context.Background()
+	if _, err := n.Slot(ctx, "w0", 0); err != nil {
+		t.Fatal(err)
+	}
+	var rules []*torporv1.EgressRule
+	for i := range egress.MaxRules {
+		if i%2 == 0 {
+			rules = append(rules, &torporv1.EgressRule{Cidr: fmt.Sprintf("198.18.%d.%d/32", i/256, i%256), Ports: []string{"443", "8000-8999"}})
+		} else {
+			rules = append(rules, &torporv1.EgressRule{Host: fmt.Sprintf("h%d.example.com", i), Ports: []string{"443"}})
+		}
+	}
+	if err := n.ApplyPolicy(ctx, 0, mustPolicy(t, &torporv1.EgressPolicy{Rules: rules})); err != nil {
+		t.Fatalf("ApplyPolicy of %d rules: %v", len(rules), err)
+	}
+	if _, err := n.ClearPolicy(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+}
