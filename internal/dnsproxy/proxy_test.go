@@ -225,8 +225,10 @@ func TestFormErr(t *testing.T) {
 	up := startUpstream(t)
 	addr := startProxy(t, Config{
 		Upstreams: []string{up.addr},
-		Client:    func(netip.Addr) (Client, bool) { return Client{Key: "slot-1", Policy: egress.Policy{Mode: egress.Allow}}, true },
-		Permit:    func(context.Context, Client, int, []netip.Addr, time.Duration) error { return nil },
+		Client: func(netip.Addr) (Client, bool) {
+			return Client{Key: "slot-1", Policy: egress.Policy{Mode: egress.Allow}}, true
+		},
+		Permit: func(context.Context, Client, int, []netip.Addr, time.Duration) error { return nil },
 	})
 	two := new(dns.Msg).SetQuestion("a.example.com.", dns.TypeA)
 	two.Question = append(two.Question, dns.Question{Name: "b.example.com.", Qtype: dns.TypeA, Qclass: dns.ClassINET})
