@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -33,7 +34,14 @@ func dialPath(network, addr string) string {
 // refusal is counted for its actor.
 func TestEgressPolicy(t *testing.T) {
 	in := netnstest.NewInternet(t)
-	c := newCluster(t, clusterOptions{backend: "sqlite", egress: true, workersPerNode: 3})
+	upstream := netnstest.DNS(t, map[string][]netip.Addr{
+		"api.example.test":      {in.Addr(1, 30)},
+		"other.example.test":    {in.Addr(1, 31)},
+		"pinned.example.test":   {in.Addr(1, 33)},
+		"inside.example.test":   {netip.MustParseAddr("10.0.0.5")},
+		"metadata.example.test": {netip.MustParseAddr("169.254.169.254")},
+	})
+	c := newCluster(t, clusterOptions{backend: "sqlite", egress: true, workersPerNode: 3, dns: []string{upstream}})
 	// Something of the node's, listening on all its addresses.
 	ln, err := net.Listen("tcp4", "0.0.0.0:0")
 	if err != nil {
@@ -49,6 +57,10 @@ func TestEgressPolicy(t *testing.T) {
 			{Cidr: in.Ranges[0].String(), Ports: []string{"443"}},
 			{Cidr: in.Ranges[1].String(), Protocol: torporv1.EgressProtocol_EGRESS_PROTOCOL_UDP, Ports: []string{"9000"}},
 			{Cidr: "0.0.0.0/0", Ports: []string{"9000"}},
+			{Host: "api.example.test", Ports: []string{"443"}},
+			{Host: "pinned.example.test", Ports: []string{"443"}},
+			{Host: "inside.example.test", Ports: []string{"443"}},
+			{Host: "metadata.example.test", Ports: []string{"80"}},
 		}},
 	}
 	for name, p := range policies {
@@ -65,16 +77,26 @@ func TestEgressPolicy(t *testing.T) {
 	}
 	probes := map[string][]egressProbe{
 		"deny": append([]egressProbe{
+			{"a name", "/resolve?name=api.example.test", false, true},
 			{"tcp", dialPath("tcp", in.AddrPort(0, 10, 443)), false, true},
 			{"udp", dialPath("udp", in.AddrPort(1, 10, 9000)), false, true},
 			{"icmp", dialPath("icmp", in.Addr(1, 11).String()), false, true},
 		}, never...),
 		"allow": append([]egressProbe{
+			{"any name", "/resolve?name=other.example.test", true, false},
+			{"any name, connected", dialPath("tcp", "other.example.test:8443"), true, false},
 			{"tcp", dialPath("tcp", in.AddrPort(0, 10, 443)), true, false},
 			{"udp", dialPath("udp", in.AddrPort(1, 10, 9000)), true, false},
 			{"another port", dialPath("tcp", in.AddrPort(1, 11, 8443)), true, false},
 		}, never...),
 		"list": append([]egressProbe{
+			{"an allowed name", "/resolve?name=api.example.test", true, false},
+			{"an allowed name and port", dialPath("tcp", "api.example.test:443"), true, false},
+			{"an allowed name, another port", dialPath("tcp", "api.example.test:8443"), false, true},
+			{"an allowed name's address, not resolved", dialPath("tcp", in.AddrPort(1, 33, 443)), false, true},
+			{"a name not on the list", "/resolve?name=other.example.test", false, true},
+			{"a name answering a private address", dialPath("tcp", "inside.example.test:443"), false, true},
+			{"a name answering cloud metadata", dialPath("tcp", "metadata.example.test:80"), false, true},
 			{"address rule", dialPath("tcp", in.AddrPort(0, 10, 443)), true, false},
 			{"address rule, another port", dialPath("tcp", in.AddrPort(0, 10, 8443)), false, true},
 			{"udp rule", dialPath("udp", in.AddrPort(1, 10, 9000)), true, false},

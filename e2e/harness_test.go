@@ -54,6 +54,8 @@ type clusterOptions struct {
 	s3 bool
 	// egress lets workloads reach beyond their node.
 	egress bool
+	// dns are the upstreams of the nodes' resolvers.
+	dns []string
 	// storeURL, when set, is the store instead of a fresh one of backend.
 	storeURL string
 	// headroom is, per worker pool, the workers the control plane keeps
@@ -74,6 +76,7 @@ type cluster struct {
 	objects         snapshot.ObjectStore
 	// egress: node agents let workloads reach beyond them.
 	egress  bool
+	dns     []string
 	nodes   []*nodeAgent
 	router  *router.Router
 	ingress string
@@ -115,7 +118,7 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 		opts.workersPerNode = 2
 	}
 	ctx := context.Background()
-	c := &cluster{t: t, ctx: ctx, egress: opts.egress}
+	c := &cluster{t: t, ctx: ctx, egress: opts.egress, dns: opts.dns}
 	var err error
 	if opts.storeURL == "" {
 		opts.storeURL = storetest.URL(t, opts.backend)
@@ -235,7 +238,7 @@ func (c *cluster) addNode(workers int) *nodeAgent {
 	token, fingerprint := c.joinToken(n.name)
 	n.agent, err = node.New(node.Config{
 		Name: n.name, ServerURL: c.api, Listener: ln, Workers: workers, Pool: "default",
-		StateDir: state, Runtime: n.runtime, Snapshots: c.objects, Network: n.network,
+		StateDir: state, Runtime: n.runtime, Snapshots: c.objects, Network: n.network, DNS: c.dns,
 		CAFingerprint: fingerprint, JoinToken: func(context.Context) (string, error) { return token, nil },
 		HeartbeatInterval: 200 * time.Millisecond,
 		Registry:          n.metrics,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,7 +34,9 @@ type nodeFlags struct {
 	bridge    string
 	cidr      string
 	egress    bool
-	cleanup   bool
+	// dns are the upstreams of the node's resolver (node.Config.DNS).
+	dns     string
+	cleanup bool
 	// cacheMiB bounds the snapshot cache (node.Config.CacheBytes).
 	cacheMiB int
 	join     joinFlags
@@ -125,6 +128,7 @@ last snapshots.`,
 	flags.StringVar(&f.bridge, "bridge", netns.DefaultBridge, "node bridge the workers' network namespaces attach to")
 	flags.StringVar(&f.cidr, "cidr", netns.DefaultCIDR, "workers' subnet: the bridge gets the first address, worker i the (i+2)-th")
 	flags.BoolVar(&f.egress, "egress", true, "let workloads reach networks beyond this host as their egress policies allow, masqueraded as it (turns on IPv4 forwarding); --egress=false: every workload's policy is deny (nothing beyond the node), and its start says so")
+	flags.StringVar(&f.dns, "dns", "", dnsFlagHelp)
 	f.images.register(flags)
 	flags.BoolVar(&f.cleanup, "cleanup", false, "remove every sandbox, mount, network namespace, veth, bridge and nftables table of the stopped node, say what was removed, and exit (suspend its actors first: running workloads are lost)")
 	logs.register(cmd.PersistentFlags(), "info")
@@ -233,6 +237,9 @@ func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) err
 		return fmt.Errorf("--snapshots: %w", err)
 	}
 	cfg.NoEgress = !f.egress
+	if cfg.DNS, err = dnsUpstreams(f.dns, "/etc/resolv.conf"); err != nil {
+		return err
+	}
 	if cfg.Network, err = netns.New(netns.Config{Node: cfg.Name, Bridge: f.bridge, CIDR: f.cidr, Egress: f.egress}); err != nil {
 		return err
 	}
@@ -296,4 +303,42 @@ func defaultNodeName() string {
 		return "local"
 	}
 	return name
+}
+
+const dnsFlagHelp = "resolvers the node's resolver forwards the names workloads may resolve to: ip[:port],... (default: the nameservers of this host's /etc/resolv.conf; a loopback one, such as systemd-resolved's 127.0.0.53, works: the node's resolver runs on the host)"
+
+// dnsUpstreams reads --dns, or without it the nameservers of resolvConf,
+// as ip:port.
+func dnsUpstreams(flag, resolvConf string) ([]string, error) {
+	var items []string
+	if flag != "" {
+		items = strings.Split(flag, ",")
+	} else {
+		b, err := os.ReadFile(resolvConf)
+		if err != nil {
+			return nil, fmt.Errorf("--dns not given and %s unreadable: %w", resolvConf, err)
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if fields := strings.Fields(line); len(fields) >= 2 && fields[0] == "nameserver" {
+				items = append(items, fields[1])
+			}
+		}
+	}
+	var out []string
+	for _, item := range items {
+		item = strings.TrimSpace(item)
+		if ap, err := netip.ParseAddrPort(item); err == nil {
+			out = append(out, ap.String())
+			continue
+		}
+		a, err := netip.ParseAddr(item)
+		if err != nil {
+			return nil, fmt.Errorf("--dns: %q is not an address or address:port", item)
+		}
+		out = append(out, netip.AddrPortFrom(a.WithZone(""), 53).String())
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--dns: no resolver (and none in %s): workloads could resolve no name", resolvConf)
+	}
+	return out, nil
 }

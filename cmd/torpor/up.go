@@ -86,6 +86,7 @@ actor, then stops. Needs root (sandboxes and network namespaces).`,
 	flags.StringVar(&f.node.runsc, "runsc", "", "runsc binary (default: runsc next to this binary, else in PATH)")
 	flags.StringVar(&f.node.bridge, "bridge", netns.DefaultBridge, "bridge of the workers' network namespaces")
 	flags.StringVar(&f.node.cidr, "cidr", netns.DefaultCIDR, "workers' subnet")
+	flags.StringVar(&f.node.dns, "dns", "", dnsFlagHelp)
 	flags.BoolVar(&f.node.egress, "egress", true, "let workloads reach networks beyond this host as their egress policies allow, masqueraded as it (turns on IPv4 forwarding); --egress=false: every workload's policy is deny (nothing beyond the node), and its start says so")
 	f.images.register(flags)
 	f.logs.register(cmd.PersistentFlags(), "warn")

@@ -115,6 +115,10 @@ type Config struct {
 	// workload is enforced Deny, whatever its policy, and its start says
 	// so (a warning, and a line in the actor's log).
 	NoEgress bool
+	// DNS are the upstreams ("ip:port") of the node's resolver, which
+	// answers the workloads' queries on the gateway's port 53 with the
+	// names their policies allow.
+	DNS []string
 	// GuestHelper is the statically linked torpor binary the node runs
 	// inside sandboxes for the API's file calls (guestfiles.go). Default:
 	// the node's own executable.
@@ -326,6 +330,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go("egress refusals", func(ctx context.Context) error {
 		return a.machine.egress.reportLoop(ctx, a.cfg.Name, nodeService)
 	})
+	loops.Go("resolver", a.serveResolver)
 	if log, ok := a.cfg.Network.(refusalLog); ok {
 		loops.Go("egress refusal samples", func(ctx context.Context) error {
 			// Without samples the counts still go: logged, not fatal.
