@@ -21,6 +21,7 @@ var ownedGoroutines = []string{
 	"internal/workflow",
 	"internal/identity",
 	"internal/node",
+	"internal/dnsproxy",
 }
 
 func TestNoBareGoStatement(t *testing.T) {
