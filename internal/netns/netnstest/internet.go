@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -51,35 +53,18 @@ func NewInternet(tb testing.TB) Internet {
 	if os.Geteuid() != 0 {
 		tb.Fatal("netnstest: needs root (network namespaces)")
 	}
-	lock, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { lock.Close() })
+	lockInternet(tb)
+	removeStale(tb)
 	third, fourth := rand.IntN(256), 4*rand.IntN(64)
 	tag := fmt.Sprintf("%02x%02x", third, fourth)
 	in := Internet{
 		Ranges: freeRanges(tb, documentation),
 		NodeIP: fmt.Sprintf("198.18.%d.%d", third, fourth+1), IP: fmt.Sprintf("198.18.%d.%d", third, fourth+2),
 		TCPPorts: InternetTCPPorts, UDPPorts: InternetUDPPorts,
-		NS: "/var/run/netns/tp-internet-" + tag,
+		NS: internetNS + tag,
 	}
-	hostLink := "tpinet" + tag
-	var routes []*netlink.Route
-	remove := func() {
-		for _, r := range routes {
-			netlink.RouteDel(r) //nolint:errcheck // best effort
-		}
-		if l, err := netlink.LinkByName(hostLink); err == nil {
-			netlink.LinkDel(l) //nolint:errcheck // best effort; the namespace takes its end along
-		}
-		unix.Unmount(in.NS, unix.MNT_DETACH) //nolint:errcheck // may not be mounted
-		os.Remove(in.NS)
-	}
-	ns := linkedNS(tb, in.NS, hostLink, in.NodeIP, remove)
+	hostLink := internetLink + tag
+	ns := linkedNS(tb, in.NS, hostLink, in.NodeIP, func() { removeInternet(hostLink, in.NS) })
 	defer ns.Close()
 	link, err := netlink.LinkByName(hostLink)
 	if err != nil {
@@ -91,7 +76,6 @@ func NewInternet(tb testing.TB) Internet {
 		if err := netlink.RouteAdd(r); err != nil {
 			tb.Fatalf("test internet: route %s: %v", p, err)
 		}
-		routes = append(routes, r)
 	}
 	// The sockets are made in the namespace and served from anywhere.
 	var tcp []net.Listener
@@ -170,6 +154,65 @@ func NewInternet(tb testing.TB) Internet {
 		}()
 	}
 	return in
+}
+
+// lockInternet holds lockPath until tb ends. The lock is the open file's:
+// a second one in the same process waits too.
+func lockInternet(tb testing.TB) {
+	tb.Helper()
+	lock, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		lock.Close()
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { lock.Close() })
+}
+
+// The names an Internet's host link and namespace start with.
+const (
+	internetLink = "tpinet"
+	internetNS   = "/var/run/netns/tp-internet-"
+)
+
+// removeInternet removes an Internet's link (its routes go with it, and
+// the namespace takes the link's other end along) and its namespace.
+func removeInternet(hostLink, nsPath string) {
+	if l, err := netlink.LinkByName(hostLink); err == nil {
+		netlink.LinkDel(l) //nolint:errcheck // best effort
+	}
+	removeNS(nsPath)
+}
+
+func removeNS(nsPath string) {
+	unix.Unmount(nsPath, unix.MNT_DETACH) //nolint:errcheck // may not be mounted
+	os.Remove(nsPath)
+}
+
+// removeStale removes what a killed test's Internet left: its link kept
+// its routes to the documentation ranges, which a new one would find
+// taken. The caller holds lockPath, so no live Internet is on the host:
+// every link and namespace by an Internet's name is a dead process's.
+func removeStale(tb testing.TB) {
+	tb.Helper()
+	links, err := netlink.LinkList()
+	if err != nil {
+		tb.Fatalf("test internet: links: %v", err)
+	}
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, internetLink) {
+			netlink.LinkDel(l) //nolint:errcheck // best effort: a route left makes NewInternet fail, naming it
+		}
+	}
+	stale, err := filepath.Glob(internetNS + "*")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, nsPath := range stale {
+		removeNS(nsPath)
+	}
 }
 
 // inNS runs fn on a thread in ns; the thread is discarded after.
