@@ -23,12 +23,18 @@ const DefaultSpace = "default"
 var migrationFiles embed.FS
 
 // migration is one schema step. Steps are numbered from 1 without gaps and
-// never edited once released; a change is a new step.
+// never edited once released; a change is a new step. From step
+// firstExpandOnly on, a step only adds (tables, indexes, columns with a
+// default: TestMigrationsExpandOnly), so the previous version's binary
+// runs on the schema the next one migrated, as a rolling upgrade needs.
 type migration struct {
 	version int
 	name    string
 	apply   func(ctx context.Context, tx *sql.Tx, d *dialect) error
 }
+
+// firstExpandOnly is the first step released under the expand-only rule.
+const firstExpandOnly = 8
 
 // codeMigrations are steps that need Go (records hold serialized protobuf).
 var codeMigrations = []migration{
@@ -230,10 +236,10 @@ func (s *sqlStore) migrate(ctx context.Context) error {
 	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&current); err != nil {
 		return fmt.Errorf("migrate: read schema version: %w", err)
 	}
-	if current > len(steps) {
-		return fmt.Errorf("migrate: database schema version %d is newer than this binary's %d", current, len(steps))
-	}
-	for _, m := range steps[current:] {
+	// A schema newer than this binary's is the next version's, migrated
+	// by one of its replicas during a rolling upgrade: its steps only add
+	// (expandOnly), so this binary works on it and may still restart.
+	for _, m := range steps[min(current, len(steps)):] {
 		if err := m.apply(ctx, tx, s.dialect); err != nil {
 			return fmt.Errorf("migrate: step %d (%s): %w", m.version, m.name, err)
 		}
