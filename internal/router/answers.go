@@ -103,6 +103,8 @@ func clientAnswer(who subject, err error) (int, string) {
 		return http.StatusServiceUnavailable, fmt.Sprintf("%s: %v, retry", who, errNoWorker)
 	case errors.Is(err, errControlPlaneDown):
 		return http.StatusServiceUnavailable, fmt.Sprintf("%s: %v, retry", who, errControlPlaneDown)
+	case errors.Is(err, errGateDown):
+		return http.StatusServiceUnavailable, fmt.Sprintf("%s: %v, retry", who, errGateDown)
 	case errors.Is(err, errResumeTimeout):
 		return http.StatusGatewayTimeout, fmt.Sprintf("%s: %v, retry", who, errResumeTimeout)
 	case errors.Is(err, errDeleting):

@@ -457,6 +457,8 @@ type fakeAgent struct {
 	// actor as a node agent tells it; gateAddr is where it listens.
 	slotGate *slotgate.Gate
 	gateAddr string
+	// stopGate stops the gate's serving (gateDown).
+	stopGate func()
 }
 
 type runningWorkload struct {
@@ -470,25 +472,55 @@ type runningWorkload struct {
 }
 
 func newFakeAgent(t testing.TB, port int, wl workload) *fakeAgent {
-	gate := slotgate.New(slog.New(slog.DiscardHandler))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- gate.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("slot gate: %v", err)
-		}
-	})
-	return &fakeAgent{
+	f := &fakeAgent{
 		t: t, port: port, wl: wl,
 		running: map[string]*runningWorkload{}, done: map[string]bool{}, counts: map[string]int{},
 		gates: map[string]chan struct{}{}, entered: map[string]chan struct{}{}, workerIP: map[string]string{},
-		fails: map[string]connect.Code{}, slotGate: gate, gateAddr: ln.Addr().String(),
+		fails: map[string]connect.Code{}, slotGate: slotgate.New(slog.New(slog.DiscardHandler)), gateAddr: ln.Addr().String(),
+	}
+	f.serveGate(ln)
+	t.Cleanup(func() {
+		f.mu.Lock()
+		stop := f.stopGate
+		f.mu.Unlock()
+		stop()
+	})
+	return f
+}
+
+// serveGate serves the slot gate on ln until stopGate.
+func (f *fakeAgent) serveGate(ln net.Listener) {
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- f.slotGate.Serve(ctx, ln) }()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopGate = sync.OnceFunc(func() {
+		cancel()
+		if err := <-served; err != nil {
+			f.t.Errorf("slot gate: %v", err)
+		}
+	})
+}
+
+// gateDown stops the slot gate as a node agent hosting it does when it
+// restarts: its connections are cut, new ones refused, until up serves it
+// again on its address (knowing the slots it knew).
+func (f *fakeAgent) gateDown() (up func()) {
+	f.mu.Lock()
+	stop := f.stopGate
+	f.mu.Unlock()
+	stop()
+	return func() {
+		ln, err := net.Listen("tcp", f.gateAddr)
+		if err != nil {
+			f.t.Fatalf("slot gate back on %s: %v", f.gateAddr, err)
+		}
+		f.serveGate(ln)
 	}
 }
 

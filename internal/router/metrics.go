@@ -31,6 +31,7 @@ type metrics struct {
 	// the placements are known).
 	requestCalls  *prometheus.CounterVec
 	watchRestarts prometheus.Counter
+	gateParks     prometheus.Counter
 }
 
 // Calls a request may wait for, the label of
@@ -72,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"code"}),
 		parked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "torpor_router_parked_requests",
-			Help: "Requests waiting for their actor to be resumed, including those waiting for a free worker.",
+			Help: "Requests waiting for their actor to be resumed, including those waiting for a free worker, and those waiting for the slot gate of their actor's node to answer.",
 		}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "torpor_router_activity_reports_total",
@@ -87,7 +88,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "torpor_router_placement_watch_restarts_total",
 		Help: "Times the placement watch ended (the control plane restarted or was out of reach) and was resumed.",
 	})
-	for _, c := range []prometheus.Collector{m.activation, m.resumes, m.requests, m.parked, m.reports, m.requestCalls, m.watchRestarts} {
+	m.gateParks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "torpor_router_gate_parked_requests_total",
+		Help: "Requests and tunnels that waited (parked) because the slot gate of their actor's node did not answer: its node agent restarting, or the node out of reach.",
+	})
+	for _, c := range []prometheus.Collector{m.activation, m.resumes, m.requests, m.parked, m.reports, m.requestCalls, m.watchRestarts, m.gateParks} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register router metrics: %w", err)
 		}

@@ -59,12 +59,15 @@ func placementOf(uid string, version int64, worker *torporv1.WorkerRef, port int
 // dialActor connects to port of key's running workload through its node's
 // slot gate, resuming the actor first if needed; the connection reaches
 // that actor only, and ends when its worker stops hosting it. A refused
-// (stale) placement is resolved again from the control plane; a port
-// nothing listens on is errPortClosed. For tunnels (tunnel.go).
+// (stale) placement is resolved again from the control plane, a gate that
+// does not answer is waited for (gatepark.go); a port nothing listens on
+// is errPortClosed. For tunnels (tunnel.go).
 func (r *Router) dialActor(ctx context.Context, key ActorKey, port int, resumed *time.Duration) (net.Conn, error) {
-	for attempt := 0; ; attempt++ {
+	var park gatePark
+	refusals := 0
+	for fresh := false; ; fresh = true {
 		before := *resumed
-		at, _, err := r.resolveActor(ctx, key, attempt > 0, resumed)
+		at, _, err := r.resolveActor(ctx, key, fresh, resumed)
 		if err != nil {
 			return nil, err
 		}
@@ -74,8 +77,13 @@ func (r *Router) dialActor(ctx context.Context, key ActorKey, port int, resumed 
 		switch {
 		case err == nil:
 			return conn, nil
-		case errors.Is(err, slotgate.ErrStale) && attempt < maxRefusals:
-		case attempt > 0 || *resumed != before:
+		case gateDownErr(err):
+			if !r.waitGate(ctx, &park) {
+				return nil, fmt.Errorf("actor %s at %s: %w for %s: %w", key, t, errGateDown, r.cfg.ParkTimeout, err)
+			}
+		case errors.Is(err, slotgate.ErrStale) && refusals < maxRefusals:
+			refusals++
+		case fresh || *resumed != before:
 			return nil, fmt.Errorf("actor %s at %s: %w: %w", key, t, errPortClosed, err)
 		}
 		r.actors.forget(key, at)

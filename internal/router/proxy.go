@@ -30,9 +30,6 @@ type proxy struct {
 type proxyTarget struct {
 	actor ActorKey
 	at    placement
-	// retryDial: a failure to connect to the workload is reported to the
-	// caller (who resolves the actor again) instead of being answered 502.
-	retryDial bool
 	// activationStart, when set, is when the request for a non-running
 	// actor arrived; the first response byte observes activation.
 	activationStart time.Time
@@ -41,11 +38,15 @@ type proxyTarget struct {
 
 type proxyOutcome int
 
+// Outcomes of a proxy attempt that did not answer leave the answer to the
+// caller: nothing was written to the client.
 const (
-	proxied    proxyOutcome = iota // the workload answered, or the client left
-	dialFailed                     // nothing sent: the workload could not be reached
-	refused                        // nothing sent: the slot gate refused a stale placement
-	unanswered                     // the workload did not answer; nothing was written
+	proxied     proxyOutcome = iota // the workload answered, or the client left
+	refused                         // nothing sent: the slot gate refused a stale placement
+	gateDown                        // nothing sent: the slot gate did not answer (errGateDown)
+	unreachable                     // nothing sent: nothing accepts connections on the port
+	cut                             // the request may have reached the workload, which did not answer
+	unanswered                      // the client left before an answer
 )
 
 // attempt is one proxy attempt's state, carried in the outgoing request's
@@ -66,7 +67,12 @@ func newProxy(log *slog.Logger, dialer *net.Dialer) *proxy {
 		// a request for another.
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			a := ctx.Value(attemptKey{}).(*attempt)
-			return slotgate.Dial(ctx, dialer, a.target.at.target)
+			conn, err := slotgate.Dial(ctx, dialer, a.target.at.target)
+			if gateDownErr(err) {
+				// Said here, where nothing was sent yet for certain.
+				err = fmt.Errorf("%w: %w", errGateDown, err)
+			}
+			return conn, err
 		},
 		// Workloads are few per worker and a router talks to many workers:
 		// keep a generous idle pool so steady traffic never re-dials.
@@ -105,15 +111,15 @@ func newProxy(log *slog.Logger, dialer *net.Dialer) *proxy {
 	return p
 }
 
-// serve proxies req to t; when the workload did not answer, it returns
-// why and leaves the answer to the caller.
-func (p *proxy) serve(w http.ResponseWriter, req *http.Request, t proxyTarget) (proxyOutcome, error) {
+// serve proxies req, with body (nil: none), to t; when the workload did
+// not answer, it returns why and leaves the answer to the caller. body is
+// released when serve returns.
+func (p *proxy) serve(w http.ResponseWriter, req *http.Request, t proxyTarget, body *heldBody) (proxyOutcome, error) {
 	a := &attempt{target: t, outcome: proxied}
 	out := req.WithContext(context.WithValue(req.Context(), attemptKey{}, a))
-	if req.Body != nil && req.Body != http.NoBody {
-		held := &heldBody{body: req.Body}
-		out.Body = held
-		defer held.release(w)
+	if body != nil {
+		out.Body = body
+		defer body.release(w)
 	}
 	p.rp.ServeHTTP(w, out)
 	return a.outcome, a.err
@@ -124,17 +130,22 @@ func (p *proxy) serve(w http.ResponseWriter, req *http.Request, t proxyTarget) (
 func (p *proxy) fail(_ http.ResponseWriter, req *http.Request, err error) {
 	a := req.Context().Value(attemptKey{}).(*attempt)
 	// A failed dial or a refusal sent nothing (not even the body), so
-	// the request can safely go elsewhere.
-	if errors.Is(err, slotgate.ErrStale) {
-		a.outcome, a.err = refused, err
-		return
+	// the request can safely go elsewhere; anything else failed once the
+	// gate had admitted the connection, after which the request may have
+	// reached the workload.
+	a.err = err
+	switch {
+	case errors.Is(err, slotgate.ErrStale):
+		a.outcome = refused
+	case errors.Is(err, errGateDown):
+		a.outcome = gateDown
+	case errors.Is(err, slotgate.ErrUnreachable):
+		a.outcome = unreachable
+	case req.Context().Err() != nil:
+		a.outcome = unanswered
+	default:
+		a.outcome = cut
 	}
-	var op *net.OpError
-	if a.target.retryDial && (errors.As(err, &op) && op.Op == "dial" || errors.Is(err, slotgate.ErrUnreachable)) {
-		a.outcome, a.err = dialFailed, err
-		return
-	}
-	a.outcome, a.err = unanswered, err
 }
 
 // recorder notes the status and size of a response for the access log. It
@@ -150,6 +161,9 @@ type recorder struct {
 	// expected: the answer is the normal one for the request (a paused
 	// or killed sandbox's 502), not a failure worth a warning.
 	expected bool
+	// interim: an interim (1xx) answer was passed on, after which the
+	// request is not sent again.
+	interim bool
 }
 
 // answer writes the router's own answer: msg and the request id for the
@@ -186,6 +200,7 @@ func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 && code >= 200 { // 1xx are interim
 		r.status = code
 	}
+	r.interim = r.interim || code < 200
 	r.ResponseWriter.WriteHeader(code)
 }
 
@@ -197,6 +212,9 @@ func (r *recorder) Write(b []byte) (int, error) {
 	r.bytes.Add(int64(n))
 	return n, err
 }
+
+// written reports whether anything of an answer went to the client.
+func (r *recorder) written() bool { return r.status != 0 || r.interim }
 
 // Unwrap lets http.ResponseController reach Flush and deadlines.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -10,7 +10,8 @@
 // torpor_router_activation_seconds (arrival of a request for a non-running
 // actor to the first response byte from its workload),
 // torpor_router_resumes_total{result}, torpor_router_requests_total{code},
-// torpor_router_parked_requests and
+// torpor_router_parked_requests (resumes and gates waited for),
+// torpor_router_gate_parked_requests_total (gatepark.go) and
 // torpor_router_activity_reports_total{result}. Admin is meant for a listener of its own; with
 // Config.AdminOnIngress the ingress serves it too, but only to requests that
 // name no actor, so an actor's own /metrics stays reachable.
@@ -312,10 +313,13 @@ func (r *Router) serveActor(w *recorder, req *http.Request, rt route, start time
 	defer func() { r.actors.leave(key, time.Now()) }()
 
 	// The activation is labelled with the resume's outcome, which a
-	// re-resolve after a failed dial does not repeat.
+	// re-resolve after a failed attempt does not repeat.
 	var activation prometheus.Observer
-	for attempt := 0; ; attempt++ {
-		at, woken, err := r.resolve(ctx, &rt, attempt > 0, resumed)
+	body := holdBody(req)
+	var park gatePark
+	refusals, cuts := 0, 0
+	for fresh := false; ; fresh = true {
+		at, woken, err := r.resolve(ctx, &rt, fresh, resumed)
 		if woken != nil {
 			activation = r.metrics.activationOf(woken)
 		}
@@ -329,19 +333,31 @@ func (r *Router) serveActor(w *recorder, req *http.Request, rt route, start time
 		if rt.port != 0 {
 			dest.target.Port = rt.port
 		}
-		// A workload that was just resumed has passed its readiness probe,
-		// so failing to reach it is its fault; a placement from the table
-		// may be stale, so it is resolved again. A gate's refusal proves
-		// the placement stale (and that nothing was sent): it is resolved
-		// again whatever its source, up to maxRefusals.
 		outcome, err := r.proxy.serve(w, req, proxyTarget{
-			actor: key, at: dest, retryDial: attempt == 0 && *resumed == 0,
-			activationStart: activationStart(start, *resumed), activation: activation,
-		})
-		switch {
-		case outcome == proxied:
+			actor: key, at: dest, activationStart: activationStart(start, *resumed), activation: activation,
+		}, body)
+		if outcome == proxied {
 			return
-		case outcome == unanswered, outcome == refused && attempt >= maxRefusals:
+		}
+		next, kept := body.again()
+		switch {
+		case outcome == refused && refusals < maxRefusals:
+			// The gate's refusal proves the placement stale (and that
+			// nothing was sent): resolved again whatever its source.
+			refusals++
+		case outcome == unreachable && !fresh && *resumed == 0:
+			// A placement from the table may be stale; a workload that
+			// was just resumed has passed its readiness probe, so
+			// failing to reach it is its own fault.
+		case outcome == gateDown:
+			if !r.waitGate(ctx, &park) {
+				r.writeError(w, req, rt, fmt.Errorf("actor %s at %s: %w for %s: %w", key, dest.target, errGateDown, r.cfg.ParkTimeout, err))
+				return
+			}
+		case outcome == cut && cuts == 0 && kept && !w.written() && replayable(req):
+			// Once: a workload that cuts the request again is answering.
+			cuts++
+		default:
 			if errors.Is(err, slotgate.ErrUnreachable) {
 				err = &closedPort{port: dest.target.Port, err: err}
 			}
@@ -349,6 +365,7 @@ func (r *Router) serveActor(w *recorder, req *http.Request, rt route, start time
 			return
 		}
 		r.log.Debug("placement refused or unreachable, resolving again", "actor", key.String(), "placement", dest.target.String(), "err", err)
+		body = next
 		r.actors.forget(key, at)
 	}
 }
