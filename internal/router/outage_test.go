@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -92,3 +93,28 @@ func wantUnavailable(t *testing.T, status int, header http.Header, body string) 
 		}
 	}
 }
+
+// TestTunnelTokenCheckIsRetried: a tunnel's token check meeting a
+// control plane that cannot answer for a while waits for it, as a resume
+// does, instead of failing the tunnel.
+func TestTunnelTokenCheckIsRetried(t *testing.T) {
+	e := newEnv(t, 1, echoWorkload)
+	key := e.createActor("app", nil)
+	tr := e.newRouter(Config{ParkTimeout: 30 * time.Second})
+	token := e.apiToken(testSpace)
+	e.resume(key)
+	const refused = 3
+	before := e.callCount(getCall)
+	e.outage(getCall, refused)
+	resp, conn := tr.connectTunnel(t, fmt.Sprintf("app.%s.%s:%d", testSpace, DefaultDomain, e.port), http.Header{"Proxy-Authorization": {"Bearer " + token}})
+	if conn == nil {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("CONNECT: %s %s, want the tunnel", resp.Status, body)
+	}
+	conn.Close()
+	if n := e.callCount(getCall) - before; n != refused+1 {
+		t.Errorf("%s called %d times, want %d refused and 1 answered", getCall, n, refused)
+	}
+}
+
+const getCall = torporv1connect.ActorServiceGetActorProcedure

@@ -51,6 +51,27 @@ func unavailable(err error) bool {
 	return false
 }
 
+// askParked calls fn, a read of the control plane, again while the
+// control plane cannot answer, until ParkTimeout: then the error is
+// errControlPlaneDown, about what.
+func (r *Router) askParked(ctx context.Context, what string, fn func(context.Context) error) error {
+	parked, cancel := r.parked(ctx)
+	defer cancel()
+	b := parkBackoff.Start()
+	for {
+		err := fn(parked)
+		if !unavailable(err) {
+			return err
+		}
+		if !b.Wait(parked) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%s: %w for %s: %w", what, errControlPlaneDown, r.cfg.ParkTimeout, err)
+		}
+	}
+}
+
 // abandonResumeAfter bounds a resume call nobody waits for any more. The
 // call is not cancelled when its requests give up at ResumeTimeout:
 // cancelling a resume half way would leave the actor RESUMING until the

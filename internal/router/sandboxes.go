@@ -125,35 +125,28 @@ func (r *Router) sandbox(ctx context.Context, id string) (sandboxRef, error) {
 // resume, it asks again while the control plane cannot answer, up to
 // ParkTimeout.
 func (r *Router) lookupSandbox(ctx context.Context, id string) (sandboxRef, error) {
-	parked, cancel := r.parked(ctx)
-	defer cancel()
-	b := parkBackoff.Start()
-	for {
+	var resp *connect.Response[torporv1.LookupSandboxResponse]
+	err := r.askParked(ctx, "look up sandbox "+id, func(ctx context.Context) (err error) {
 		r.metrics.requestCalls.WithLabelValues(callLookupSandbox).Inc()
-		resp, err := r.sandboxAPI.LookupSandbox(parked, connect.NewRequest(&torporv1.LookupSandboxRequest{SandboxId: id}))
-		if err == nil {
-			m := resp.Msg
-			ref := sandboxRef{
-				id: id, key: ActorKey{Space: m.GetSpace(), Name: m.GetName()}, uid: m.GetActorUid(),
-				autoResume: m.GetSandbox().GetAutoResume(), state: m.GetState(),
-			}
-			r.sandboxes.put(ref)
-			return ref, nil
-		}
-		switch {
-		case connect.CodeOf(err) == connect.CodeNotFound:
-			r.sandboxes.drop(id)
-			return sandboxRef{}, fmt.Errorf("sandbox %s: %w: %w", id, errSandboxNotFound, err)
-		case !unavailable(err):
-			return sandboxRef{}, fmt.Errorf("look up sandbox %s: %w", id, err)
-		}
-		if !b.Wait(parked) {
-			if ctx.Err() != nil {
-				return sandboxRef{}, ctx.Err()
-			}
-			return sandboxRef{}, fmt.Errorf("look up sandbox %s: %w for %s: %w", id, errControlPlaneDown, r.cfg.ParkTimeout, err)
-		}
+		resp, err = r.sandboxAPI.LookupSandbox(ctx, connect.NewRequest(&torporv1.LookupSandboxRequest{SandboxId: id}))
+		return err
+	})
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		r.sandboxes.drop(id)
+		return sandboxRef{}, fmt.Errorf("sandbox %s: %w: %w", id, errSandboxNotFound, err)
+	case errors.Is(err, errControlPlaneDown), errors.Is(err, context.Canceled):
+		return sandboxRef{}, err
+	case err != nil:
+		return sandboxRef{}, fmt.Errorf("look up sandbox %s: %w", id, err)
 	}
+	m := resp.Msg
+	ref := sandboxRef{
+		id: id, key: ActorKey{Space: m.GetSpace(), Name: m.GetName()}, uid: m.GetActorUid(),
+		autoResume: m.GetSandbox().GetAutoResume(), state: m.GetState(),
+	}
+	r.sandboxes.put(ref)
+	return ref, nil
 }
 
 // resolveSandbox is resolveActor for a sandbox: where its workload runs,
@@ -180,8 +173,12 @@ func (r *Router) resolveSandbox(ctx context.Context, ref *sandboxRef, fresh bool
 	if state == torporv1.ActorState_ACTOR_STATE_RUNNING {
 		// Running but not (yet) in the table: a read, which never wakes
 		// it, says where.
-		r.metrics.requestCalls.WithLabelValues(callGet).Inc()
-		resp, err := r.api.GetActor(ctx, connect.NewRequest(&torporv1.GetRequest{Space: ref.key.Space, Name: ref.key.Name}))
+		var resp *connect.Response[torporv1.Actor]
+		err := r.askParked(ctx, "sandbox "+ref.id, func(ctx context.Context) (err error) {
+			r.metrics.requestCalls.WithLabelValues(callGet).Inc()
+			resp, err = r.api.GetActor(ctx, connect.NewRequest(&torporv1.GetRequest{Space: ref.key.Space, Name: ref.key.Name}))
+			return err
+		})
 		switch {
 		case connect.CodeOf(err) == connect.CodeNotFound:
 			return placement{}, nil, r.sandboxGone(ref, err)

@@ -181,15 +181,23 @@ func tunnelToken(req *http.Request) string {
 
 // authorizeTunnel asks the control plane whether the request's token may
 // reach key: the token, not the router's own credential, reads the actor,
-// so the API's rules for the space decide, on every tunnel.
+// so the API's rules for the space decide, on every tunnel. A control
+// plane that cannot answer is asked again, within ParkTimeout.
 func (r *Router) authorizeTunnel(ctx context.Context, req *http.Request, key ActorKey) error {
 	token := tunnelToken(req)
 	if token == "" {
 		return errNoCredential
 	}
-	check := connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name})
-	check.Header().Set("Authorization", "Bearer "+token)
-	if _, err := r.api.GetActor(ctx, check); err != nil {
+	err := r.askParked(ctx, "check the tunnel's token for actor "+key.String(), func(ctx context.Context) error {
+		check := connect.NewRequest(&torporv1.GetRequest{Space: key.Space, Name: key.Name})
+		check.Header().Set("Authorization", "Bearer "+token)
+		_, err := r.api.GetActor(ctx, check)
+		return err
+	})
+	if errors.Is(err, errControlPlaneDown) {
+		return err
+	}
+	if err != nil {
 		return fmt.Errorf("check the tunnel's token for actor %s: %w", key, err)
 	}
 	return nil
