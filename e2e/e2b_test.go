@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net"
@@ -8,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -52,6 +55,36 @@ func TestE2BSDK(t *testing.T) {
 			}
 		})
 	}
+	for _, sdk := range []string{"e2b", "e2b-2.50"} {
+		t.Run("egress-"+sdk, func(t *testing.T) { testE2BEgress(t, e, sdk) })
+	}
+}
+
+// testE2BEgress: a sandbox the SDK creates with network.allowOut and
+// denyOut ALL_TRAFFIC runs under the allowlist of its entries, TCP and
+// UDP on every port (its running workload's policy, as actor describe
+// shows it); what cannot be honoured is refused with the SDK's error
+// naming the entry (e2e/e2b/egress.mjs asserts those).
+func testE2BEgress(t *testing.T, e *e2bInstallation, sdk string) {
+	out, err := e.node(sdk, nil, "egress.mjs")
+	if err != nil {
+		t.Fatalf("egress.mjs (%s): %v\n%s", sdk, err, out)
+	}
+	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+	var res struct {
+		SandboxID string   `json:"sandboxId"`
+		Refusals  []string `json:"refusals"`
+	}
+	if err := json.Unmarshal(lines[len(lines)-1], &res); err != nil {
+		t.Fatalf("egress.mjs printed %q: %v", out, err)
+	}
+	t.Logf("refusals the SDK reported:\n%s", strings.Join(res.Refusals, "\n"))
+	describe := e.up.cli("actor", "describe", res.SandboxID)
+	const want = "Egress:  allowlist: tcp api.example.com:*, udp api.example.com:*, tcp 198.51.100.7/32:*, udp 198.51.100.7/32:* (the running workload's)"
+	if !strings.Contains(describe, want) {
+		t.Errorf("actor describe %s:\n%s\nwant the line %q", res.SandboxID, describe, want)
+	}
+	e.up.cli("actor", "delete", res.SandboxID, "--force")
 }
 
 // e2bInstallation is `torpor up` with its E2B listener, a template "base"
@@ -94,8 +127,19 @@ spec:
     - name: main
       image: %s
       command: ["/bin/sleep", "infinity"]
+  # What a sandbox's network.allowOut narrows (e2e/e2b/egress.mjs); no
+  # scenario dials out.
+  egress:
+    mode: ALLOWLIST
+    rules:
+      - {host: "*.example.com", protocol: TCP}
+      - {host: "*.example.com", protocol: UDP}
+      - {cidr: 198.51.100.0/24, protocol: TCP}
+      - {cidr: 198.51.100.0/24, protocol: UDP}
 `, pinned))
 	e.up.cli("template", "apply", "-f", templateFile, "--wait")
+	// The keys' sandboxes may name addresses of this range (egress.mjs).
+	e.up.cli("space", "update", "default", "--egress-cidr", "198.51.100.0/24")
 	e.up.cli("space", "create", "other")
 	e.key = e2bKey(t, e.up.cli("token", "create", "--spaces", "default", "--e2b"))
 	e.otherKey = e2bKey(t, e.up.cli("token", "create", "--spaces", "other", "--e2b"))

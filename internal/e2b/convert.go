@@ -88,12 +88,14 @@ func (g *Gateway) detailOf(a *torporv1.Actor) sandboxDetail {
 	if a.GetSpec().GetSandbox().GetAutoPause() {
 		onTimeout = "pause"
 	}
-	return sandboxDetail{
+	d := sandboxDetail{
 		listedSandbox:   listedOf(a),
 		EnvdAccessToken: a.GetSpec().GetEnvdAccessToken(),
 		Domain:          g.domain,
 		Lifecycle:       lifecycle{AutoResume: a.GetSpec().GetSandbox().GetAutoResume(), OnTimeout: onTimeout},
 	}
+	d.AllowInternetAccess, d.Network = networkOf(a)
+	return d
 }
 
 // timeOf is t as E2B's date-time: RFC 3339 in UTC; the zero time when

@@ -185,8 +185,6 @@ func TestCreate(t *testing.T) {
 					t.Errorf("allow_internet_access true: egress %v, want none (the template's)", got)
 				}
 			}},
-		{name: "network rules", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","network":{"allowOut":["1.1.1.1"]}}`, status: 400, message: "network:", check: notCalled("CreateSandbox")},
-		{name: "network rules", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","network":{"denyOut":["0.0.0.0/0"]}}`, status: 400, message: "network:"},
 		{name: "mcp", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","mcp":{"x":{}}}`, status: 400, message: "mcp:"},
 		{name: "volume mounts", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","volumeMounts":[{"name":"v","path":"/d"}]}`, status: 400, message: "volumeMounts:"},
 		{name: "auto-pause without memory", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"base","autoPause":true,"autoPauseMemory":false}`, status: 400, message: "autoPauseMemory:"},

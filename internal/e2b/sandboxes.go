@@ -39,6 +39,10 @@ func (g *Gateway) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if err != nil {
 		return err
 	}
+	policy, err := sandboxEgress(body)
+	if err != nil {
+		return err
+	}
 	secure := alwaysSecure || body.Secure == nil || *body.Secure
 	resp, err := g.sandboxes.CreateSandbox(ctx, withKey(&torporv1.CreateSandboxRequest{
 		Space:          c.space,
@@ -49,23 +53,19 @@ func (g *Gateway) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 		AutoPause:      body.AutoPause != nil && *body.AutoPause,
 		AutoResume:     body.AutoResume != nil && body.AutoResume.Enabled,
 		Secure:         secure,
-		Egress:         sandboxEgress(body),
+		Egress:         policy,
 	}, c.key))
 	if err != nil {
+		if policy.GetMode() == torporv1.EgressMode_EGRESS_MODE_ALLOWLIST {
+			// The control plane names the policy's rules; the caller
+			// wrote allowOut entries.
+			ae := statusOf(err, "")
+			ae.message = nameAllowOut(ae.message, body.Network.AllowOut)
+			return ae
+		}
 		return err
 	}
 	writeJSON(w, http.StatusCreated, g.sandboxOf(resp.Msg))
-	return nil
-}
-
-// sandboxEgress is the egress policy a create asks for the sandbox:
-// allow_internet_access false is DENY; true, or none, the template's
-// policy (which the sandbox may not widen: E2B's true is not a way past
-// it).
-func sandboxEgress(b newSandbox) *torporv1.EgressPolicy {
-	if b.AllowInternetAccess != nil && !*b.AllowInternetAccess {
-		return &torporv1.EgressPolicy{Mode: torporv1.EgressMode_EGRESS_MODE_DENY}
-	}
 	return nil
 }
 
@@ -75,14 +75,22 @@ func refuseUnsupported(b newSandbox) error {
 	if b.AutoPauseMemory != nil && !*b.AutoPauseMemory {
 		return badRequest("autoPauseMemory", "false is not supported: a pause keeps the sandbox's memory")
 	}
+	var n networkBody
+	if b.Network != nil {
+		n = *b.Network
+	}
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
 	}{
-		{"network", b.Network},
 		{"mcp", b.MCP},
 		{"iam", b.IAM},
 		{"volumeMounts", b.VolumeMounts},
+		{"network.allowPublicTraffic", n.AllowPublicTraffic},
+		{"network.maskRequestHost", n.MaskRequestHost},
+		{"network.httpsPorts", n.HTTPSPorts},
+		{"network.rules", n.Rules},
+		{"network.egressProxy", n.EgressProxy},
 	} {
 		if len(f.raw) > 0 && string(f.raw) != "null" {
 			return badRequest(f.name, "not supported by Torpor's E2B API")

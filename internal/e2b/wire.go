@@ -18,13 +18,33 @@ type newSandbox struct {
 	Secure     *bool             `json:"secure"`
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
-	// What the gateway cannot honour: refused when set (createRefusals).
-	AllowInternetAccess *bool           `json:"allow_internet_access"`
-	AutoPauseMemory     *bool           `json:"autoPauseMemory"`
-	Network             json.RawMessage `json:"network"`
-	MCP                 json.RawMessage `json:"mcp"`
-	IAM                 json.RawMessage `json:"iam"`
-	VolumeMounts        json.RawMessage `json:"volumeMounts"`
+	// The sandbox's egress policy (sandboxEgress).
+	AllowInternetAccess *bool        `json:"allow_internet_access"`
+	Network             *networkBody `json:"network"`
+	// What the gateway cannot honour: refused when set (refuseUnsupported).
+	AutoPauseMemory *bool           `json:"autoPauseMemory"`
+	MCP             json.RawMessage `json:"mcp"`
+	IAM             json.RawMessage `json:"iam"`
+	VolumeMounts    json.RawMessage `json:"volumeMounts"`
+}
+
+// networkBody is a create's network object.
+type networkBody struct {
+	AllowOut []string `json:"allowOut"`
+	DenyOut  []string `json:"denyOut"`
+	// What the gateway cannot honour: refused when set.
+	AllowPublicTraffic json.RawMessage `json:"allowPublicTraffic"`
+	MaskRequestHost    json.RawMessage `json:"maskRequestHost"`
+	HTTPSPorts         json.RawMessage `json:"httpsPorts"`
+	Rules              json.RawMessage `json:"rules"`
+	EgressProxy        json.RawMessage `json:"egressProxy"`
+}
+
+// networkInfo is the network of GET /sandboxes/{id}: the sandbox's own
+// policy as E2B's lists.
+type networkInfo struct {
+	AllowOut []string `json:"allowOut,omitempty"`
+	DenyOut  []string `json:"denyOut,omitempty"`
 }
 
 // autoResume is {"enabled": bool} (what the SDK sends); a bare boolean
@@ -105,6 +125,9 @@ type sandboxDetail struct {
 	EnvdAccessToken string    `json:"envdAccessToken,omitempty"`
 	Domain          string    `json:"domain,omitempty"`
 	Lifecycle       lifecycle `json:"lifecycle"`
+	// The sandbox's own egress policy (networkOf).
+	AllowInternetAccess *bool        `json:"allowInternetAccess,omitempty"`
+	Network             *networkInfo `json:"network,omitempty"`
 }
 
 type lifecycle struct {
