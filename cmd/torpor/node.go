@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/cli"
+	"github.com/torpor-dev/torpor/internal/gateproc"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
 	"github.com/torpor-dev/torpor/internal/runtime"
@@ -133,6 +134,7 @@ last snapshots.`,
 	flags.BoolVar(&f.cleanup, "cleanup", false, "remove every sandbox, mount, network namespace, veth, bridge and nftables table of the stopped node, say what was removed, and exit (suspend its actors first: running workloads are lost)")
 	logs.register(cmd.PersistentFlags(), "info")
 	traces.register(cmd.PersistentFlags())
+	cmd.AddCommand(newNodeGateCommand(&logs))
 	return cmd
 }
 
@@ -153,6 +155,14 @@ func cleanupNode(ctx context.Context, out io.Writer, cfg node.Config, f nodeFlag
 		return fmt.Errorf("cleanup: %w (stop the agent first)", err)
 	}
 	defer unlock()
+	var removed []string
+	pid, err := gateproc.StopLeftover(ctx, cfg.StateDir)
+	if pid != 0 && err == nil {
+		removed = append(removed, fmt.Sprintf("slot gate process %d", pid))
+	}
+	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
 	network, err := netns.New(netns.Config{Node: cfg.Name, Bridge: f.bridge, CIDR: f.cidr})
 	if err != nil {
 		return err
@@ -173,7 +183,6 @@ func cleanupNode(ctx context.Context, out io.Writer, cfg node.Config, f nodeFlag
 	if err != nil {
 		return err
 	}
-	var removed []string
 	var errs []error
 	for _, name := range sandboxes {
 		if err := rt.Terminate(ctx, runtime.Slot{Name: name}); err != nil {
@@ -250,7 +259,10 @@ func completeNodeConfig(cfg *node.Config, f *nodeFlags, logger *slog.Logger) err
 	if err != nil {
 		return err
 	}
-	cfg.Runtime, err = gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runsc, RootDir: filepath.Join(cfg.StateDir, "gvisor"), Logger: logger})
+	if cfg.Runtime, err = gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runsc, RootDir: filepath.Join(cfg.StateDir, "gvisor"), Logger: logger}); err != nil {
+		return err
+	}
+	cfg.GateCommand, err = gateCommand()
 	return err
 }
 

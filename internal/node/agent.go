@@ -60,6 +60,11 @@ type Config struct {
 	// reach the workloads (internal/slotgate). Default: where the previous
 	// run listened, else the API's host with a port the system picks.
 	GateListen string
+	// GateCommand runs the slot gate as a process of its own (`torpor
+	// node gate`, internal/gateproc), which outlives the agent as the
+	// sandboxes do, so an agent's restart cuts no routed connection.
+	// Empty: the gate runs inside the agent and dies with it.
+	GateCommand []string
 	// Advertise is the base URL the control plane reaches this agent at.
 	// Default: https://<listen address>, with 127.0.0.1 for an unspecified
 	// host.
@@ -301,7 +306,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if address == "" {
 		address = advertised(ln.Addr())
 	}
-	gateLn, gate, err := listenGate(a.cfg, ln.Addr())
+	gate, err := openGate(ctx, a.cfg, a.machine.gate, ln.Addr())
 	if err != nil {
 		ln.Close()
 		return err
@@ -315,14 +320,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go("node agent API", func(ctx context.Context) error {
 		return httpserve.Serve(ctx, ln, a.handler(creds), creds.ServerTLSConfig())
 	})
-	loops.Go("slot gate", func(ctx context.Context) error {
-		// A gate that fails leaves the API serving: logged, not fatal.
-		if err := a.machine.gate.Serve(ctx, gateLn); err != nil {
-			a.log.Error("slot gate", "err", err)
-		}
-		<-ctx.Done()
-		return nil
-	})
+	loops.Go("slot gate", a.machine.gate.serve)
 	loops.Go("certificate renewal", func(ctx context.Context) error {
 		a.member.cert.KeepRenewed(ctx, creds)
 		return ctx.Err()
@@ -355,36 +353,37 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	a.warm.discard(stopCtx)
 	buildsErr := a.machine.endGoldenBuilds(stopCtx)
-	releaseErr := errors.Join(buildsErr, a.releaseIdle(stopCtx))
-	return errors.Join(err, releaseErr)
+	idle, releaseErr := a.releaseIdle(stopCtx)
+	gateErr := a.machine.gate.stop(idle)
+	return errors.Join(err, buildsErr, releaseErr, gateErr)
 }
 
 // stopTimeout bounds removing warm sandboxes and the network at a stop.
 const stopTimeout = time.Minute
 
 // releaseIdle gives back the node-wide parts of the runtime and the network
-// if no sandbox is left.
-func (a *Agent) releaseIdle(ctx context.Context) error {
+// if no sandbox is left, and says whether none was.
+func (a *Agent) releaseIdle(ctx context.Context) (idle bool, err error) {
 	left, err := a.cfg.Runtime.Sandboxes(ctx)
 	if err != nil {
-		return fmt.Errorf("stop: list sandboxes: %w", err)
+		return false, fmt.Errorf("stop: list sandboxes: %w", err)
 	}
 	if len(left) > 0 {
-		a.log.Info("stopped; workloads keep running for the next start", "sandboxes", len(left))
-		return nil
+		a.log.Info("stopped; workloads keep running for the next start, and so does the slot gate if it is a process", "sandboxes", len(left))
+		return false, nil
 	}
 	if rt, ok := a.cfg.Runtime.(releasableRuntime); ok {
 		if err := rt.Close(ctx); err != nil {
-			return fmt.Errorf("stop: release the runtime: %w", err)
+			return true, fmt.Errorf("stop: release the runtime: %w", err)
 		}
 	}
 	if n, ok := a.cfg.Network.(releasableNetwork); ok {
 		if err := n.TeardownAll(ctx); err != nil {
-			return fmt.Errorf("stop: remove the workers' network: %w", err)
+			return true, fmt.Errorf("stop: remove the workers' network: %w", err)
 		}
 	}
-	a.log.Info("stopped; no workload was left, so neither is the workers' network")
-	return nil
+	a.log.Info("stopped; no workload was left, so neither is the workers' network nor the slot gate")
+	return true, nil
 }
 
 // handler serves the node agent API, to the control plane only.

@@ -12,7 +12,6 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/errdefs"
 	"github.com/torpor-dev/torpor/internal/runtime"
-	"github.com/torpor-dev/torpor/internal/slotgate"
 )
 
 // slotMachine is the node's slot state machine. It moves each worker slot
@@ -57,7 +56,7 @@ type slotMachine struct {
 	warm      *warmer
 	logs      *actorLogs
 	// gate admits routed connections to the actor each slot hosts.
-	gate *slotgate.Gate
+	gate slotGate
 	// guest is the file helper run inside sandboxes (guestfiles.go).
 	guest *guestHelper
 
@@ -81,7 +80,7 @@ func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) 
 		identity: id,
 		probes:   &prober{client: newProbeClient(), rt: cfg.Runtime},
 		logs:     newActorLogs(d.logs, d.output, log),
-		gate:     slotgate.New(log),
+		gate:     newSlotGate(cfg, log),
 		guest:    &guestHelper{source: cfg.GuestHelper, dir: id.root},
 	}
 	m.watching, m.stopWatches = context.WithCancel(context.Background())
