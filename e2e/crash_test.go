@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/gateproc"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
 	"github.com/torpor-dev/torpor/internal/runtime"
@@ -533,6 +534,10 @@ func (n *nodeProcess) removeLeftovers(t testing.TB) {
 	n.cleaned.Do(func() {
 		n.kill()
 		ctx := context.Background()
+		// The slot gate process outlives the agent, as its sandboxes do.
+		if _, err := gateproc.StopLeftover(ctx, n.stateDir); err != nil {
+			t.Errorf("node %s: %v", n.name, err)
+		}
 		rt, err := gvisor.New(gvisor.Config{ConfigureNetwork: netns.Configure, Runsc: runtimetest.Runsc(t), RootDir: filepath.Join(n.stateDir, "gvisor")})
 		if err != nil {
 			t.Errorf("node %s: %v", n.name, err)

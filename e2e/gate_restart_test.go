@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+)
+
+// TestConnectionsSurviveNodeRestart runs `torpor node` as a process, whose
+// slot gate is a process of its own, and holds an HTTP keep-alive
+// connection and a CONNECT tunnel to a counter actor through the router
+// across a kill -9 of the agent and its restart, and across a SIGTERM
+// restart: neither is cut (the keep-alive connection is the one dialled
+// first, all along), requests keep succeeding, and new connections made
+// while the agent is down reach the running actor. A gate killed under a
+// running agent is started again (its connections lost: new ones work);
+// a stop with no actor running leaves no gate process, and `torpor node
+// --cleanup` stops the one a stop with an actor running leaves.
+func TestConnectionsSurviveNodeRestart(t *testing.T) {
+	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 1})
+	local := c.nodes[0]
+	remote := c.startNodeProcess(1)
+	c.applyTemplate(counterTemplate(t, "counter", nil))
+	c.holdWorkerOf(local.name, "counter")
+	c.createActor("c1", "counter")
+	if n := c.mustResume("c1").GetStatus().GetWorker().GetNode(); n != remote.name {
+		t.Fatalf("c1 runs on node %q, want the agent process's node %s", n, remote.name)
+	}
+
+	var dials atomic.Int32
+	keepAlive := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}}
+	defer keepAlive.CloseIdleConnections()
+	tunnel := openTunnel(t, c, "c1", 8080)
+	defer tunnel.Close()
+	check := func(when string) {
+		t.Helper()
+		if got := routedCount(t, keepAlive, c, "c1"); !strings.HasPrefix(got, "count=") {
+			t.Fatalf("%s: keep-alive request: %q", when, got)
+		}
+		if n := dials.Load(); n != 1 {
+			t.Fatalf("%s: the keep-alive client dialled %d connections, want its first one only", when, n)
+		}
+		if got := tunnel.get(t); !strings.HasPrefix(got, "count=") {
+			t.Fatalf("%s: request through the tunnel: %q", when, got)
+		}
+		fresh := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		if got := routedCount(t, fresh, c, "c1"); !strings.HasPrefix(got, "count=") {
+			t.Fatalf("%s: request on a new connection: %q", when, got)
+		}
+	}
+	check("before any restart")
+	gatePID := readGatePID(t, remote.stateDir)
+
+	remote.kill()
+	check("with the agent killed")
+	remote.restart(c)
+	check("after the agent's restart")
+
+	stopNodeProcess(t, remote.process)
+	check("with the agent stopped by SIGTERM")
+	remote.process = startProcess(t, "node-"+remote.name+"-sigterm", remote.args...)
+	remote.waitForHeartbeat(c, time.Now())
+	check("after the agent's start")
+	if pid := readGatePID(t, remote.stateDir); pid != gatePID {
+		t.Fatalf("gate pid %d after the restarts, want the first one, %d", pid, gatePID)
+	}
+
+	// The gate killed: the agent starts another; its connections are lost.
+	if err := syscall.Kill(gatePID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	fresh := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	c.waitFor("a new gate answering for c1", func() bool {
+		pid, err := gatePIDOf(remote.stateDir)
+		return err == nil && pid != gatePID && strings.HasPrefix(routedCount(t, fresh, c, "c1"), "count=")
+	})
+
+	// No actor running: the stop leaves no gate process.
+	c.suspend("c1")
+	stopNodeProcess(t, remote.process)
+	if left := nodeLeftovers(t, remote); len(left) > 0 {
+		t.Errorf("left after SIGTERM of a node running no actor:\n%s", strings.Join(left, "\n"))
+	}
+
+	// An actor running: the stop leaves the gate; --cleanup stops it.
+	remote.process = startProcess(t, "node-"+remote.name+"-last", remote.args...)
+	c.waitForWorkers(remote.name, remote.workers)
+	c.mustResume("c1")
+	stopNodeProcess(t, remote.process)
+	pid := readGatePID(t, remote.stateDir)
+	out, err := exec.Command(torporBinary(t), "node", "--cleanup", "--name", remote.name, "--state-dir", remote.stateDir,
+		"--bridge", remote.network.Bridge, "--cidr", remote.network.CIDR, "--runsc", runtimetest.Runsc(t)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("torpor node --cleanup: %v\n%s", err, out)
+	}
+	if want := fmt.Sprintf("removed slot gate process %d", pid); !strings.Contains(string(out), want) {
+		t.Errorf("torpor node --cleanup said:\n%s\nwant %q", out, want)
+	}
+	if left := nodeLeftovers(t, remote); len(left) > 0 {
+		t.Errorf("left after torpor node --cleanup:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+// routedCount GETs / of actor through the router with hc and returns the
+// body, or the status and body, or the error.
+func routedCount(t *testing.T, hc *http.Client, c *cluster, actor string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, c.ingress+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = actor + ".default.actors.localhost"
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err.Error()
+	}
+	if resp.StatusCode != http.StatusOK {
+		return resp.Status + " " + string(body)
+	}
+	return strings.TrimSpace(string(body))
+}
+
+// routedTunnel is a CONNECT tunnel through the router to an actor's port,
+// over which HTTP requests go one after the other.
+type routedTunnel struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func openTunnel(t *testing.T, c *cluster, actor string, port int) *routedTunnel {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(c.ingress, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	authority := actor + ".default.actors.localhost:" + strconv.Itoa(port)
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Bearer %s\r\n\r\n", authority, authority, c.conn.Token)
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT %s: %v %v", authority, resp, err)
+	}
+	return &routedTunnel{Conn: conn, r: r}
+}
+
+func (tu *routedTunnel) get(t *testing.T) string {
+	t.Helper()
+	_ = tu.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(tu, "GET / HTTP/1.1\r\nHost: counter\r\n\r\n"); err != nil {
+		return err.Error()
+	}
+	resp, err := http.ReadResponse(tu.r, nil)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err.Error()
+	}
+	return strings.TrimSpace(string(body))
+}
+
+func gatePIDOf(stateDir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, "gate.pid"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+func readGatePID(t *testing.T, stateDir string) int {
+	t.Helper()
+	pid, err := gatePIDOf(stateDir)
+	if err != nil {
+		t.Fatalf("the slot gate's pid file: %v", err)
+	}
+	return pid
+}
