@@ -69,15 +69,22 @@ The certificate is kept (and renewed) in the state directory, so later
 starts need no token. The agent serves its API over TLS with the same
 certificate, to the control plane only.
 
+Routers reach the workloads through the node's slot gate (--gate-listen),
+a process of its own that the agent starts and that outlives it, so a
+restart of the agent (kill -9, or SIGTERM for an upgrade) cuts no routed
+connection (exec and log streams through the agent's API are cut).
+
 SIGTERM stops the agent. Running actors' sandboxes stay (the next start
-adopts them, so an upgrade loses nothing), with the workers' network; warm
-sandboxes go. With no actor left running on the node, nothing of it stays:
-no process, mount, network namespace, veth, bridge or nftables table.
+adopts them, so an upgrade loses nothing), with the workers' network and
+the slot gate serving their connections; warm sandboxes go. With no actor
+left running on the node, nothing of it stays: no process, mount, network
+namespace, veth, bridge or nftables table.
 
 For a node stopped for good, suspend its actors first (torpor actor
 suspend NAME...; torpor worker list shows which run on it), stop the agent,
 then run 'torpor node --cleanup' with the same --name, --state-dir,
---bridge and --cidr: it removes every sandbox, mount, network namespace,
+--bridge and --cidr: it stops the slot gate process and removes every
+sandbox, mount, network namespace,
 veth, bridge and nftables table of the node, says what it removed, and
 exits. The workloads it removes are lost; their actors resume from their
 last snapshots.`,
@@ -131,7 +138,7 @@ last snapshots.`,
 	flags.BoolVar(&f.egress, "egress", true, "let workloads reach networks beyond this host as their egress policies allow, masqueraded as it (turns on IPv4 forwarding); --egress=false: every workload's policy is deny (nothing beyond the node), and its start says so")
 	flags.StringVar(&f.dns, "dns", "", dnsFlagHelp)
 	f.images.register(flags)
-	flags.BoolVar(&f.cleanup, "cleanup", false, "remove every sandbox, mount, network namespace, veth, bridge and nftables table of the stopped node, say what was removed, and exit (suspend its actors first: running workloads are lost)")
+	flags.BoolVar(&f.cleanup, "cleanup", false, "stop the slot gate process and remove every sandbox, mount, network namespace, veth, bridge and nftables table of the stopped node, say what was removed, and exit (suspend its actors first: running workloads are lost)")
 	logs.register(cmd.PersistentFlags(), "info")
 	traces.register(cmd.PersistentFlags())
 	cmd.AddCommand(newNodeGateCommand(&logs))
