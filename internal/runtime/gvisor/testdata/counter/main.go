@@ -19,9 +19,16 @@ const (
 
 // Run as "counter exit N" it exits with status N at once, as "counter
 // hostname NAME" with status 0 if the hostname is NAME (else 1, printing
-// it): commands for exec tests. Otherwise it serves on $PORT (default
-// 8080).
+// it), as "counter exists PATH" with status 0 if PATH exists (else 1):
+// commands for exec tests. Otherwise it serves on $PORT (default 8080).
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "exists" {
+		if _, err := os.Stat(os.Args[2]); err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if len(os.Args) == 3 && os.Args[1] == "exit" {
 		code, _ := strconv.Atoi(os.Args[2])
 		fmt.Printf("exiting with %d\n", code)
