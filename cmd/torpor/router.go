@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -29,6 +32,7 @@ func newRouterCommand() *cobra.Command {
 		metricsListen string
 		logs          logFlags
 		traces        traceFlags
+		drain         drainFlags
 	)
 	cmd := &cobra.Command{
 		Use:     "router",
@@ -70,7 +74,13 @@ certificate in --ca) pins:
 The router then reaches the actors of those spaces (of every space without
 --spaces); others answer 403. The certificate is kept (and renewed) in
 --state-dir, so later starts need no token; torpor client delete NAME
-revokes it.`,
+revokes it.
+
+On SIGTERM the router drains: /healthz answers 503 "draining" at once; after
+--drain-delay it stops accepting connections (idle keep-alive connections
+close), waits up to --drain-timeout for the requests in flight, WebSockets
+and tunnels included, closes what remains and exits 0. Several routers
+behind a load balancer ride out each other's restarts (docs/operations.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := logs.logger(cmd.ErrOrStderr())
@@ -99,7 +109,7 @@ revokes it.`,
 			cfg.Name = member.Name
 			cfg.Logger = logger
 			cfg.AdminOnIngress = metricsListen == ""
-			return runRouter(cmd.Context(), cfg, &member, listeners{listen: listen, tls: tlsListen, metrics: metricsListen})
+			return runRouter(cmd.Context(), cfg, &member, listeners{listen: listen, tls: tlsListen, metrics: metricsListen}, drain)
 		},
 	}
 	flags := cmd.Flags()
@@ -112,6 +122,8 @@ revokes it.`,
 	flags.StringVar(&cfg.Domain, "domain", router.DefaultDomain, "parent domain of actor host names: <actor>.<space>.<domain>")
 	flags.DurationVar(&cfg.ParkTimeout, "park-timeout", router.DefaultParkTimeout, "how long requests wait for a free worker or an unavailable control plane before 503")
 	flags.DurationVar(&cfg.ResumeTimeout, "resume-timeout", router.DefaultResumeTimeout, "how long requests wait for a resume before 504")
+	flags.DurationVar(&drain.delay, "drain-delay", 0, "on SIGTERM, how long the router keeps accepting connections while /healthz answers 503 draining, for a load balancer to take it out of rotation")
+	flags.DurationVar(&drain.timeout, "drain-timeout", defaultDrainTimeout, "on SIGTERM, once it stops accepting, how long the router waits for requests, upgraded connections and tunnels in flight before it closes them")
 	flags.StringVar(&metricsListen, "metrics-listen", "", "separate address for /metrics and /healthz (default: on --listen, for requests naming no actor)")
 	logs.register(cmd.PersistentFlags(), "info")
 	traces.register(cmd.PersistentFlags())
@@ -128,11 +140,21 @@ type routerListeners struct {
 	ln, tls, metrics net.Listener
 }
 
+// defaultDrainTimeout is --drain-timeout's default: long enough for
+// ordinary requests and resumes, short enough for a rolling restart.
+const defaultDrainTimeout = 30 * time.Second
+
+// drainFlags say how torpor router drains on SIGTERM.
+type drainFlags struct {
+	delay, timeout time.Duration
+}
+
 // startRouter gets the router's certificate (joining if it has none) and
 // its HTTPS certificate when it serves HTTPS, then runs in g, in this
-// order, the certificates' renewals, the activity reports and the router
-// serving on its listeners.
-func startRouter(ctx context.Context, g *rungroup.Group, cfg router.Config, member *identity.Member, lns routerListeners) (*router.Router, error) {
+// order, the certificates' renewals, the activity reports, the metrics
+// listener and the router serving its listeners: stopped in the reverse
+// order, the router drains while the activity reports and /healthz go on.
+func startRouter(ctx context.Context, g *rungroup.Group, cfg router.Config, member *identity.Member, lns routerListeners, drain drainFlags) (*router.Router, error) {
 	creds, err := member.Credentials(ctx)
 	if err != nil {
 		return nil, err
@@ -156,16 +178,61 @@ func startRouter(ctx context.Context, g *rungroup.Group, cfg router.Config, memb
 		g.Go("router HTTPS certificate", ingress.Run)
 	}
 	g.Go("router activity reports", rt.Run)
-	if lns.ln != nil {
-		g.Go("router", func(ctx context.Context) error { return httpserve.Serve(ctx, lns.ln, rt, nil) })
-	}
-	if ingress != nil {
-		g.Go("router HTTPS", func(ctx context.Context) error { return httpserve.Serve(ctx, lns.tls, rt, ingress.Config()) })
-	}
 	if lns.metrics != nil {
 		g.Go("router metrics", func(ctx context.Context) error { return httpserve.Serve(ctx, lns.metrics, rt.Admin(), nil) })
 	}
+	var servers []ingressServer
+	if lns.ln != nil {
+		servers = append(servers, ingressServer{ln: lns.ln})
+	}
+	if ingress != nil {
+		servers = append(servers, ingressServer{ln: lns.tls, tls: ingress.Config()})
+	}
+	g.Go("router", func(ctx context.Context) error { return serveIngress(ctx, rt, servers, drain, cfg.Logger) })
 	return rt, nil
+}
+
+// ingressServer is one listener of the router's ingress.
+type ingressServer struct {
+	ln  net.Listener
+	tls *tls.Config
+}
+
+// serveIngress serves the router on its listeners until ctx ends, then
+// drains them together (see the command's help); the first listener to
+// fail stops the others.
+func serveIngress(ctx context.Context, rt *router.Router, servers []ingressServer, drain drainFlags, log *slog.Logger) error {
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	errc := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { errc <- httpserve.ServeGrace(serveCtx, s.ln, rt, s.tls, drain.timeout) }()
+	}
+	var errs []error
+	select {
+	case err := <-errc:
+		errs = append(errs, err)
+	case <-ctx.Done():
+		rt.Drain()
+		log.Info("draining: /healthz answers 503", "delay", drain.delay, "timeout", drain.timeout)
+		t := time.NewTimer(drain.delay)
+		select {
+		case <-t.C:
+		case err := <-errc:
+			errs = append(errs, err)
+		}
+		t.Stop()
+	}
+	stopServing()
+	graceCtx, cancel := context.WithTimeout(context.Background(), drain.timeout)
+	defer cancel()
+	if n := rt.CloseHijacked(graceCtx); n > 0 {
+		log.Info("drained: closed the upgraded connections and tunnels still open", "connections", n)
+	}
+	for range len(servers) - len(errs) {
+		errs = append(errs, <-errc)
+	}
+	return errors.Join(errs...)
 }
 
 // listeners are the addresses torpor router serves on; tls and metrics
@@ -177,7 +244,7 @@ type listeners struct {
 // runRouter serves the router (and its metrics listener, if any) and
 // reports activity until ctx is done; the first part to fail stops the
 // rest.
-func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, addrs listeners) error {
+func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, addrs listeners, drain drainFlags) error {
 	if addrs.listen == "" && addrs.tls == "" {
 		return errors.New("--listen and --tls-listen are both empty: the router would serve nothing")
 	}
@@ -210,7 +277,7 @@ func runRouter(ctx context.Context, cfg router.Config, member *identity.Member, 
 		logAttrs = append(logAttrs, l.name, ln.Addr().String())
 	}
 	g := rungroup.New(ctx)
-	rt, err := startRouter(ctx, g, cfg, member, lns)
+	rt, err := startRouter(ctx, g, cfg, member, lns, drain)
 	if err != nil {
 		closeAll()
 		return err

@@ -201,7 +201,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 	})
 	// The router joins over the API, so it starts once the API serves. A
 	// router that cannot start stops the rest, as a failing part does.
-	if _, err := startRouter(ctx, g, router.Config{Server: cp.URL, Domain: f.domain, Logger: logger, AdminOnIngress: true, Registerer: metrics}, upRouterMember(f, cp, logger), routerListeners{ln: routerLn, tls: routerTLSLn}); err != nil {
+	if _, err := startRouter(ctx, g, router.Config{Server: cp.URL, Domain: f.domain, Logger: logger, AdminOnIngress: true, Registerer: metrics}, upRouterMember(f, cp, logger), routerListeners{ln: routerLn, tls: routerTLSLn}, drainFlags{timeout: httpserve.DefaultGrace}); err != nil {
 		routerLn.Close()
 		g.Go("router", func(context.Context) error { return err })
 	}

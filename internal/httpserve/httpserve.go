@@ -16,10 +16,22 @@ import (
 	"time"
 )
 
-// Serve serves h on ln until ctx is done, then drains in-flight requests:
-// over TLS (HTTP/2 and HTTP/1.1) with tlsConfig, or in cleartext
-// (HTTP/1.1 and HTTP/2 for gRPC) when it is nil.
+// DefaultGrace bounds Serve's drain.
+const DefaultGrace = 10 * time.Second
+
+// Serve is ServeGrace with DefaultGrace.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, tlsConfig *tls.Config) error {
+	return ServeGrace(ctx, ln, h, tlsConfig, DefaultGrace)
+}
+
+// ServeGrace serves h on ln until ctx is done, then drains: it stops
+// accepting, closes idle connections, waits up to grace for the requests
+// in flight, and closes the connections still open after that (their
+// requests fail; a stop leaves nothing). It serves over TLS (HTTP/2 and
+// HTTP/1.1) with tlsConfig, or in cleartext (HTTP/1.1 and HTTP/2 for
+// gRPC) when it is nil. Connections a handler hijacked are the handler's
+// to close.
+func ServeGrace(ctx context.Context, ln net.Listener, h http.Handler, tlsConfig *tls.Config, grace time.Duration) error {
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	if tlsConfig != nil {
@@ -48,10 +60,13 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, tlsConfig *tls.
 		return err
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shut down HTTP server on %s: %w", ln.Addr(), err)
+		slog.Default().Warn("requests still in flight at the end of the grace period: closing their connections", "listener", ln.Addr().String(), "grace", grace, "err", err)
+		if err := srv.Close(); err != nil {
+			return fmt.Errorf("close HTTP server on %s: %w", ln.Addr(), err)
+		}
 	}
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return err

@@ -164,6 +164,8 @@ type recorder struct {
 	// interim: an interim (1xx) answer was passed on, after which the
 	// request is not sent again.
 	interim bool
+	// hijacked keeps the connection Hijack hands over, for a drain.
+	hijacked *hijackedConns
 }
 
 // answer writes the router's own answer: msg and the request id for the
@@ -227,7 +229,7 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	r.status = http.StatusSwitchingProtocols
-	return &countingConn{Conn: conn, written: &r.bytes}, rw, nil
+	return r.hijacked.keep(&countingConn{Conn: conn, written: &r.bytes}), rw, nil
 }
 
 type countingConn struct {

@@ -35,6 +35,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -119,6 +120,10 @@ type Router struct {
 	flights flights
 	proxy   *proxy
 	admin   http.Handler
+	// draining: Drain was called; hijacked: the connections upgrades
+	// and tunnels took over (drain.go).
+	draining atomic.Bool
+	hijacked hijackedConns
 }
 
 // New returns a router over the control plane at cfg.Server.
@@ -187,7 +192,13 @@ func New(cfg Config) (*Router, error) {
 	r.proxy = newProxy(r.log, &r.dialer)
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{r.log}}))
-	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if r.draining.Load() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	r.admin = admin
 	return r, nil
 }
@@ -195,8 +206,9 @@ func New(cfg Config) (*Router, error) {
 // Domain is the parent domain of actor host names, normalized.
 func (r *Router) Domain() string { return r.cfg.Domain }
 
-// Admin serves /metrics (Prometheus) and /healthz, for a listener of its
-// own or, with AdminOnIngress, through ServeHTTP.
+// Admin serves /metrics (Prometheus) and /healthz (503 "draining" once
+// Drain was called), for a listener of its own or, with AdminOnIngress,
+// through ServeHTTP.
 func (r *Router) Admin() http.Handler { return r.admin }
 
 // RequestIDHeader carries the id the router gives each request it serves;
@@ -223,7 +235,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.admin.ServeHTTP(w, req)
 		return
 	}
-	rec := &recorder{ResponseWriter: w, id: rand.Text()}
+	rec := &recorder{ResponseWriter: w, id: rand.Text(), hijacked: &r.hijacked}
 	w.Header().Set(RequestIDHeader, rec.id)
 	var resumed time.Duration
 	// Deferred so the log line is written even when the proxy aborts a
