@@ -21,6 +21,9 @@
 // GET /resolve?name=NAME answers the addresses NAME resolves to, one a
 // line, or 502 with the error.
 //
+// GET /stream answers a line, "tick N", every 100 ms (every=DURATION)
+// until the client goes: a streaming response held open.
+//
 // GET /print?line=TEXT writes TEXT as a line to its standard output (what
 // the node reads into the actor's log) before it answers, so a test can
 // have the workload write output when it wants.
@@ -81,6 +84,7 @@ func run(ctx context.Context, addr, dataDir, identityDir string) error {
 	mux.HandleFunc("GET /dial", serveDial)
 	mux.HandleFunc("GET /resolve", serveResolve)
 	mux.HandleFunc("GET /print", servePrint)
+	mux.HandleFunc("GET /stream", serveStream)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -182,6 +186,37 @@ func servePrint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "printed")
+}
+
+// serveStream writes a numbered line every period until the client goes.
+func serveStream(w http.ResponseWriter, r *http.Request) {
+	every := 100 * time.Millisecond
+	if v := r.URL.Query().Get("every"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			http.Error(w, "every: want a positive duration", http.StatusBadRequest)
+			return
+		}
+		every = d
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "this connection cannot stream", http.StatusInternalServerError)
+		return
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for n := 1; ; n++ {
+		if _, err := fmt.Fprintf(w, "tick %d\n", n); err != nil {
+			return
+		}
+		flusher.Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // serveDial connects to the addr parameter and answers the first line the
