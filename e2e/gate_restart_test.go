@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -22,10 +23,11 @@ import (
 
 // TestConnectionsSurviveNodeRestart runs `torpor node` as a process, whose
 // slot gate is a process of its own, and holds an HTTP keep-alive
-// connection and a CONNECT tunnel to a counter actor through the router
+// connection, a CONNECT tunnel and a streaming response to a counter
+// actor through the router
 // across a kill -9 of the agent and its restart, and across a SIGTERM
 // restart: neither is cut (the keep-alive connection is the one dialled
-// first, all along), requests keep succeeding, and new connections made
+// first, all along; the stream goes on), requests keep succeeding, and new connections made
 // while the agent is down reach the running actor. A gate killed under a
 // running agent is started again (its connections lost: new ones work);
 // a stop with no actor running leaves no gate process, and `torpor node
@@ -51,8 +53,11 @@ func TestConnectionsSurviveNodeRestart(t *testing.T) {
 	defer keepAlive.CloseIdleConnections()
 	tunnel := openTunnel(t, c, "c1", 8080)
 	defer tunnel.Close()
+	stream := openStream(t, c, "c1")
+	defer stream.close()
 	check := func(when string) {
 		t.Helper()
+		stream.ticking(t, when)
 		if got := routedCount(t, keepAlive, c, "c1"); !strings.HasPrefix(got, "count=") {
 			t.Fatalf("%s: keep-alive request: %q", when, got)
 		}
@@ -68,7 +73,8 @@ func TestConnectionsSurviveNodeRestart(t *testing.T) {
 		}
 	}
 	check("before any restart")
-	gatePID := readGatePID(t, remote.stateDir)
+	// Read now, checked after the restarts: the same gate all along.
+	gatePID, _ := gatePIDOf(remote.stateDir)
 
 	remote.kill()
 	check("with the agent killed")
@@ -142,6 +148,63 @@ func routedCount(t *testing.T, hc *http.Client, c *cluster, actor string) string
 		return resp.Status + " " + string(body)
 	}
 	return strings.TrimSpace(string(body))
+}
+
+// routedStream is the counter's /stream through the router, read as it
+// comes.
+type routedStream struct {
+	body  io.Closer
+	ticks atomic.Int64
+	read  sync.WaitGroup
+	// err is why the stream ended, once it did.
+	err atomic.Pointer[error]
+}
+
+func openStream(t *testing.T, c *cluster, actor string) *routedStream {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, c.ingress+"/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = actor + ".default.actors.localhost"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /stream of %s: %v %v", actor, resp, err)
+	}
+	s := &routedStream{body: resp.Body}
+	s.read.Go(func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			s.ticks.Add(1)
+		}
+		err := sc.Err()
+		if err == nil {
+			err = io.EOF
+		}
+		s.err.Store(&err)
+	})
+	return s
+}
+
+// ticking fails unless the stream goes on: new lines within seconds.
+func (s *routedStream) ticking(t *testing.T, when string) {
+	t.Helper()
+	before := s.ticks.Load()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.ticks.Load() < before+3 {
+		if err := s.err.Load(); err != nil {
+			t.Fatalf("%s: the streaming response ended: %v", when, *err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the streaming response sent %d lines in 5 s", when, s.ticks.Load()-before)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *routedStream) close() {
+	s.body.Close()
+	s.read.Wait()
 }
 
 // routedTunnel is a CONNECT tunnel through the router to an actor's port,
