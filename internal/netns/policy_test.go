@@ -171,6 +171,20 @@ func TestSlotPolicy(t *testing.T) {
 			{"another address", false, in.AddrPort(1, 21, 8443), false},
 		})
 	})
+	t.Run("a protected address named", func(t *testing.T) {
+		// What an administrator names explicitly is reached: here one
+		// of the node's own addresses, on one port.
+		p := mustPolicy(t, &torporv1.EgressPolicy{Rules: []*torporv1.EgressRule{
+			{Cidr: self + "/32", Ports: []string{fmt.Sprint(nodePort)}},
+		}})
+		if err := n.ApplyPolicy(ctx, 0, p); err != nil {
+			t.Fatal(err)
+		}
+		run(t, []probe{
+			{"the node's link, named", false, tcp(self, nodePort), true},
+			{"the gateway, not named", false, tcp(n.Gateway().String(), nodePort), false},
+		})
+	})
 	t.Run("dns goes to the gateway", func(t *testing.T) {
 		pc, err := net.ListenPacket("udp4", net.JoinHostPort(n.Gateway().String(), "53"))
 		if err != nil {
