@@ -180,3 +180,45 @@ func TestRequestDuringIdleSuspendWaitsAndResumes(t *testing.T) {
 		t.Errorf("restored %d times, want 1", n)
 	}
 }
+
+// TestTwoRoutersOneActor: two routers serve one actor side by side; a
+// request open on one keeps the actor running however long the other has
+// been idle for it (the control plane sums their in-flight counts), and
+// once it ends the actor is idle-suspended.
+func TestTwoRoutersOneActor(t *testing.T) {
+	release := make(chan struct{})
+	e := newEnv(t, 1, func(actor string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				w.WriteHeader(http.StatusOK)
+				http.NewResponseController(w).Flush()
+				<-release
+			}
+			fmt.Fprintf(w, "hello from %s", actor)
+		})
+	})
+	key := e.createActor("app", &torporv1.IdlePolicy{Action: torporv1.IdleAction_IDLE_ACTION_SUSPEND, IdleSeconds: 1})
+	a, b := e.newRouter(Config{Name: "edge-a"}), e.newRouter(Config{Name: "edge-b"})
+	if status, body := a.get(t, key, "/"); status != http.StatusOK {
+		t.Fatalf("through router a: %d %q", status, body)
+	}
+	resp, err := http.DefaultClient.Do(b.request(t, http.MethodGet, key, "/slow", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	opened := time.Now()
+	// Sweeps past the idle period since router a's last request (and
+	// since b's request began): b's open request keeps the actor.
+	e.waitSweptAfter(t, opened.Add(2*time.Second))
+	if got := e.state(key); got != torporv1.ActorState_ACTOR_STATE_RUNNING {
+		t.Fatalf("actor is %s with a request open on router b, want RUNNING", got)
+	}
+	// Router a still routes to it meanwhile.
+	if status, body := a.get(t, key, "/"); status != http.StatusOK || body != "hello from app" {
+		t.Fatalf("through router a while b serves: %d %q", status, body)
+	}
+	close(release)
+	io.ReadAll(resp.Body)
+	e.waitState(key, torporv1.ActorState_ACTOR_STATE_SUSPENDED)
+}
