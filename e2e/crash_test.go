@@ -465,6 +465,8 @@ func startFakeNode(t testing.TB, c *cluster, name string, rt *fake.Runtime, snap
 // nodeProcess is `torpor node` on real gVisor as a child process.
 type nodeProcess struct {
 	*process
+	// bin is the torpor binary it runs (and a restart runs).
+	bin      string
 	name     string
 	args     []string
 	stateDir string
@@ -489,11 +491,17 @@ func (c *cluster) startNodeProcess(workers int) *nodeProcess {
 // given (a join token, or a Kubernetes token file) and waits until its
 // workers are registered.
 func (c *cluster) startNodeProcessAs(name string, workers int, join ...string) *nodeProcess {
+	c.t.Helper()
+	return c.startNodeProcessOf(torporBinary(c.t), name, workers, join...)
+}
+
+// startNodeProcessOf is startNodeProcessAs running bin.
+func (c *cluster) startNodeProcessOf(bin, name string, workers int, join ...string) *nodeProcess {
 	t := c.t
 	t.Helper()
 	suffix := randomHex(3)
 	n := &nodeProcess{
-		name: name, stateDir: shortTempDir(t), workers: workers,
+		bin: bin, name: name, stateDir: shortTempDir(t), workers: workers,
 		network: netns.Config{Node: name, Bridge: "tp" + suffix, CIDR: fmt.Sprintf("10.%d.%d.0/24", 248+mrand.IntN(4), mrand.IntN(256))},
 	}
 	n.args = append([]string{"node",
@@ -501,7 +509,7 @@ func (c *cluster) startNodeProcessAs(name string, workers int, join ...string) *
 		"--listen", testkit.FreeAddr(t), "--state-dir", n.stateDir, "--snapshots", c.snapshotStorage,
 		"--bridge", n.network.Bridge, "--cidr", n.network.CIDR, "--runsc", runtimetest.Runsc(t)}, join...)
 	n.args = append(n.args, allowExamples(t)...)
-	n.process = startProcess(t, "node-"+n.name, n.args...)
+	n.process = startProcessOf(t, bin, "node-"+n.name, n.args...)
 	t.Cleanup(func() { n.removeLeftovers(t) })
 	c.waitForWorkers(n.name, workers)
 	return n
@@ -513,7 +521,7 @@ func (n *nodeProcess) restart(c *cluster) {
 	c.t.Helper()
 	n.kill()
 	since := time.Now()
-	n.process = startProcess(c.t, "node-"+n.name+"-again", n.args...)
+	n.process = startProcessOf(c.t, n.bin, "node-"+n.name+"-again", n.args...)
 	n.waitForHeartbeat(c, since)
 }
 

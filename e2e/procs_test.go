@@ -80,13 +80,20 @@ type process struct {
 
 func startProcess(t testing.TB, name string, args ...string) *process {
 	t.Helper()
+	return startProcessOf(t, torporBinary(t), name, args...)
+}
+
+// startProcessOf runs bin, a torpor binary (this checkout's, or an
+// earlier version's for the upgrade tests), as startProcess does.
+func startProcessOf(t testing.TB, bin, name string, args ...string) *process {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logFile.Close() // the child has its own descriptor
-	cmd := exec.Command(torporBinary(t), args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start torpor %s: %v", strings.Join(args, " "), err)
@@ -163,9 +170,15 @@ func allowExamples(t testing.TB) []string {
 // same CA and admin token.
 func serverProcess(t testing.TB, dir, addr string, args ...string) (*process, client.Connection) {
 	t.Helper()
+	return serverProcessOf(t, torporBinary(t), dir, addr, args...)
+}
+
+// serverProcessOf is serverProcess running bin.
+func serverProcessOf(t testing.TB, bin, dir, addr string, args ...string) (*process, client.Connection) {
+	t.Helper()
 	tokenFile, caFile := filepath.Join(dir, "admin-token"), filepath.Join(dir, "ca.pem")
 	args = append(append([]string{"server", "--listen", addr, "--admin-token-file", tokenFile, "--ca-file", caFile}, allowExamples(t)...), args...)
-	p := startProcess(t, "server", args...)
+	p := startProcessOf(t, bin, "server", args...)
 	conn := client.Connection{Server: "https://" + addr}
 	deadline := time.Now().Add(time.Minute)
 	for {
