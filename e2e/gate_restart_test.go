@@ -113,6 +113,9 @@ func TestConnectionsSurviveNodeRestart(t *testing.T) {
 	c.mustResume("c1")
 	stopNodeProcess(t, remote.process)
 	pid := readGatePID(t, remote.stateDir)
+	if left := strings.Join(nodeLeftovers(t, remote), "\n"); !strings.Contains(left, strconv.Itoa(pid)+": ") || !strings.Contains(left, " node gate ") {
+		t.Errorf("what the harness sees left of a node stopped with an actor running:\n%s\nwant the gate process %d", left, pid)
+	}
 	out, err := exec.Command(torporBinary(t), "node", "--cleanup", "--name", remote.name, "--state-dir", remote.stateDir,
 		"--bridge", remote.network.Bridge, "--cidr", remote.network.CIDR, "--runsc", runtimetest.Runsc(t)).CombinedOutput()
 	if err != nil {
