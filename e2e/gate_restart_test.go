@@ -18,13 +18,15 @@ import (
 	"testing"
 	"time"
 
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
+	"github.com/torpor-dev/torpor/internal/testkit"
 )
 
 // TestConnectionsSurviveNodeRestart runs `torpor node` as a process, whose
 // slot gate is a process of its own, and holds an HTTP keep-alive
 // connection, a CONNECT tunnel and a streaming response to a counter
-// actor through the router
+// actor through `torpor router` (a process)
 // across a kill -9 of the agent and its restart, and across a SIGTERM
 // restart: neither is cut (the keep-alive connection is the one dialled
 // first, all along; the stream goes on), requests keep succeeding, and new connections made
@@ -42,6 +44,7 @@ func TestConnectionsSurviveNodeRestart(t *testing.T) {
 	if n := c.mustResume("c1").GetStatus().GetWorker().GetNode(); n != remote.name {
 		t.Fatalf("c1 runs on node %q, want the agent process's node %s", n, remote.name)
 	}
+	c.ingress = "http://" + startRouterProcess(t, c, "gate-router")
 
 	var dials atomic.Int32
 	keepAlive := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
@@ -127,6 +130,29 @@ func TestConnectionsSurviveNodeRestart(t *testing.T) {
 	if left := nodeLeftovers(t, remote); len(left) > 0 {
 		t.Errorf("left after torpor node --cleanup:\n%s", strings.Join(left, "\n"))
 	}
+}
+
+// startRouterProcess runs `torpor router` joined as name, and returns its
+// address once it listens.
+func startRouterProcess(t *testing.T, c *cluster, name string) string {
+	t.Helper()
+	token, fingerprint := c.createJoinToken(&torporv1.CreateTokenRequest{
+		Purpose: torporv1.TokenPurpose_TOKEN_PURPOSE_CLIENT_JOIN, Name: name, Role: torporv1.ClientRole_CLIENT_ROLE_ROUTER,
+	})
+	addr := testkit.FreeAddr(t)
+	router := startProcess(t, name, "router", "--name", name, "--server", c.api, "--ca-fingerprint", fingerprint,
+		"--state-dir", t.TempDir(), "--listen", addr, "--join-token", token)
+	c.waitFor("router listening on "+addr, func() bool {
+		if !router.running() {
+			t.Fatalf("torpor router exited:\n%s", tail(router.logPath, 4<<10))
+		}
+		conn, err := net.Dial("tcp", addr)
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil
+	})
+	return addr
 }
 
 // routedCount GETs / of actor through the router with hc and returns the
