@@ -210,6 +210,63 @@ func BenchmarkBigPython(b *testing.B) {
 		b.ReportMetric(float64(stored)/1e6, "stored-MB")
 		c.reportDisk(b)
 	})
+
+	// Each iteration: a pause cycle (pause, then a request that resumes
+	// it from the node's local checkpoint) and a suspend cycle (suspend,
+	// the worker warmed, then a request), interleaved, so the ratio is of
+	// one run.
+	b.Run("pause-vs-suspend", func(b *testing.B) {
+		var pause, pauseWake, suspend, suspendWake latency.Samples
+		pauseSteps, suspendSteps := map[string]*latency.Samples{}, map[string]*latency.Samples{}
+		addSteps := func(into map[string]*latency.Samples, d stepSums) {
+			for k, v := range d {
+				if v <= 0 {
+					continue
+				}
+				if into[k] == nil {
+					into[k] = &latency.Samples{}
+				}
+				into[k].Add(v)
+			}
+		}
+		wake := func(after string) time.Duration {
+			took, body := fetch(b, client, req)
+			requests++
+			if w := fmt.Sprintf("count=%d %s", requests, want[1]); body != w {
+				b.Fatalf("request %d after a %s: %q, want %q", requests, after, body, w)
+			}
+			return took
+		}
+		for range b.N {
+			steps := c.stepSums(b)
+			t0 := time.Now()
+			if st := c.pause("bigpy").GetStatus().GetState(); st != torporv1.ActorState_ACTOR_STATE_PAUSED {
+				b.Fatalf("bigpy after its pause: %v", st)
+			}
+			pause.Add(time.Since(t0))
+			pauseWake.Add(wake("pause"))
+			addSteps(pauseSteps, c.stepSums(b).minus(steps))
+
+			steps = c.stepSums(b)
+			t0 = time.Now()
+			c.suspend("bigpy")
+			suspend.Add(time.Since(t0))
+			n.waitWarm(b)
+			suspendWake.Add(wake("suspend"))
+			addSteps(suspendSteps, c.stepSums(b).minus(steps))
+		}
+		pause.Report(b, "pause", 0.50, 0.95)
+		pauseWake.Report(b, "pause-activation", 0.50, 0.95)
+		suspend.Report(b, "suspend", 0.50, 0.95)
+		suspendWake.Report(b, "suspend-activation", 0.50, 0.95)
+		for k, s := range pauseSteps {
+			s.Report(b, "pause-step-"+strings.ReplaceAll(k, "/", "-"), 0.50)
+		}
+		for k, s := range suspendSteps {
+			s.Report(b, "suspend-step-"+strings.ReplaceAll(k, "/", "-"), 0.50)
+		}
+		b.ReportMetric((pause.Millis(0.50)+pauseWake.Millis(0.50))/(suspend.Millis(0.50)+suspendWake.Millis(0.50)), "pause-cycle/suspend-cycle-p50")
+	})
 }
 
 // redisValue is value i of the big Redis actor: a JSON-like record of
@@ -500,7 +557,7 @@ func (c *cluster) reportDisk(b *testing.B) {
 	b.Helper()
 	var disk int64
 	for _, n := range c.nodes {
-		disk = max(disk, diskUse(b, filepath.Join(n.state, "cache"))+diskUse(b, filepath.Join(n.state, "local")))
+		disk = max(disk, diskUse(b, filepath.Join(n.state, "cache"))+diskUse(b, filepath.Join(n.state, "local"))+diskUse(b, filepath.Join(n.state, "local-trees")))
 	}
 	resp, err := c.snapshots.ListSnapshots(c.ctx, connect.NewRequest(&torporv1.ListRequest{Space: "default", PageSize: 1000}))
 	if err != nil {
