@@ -158,7 +158,7 @@ const (
 
 // dirs is the layout of the state directory.
 type dirs struct {
-	slots, ops, volumes, images, cache, local, work string
+	slots, ops, volumes, images, cache, local, trees, work string
 	// oldLocalCache is where earlier versions cached local checkpoints.
 	oldLocalCache string
 	// logs holds the actors' logs; output the slots' output FIFOs.
@@ -173,6 +173,7 @@ func newDirs(root string) dirs {
 		images:        filepath.Join(root, "images"),
 		cache:         filepath.Join(root, "cache"),
 		local:         filepath.Join(root, "local"),
+		trees:         filepath.Join(root, "local-trees"),
 		oldLocalCache: filepath.Join(root, "local-cache"),
 		work:          filepath.Join(root, "work"),
 		logs:          filepath.Join(root, "logs"),

@@ -15,7 +15,11 @@ const (
 	// the store's snapshots (chunks.go). Both download.
 	manifestWholeFiles = 1
 	manifestChunked    = 2
-	compressionZstd    = "zstd"
+	// Version 3: a tree kept on this host as its files (Trees), each
+	// with its sha256; never uploaded.
+	manifestTree    = 3
+	compressionZstd = "zstd"
+	compressionNone = "none"
 	// maxManifestBytes bounds what Download reads before checking the
 	// digest; a real manifest is a few hundred bytes per file.
 	maxManifestBytes = 64 << 20
@@ -101,6 +105,19 @@ func (m *Manifest) validate(location string) error {
 	if m.Compression != compressionZstd {
 		return &DataLossError{Location: location, Err: fmt.Errorf("unsupported compression %q", m.Compression)}
 	}
+	return m.validateEntries(location)
+}
+
+// validateAs checks a tree's manifest (Trees) as validate checks a
+// stored snapshot's.
+func (m *Manifest) validateAs(location string, version int) error {
+	if m.Version != version || m.Compression != compressionNone {
+		return &DataLossError{Location: location, Err: fmt.Errorf("manifest version %d, compression %q: not a kept tree's", m.Version, m.Compression)}
+	}
+	return m.validateEntries(location)
+}
+
+func (m *Manifest) validateEntries(location string) error {
 	if m.Location != location {
 		return &DataLossError{Location: location, Err: fmt.Errorf("manifest is for location %q", m.Location)}
 	}
@@ -135,8 +152,14 @@ func (e *Entry) validate(location string, version int, isRoot bool, seen map[str
 	switch e.Type {
 	case EntryDir:
 	case EntryFile:
-		if version == manifestChunked {
+		switch version {
+		case manifestChunked:
 			return e.validateChunks()
+		case manifestTree:
+			if len(e.Chunks) > 0 || e.Object != "" || e.Size < 0 || !isSHA256Hex(e.SHA256) {
+				return fmt.Errorf("not a kept tree's file: chunks, an object, a negative size or no sha256")
+			}
+			return nil
 		}
 		if len(e.Chunks) > 0 {
 			return fmt.Errorf("chunks in a version %d manifest", version)
