@@ -83,10 +83,11 @@ func BenchmarkBigPython(b *testing.B) {
 		c.reportDisk(b)
 	})
 
-	// Each iteration: a pause cycle (pause, then a request that resumes
-	// it from the node's local checkpoint) and a suspend cycle (suspend,
-	// the worker warmed, then a request), interleaved, so the ratio is of
-	// one run.
+	// Each iteration: a pause cycle (pause, the worker warmed, then a
+	// request that resumes it from the node's local checkpoint) and a
+	// suspend cycle (suspend, the worker warmed, then a request),
+	// interleaved, so the ratio is of one run. The node warms the worker
+	// after either, as for an actor idle long enough.
 	b.Run("pause-vs-suspend", func(b *testing.B) {
 		var pause, pauseWake, suspend, suspendWake latency.Samples
 		pauseSteps, suspendSteps := map[string]*latency.Samples{}, map[string]*latency.Samples{}
@@ -116,6 +117,7 @@ func BenchmarkBigPython(b *testing.B) {
 				b.Fatalf("bigpy after its pause: %v", st)
 			}
 			pause.Add(time.Since(t0))
+			n.waitWarm(b)
 			pauseWake.Add(wake("pause"))
 			addSteps(pauseSteps, c.stepSums(b).minus(steps))
 
