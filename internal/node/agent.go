@@ -274,6 +274,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	// Work left in the background (sealing local checkpoints) ends
+	// before the state directory is let go, on every path out.
+	defer a.machine.ops.Wait()
 	creds, err := a.member.cert.Credentials(ctx)
 	if err != nil {
 		return err
@@ -444,7 +447,7 @@ func (a *Agent) open(ctx context.Context) error {
 	if err := os.MkdirAll(d.work, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
-	sn, err := openSnapshots(a.cfg.Name, a.log, a.cfg.Snapshots, d, a.cfg.CacheBytes)
+	sn, err := openSnapshots(a.cfg.Name, a.log, a.cfg.Snapshots, d, a.cfg.CacheBytes, a.machine.ops.Go)
 	if err != nil {
 		return err
 	}

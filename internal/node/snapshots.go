@@ -27,7 +27,8 @@ const (
 // node under one bound, and this node's local checkpoints (pauses), kept
 // as their files (trees): a pause writes nothing that must leave the node
 // and compresses nothing, and a resume from it reads the pages where the
-// capture wrote them. local holds the local checkpoints of earlier
+// capture wrote them. A tree is sealed (synced and hashed) after the
+// pause answers, to outlive a restart of the host. local holds the local checkpoints of earlier
 // versions, kept as chunks, which still restore.
 type snapshots struct {
 	node    string
@@ -36,16 +37,21 @@ type snapshots struct {
 	cache   *snapshot.Cache
 	trees   *snapshot.Trees
 	local   *snapshot.DirStore
+	// background runs work an agent's stop waits for: sealing kept
+	// trees, off the path of the pause that kept them.
+	background func(func())
 }
 
-// openSnapshots opens the cache and the local checkpoints in d.
-func openSnapshots(node string, log *slog.Logger, storage snapshot.ObjectStore, d dirs, cacheBytes int64) (*snapshots, error) {
+// openSnapshots opens the cache and the local checkpoints in d, and
+// seals (in the background) the local checkpoints a previous run kept
+// but did not seal.
+func openSnapshots(node string, log *slog.Logger, storage snapshot.ObjectStore, d dirs, cacheBytes int64, background func(func())) (*snapshots, error) {
 	// Earlier versions cached local checkpoints apart, under a bound of
 	// their own; a cache's entries do not outlive its process anyway.
 	if err := os.RemoveAll(d.oldLocalCache); err != nil {
 		return nil, fmt.Errorf("remove the old local checkpoint cache: %w", err)
 	}
-	sn := &snapshots{node: node, log: log, storage: storage}
+	sn := &snapshots{node: node, log: log, storage: storage, background: background}
 	var err error
 	if sn.cache, err = snapshot.NewCache(d.cache, cacheBytes, storage); err != nil {
 		return nil, err
@@ -58,7 +64,22 @@ func openSnapshots(node string, log *slog.Logger, storage snapshot.ObjectStore, 
 	if sn.trees, err = snapshot.NewTrees(d.trees); err != nil {
 		return nil, err
 	}
+	unsealed, err := sn.trees.Unsealed()
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range unsealed {
+		sn.background(func() { sn.seal(l) })
+	}
 	return sn, nil
+}
+
+// seal makes the local checkpoint at location outlive a restart of the
+// host; until then a restart of the host loses it.
+func (sn *snapshots) seal(location string) {
+	if err := sn.trees.Seal(context.Background(), location); err != nil {
+		sn.log.Warn("local checkpoint not sealed: a restart of the host before the next agent start seals it loses it", "location", location, "err", err)
+	}
 }
 
 // store keeps the snapshot tree at location of target t: a local
@@ -69,6 +90,9 @@ func openSnapshots(node string, log *slog.Logger, storage snapshot.ObjectStore, 
 func (sn *snapshots) store(ctx context.Context, t torporv1.CheckpointTarget, location, tree string) (string, int64, bool, error) {
 	if t == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
 		digest, size, err := sn.trees.Keep(ctx, location, tree)
+		if err == nil {
+			sn.background(func() { sn.seal(location) })
+		}
 		return digest, size, false, err
 	}
 	digest, size, err := upload(ctx, sn.storage, location, tree)

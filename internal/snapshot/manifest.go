@@ -15,8 +15,8 @@ const (
 	// the store's snapshots (chunks.go). Both download.
 	manifestWholeFiles = 1
 	manifestChunked    = 2
-	// Version 3: a tree kept on this host as its files (Trees), each
-	// with its sha256; never uploaded.
+	// Version 3: a tree kept on this host as its files (Trees); never
+	// uploaded.
 	manifestTree    = 3
 	compressionZstd = "zstd"
 	compressionNone = "none"
@@ -33,6 +33,8 @@ type Manifest struct {
 	Version     int    `json:"version"`
 	Location    string `json:"location"`
 	Compression string `json:"compression"`
+	// Boot is the host's boot id when a kept tree (version 3) was kept.
+	Boot string `json:"boot,omitempty"`
 	// Entries in walk order: "." first, every directory before what it
 	// contains.
 	Entries []Entry `json:"entries"`
@@ -62,6 +64,7 @@ type Entry struct {
 	Size int64 `json:"size,omitempty"`
 	// Version 2 files: the chunks, in order, that make the content.
 	Chunks []Chunk `json:"chunks,omitempty"`
+
 	// Version 1 files: the content's sha256 (hex), and the stored object
 	// (key relative to the location) with its size and sha256.
 	SHA256       string `json:"sha256,omitempty"`
@@ -111,7 +114,7 @@ func (m *Manifest) validate(location string) error {
 // validateAs checks a tree's manifest (Trees) as validate checks a
 // stored snapshot's.
 func (m *Manifest) validateAs(location string, version int) error {
-	if m.Version != version || m.Compression != compressionNone {
+	if m.Version != version || m.Compression != compressionNone || m.Boot == "" {
 		return &DataLossError{Location: location, Err: fmt.Errorf("manifest version %d, compression %q: not a kept tree's", m.Version, m.Compression)}
 	}
 	return m.validateEntries(location)
@@ -156,8 +159,8 @@ func (e *Entry) validate(location string, version int, isRoot bool, seen map[str
 		case manifestChunked:
 			return e.validateChunks()
 		case manifestTree:
-			if len(e.Chunks) > 0 || e.Object != "" || e.Size < 0 || !isSHA256Hex(e.SHA256) {
-				return fmt.Errorf("not a kept tree's file: chunks, an object, a negative size or no sha256")
+			if len(e.Chunks) > 0 || e.Object != "" || e.SHA256 != "" || e.Size < 0 {
+				return fmt.Errorf("not a kept tree's file: chunks, an object, a digest or a negative size")
 			}
 			return nil
 		}

@@ -26,7 +26,7 @@ func keptTree() []treeEntry {
 // replaces it.
 func TestTreesKeepOpen(t *testing.T) {
 	ctx := context.Background()
-	trees, err := NewTrees(t.TempDir())
+	trees, err := NewTrees(t.TempDir()) // this host's boot id
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,31 +77,37 @@ func TestTreesKeepOpen(t *testing.T) {
 	}
 }
 
-// TestTreesVerify: a tree this process did not keep is checked against
-// its manifest when first opened: a changed, truncated or missing file is
-// data loss naming it; a tree never kept is not found.
+// TestTreesVerify: a tree kept in this boot of the host is trusted as
+// it is, by any process; one kept in an earlier boot is checked against
+// its seal when first opened: a changed, truncated or missing file is
+// data loss naming it, and so is a tree the host restarted before it
+// was sealed. A tree never kept is not found.
 func TestTreesVerify(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name   string
+		unseal bool
 		damage func(t *testing.T, files string)
-		file   string // the file the data loss names; "" for none
+		// lost: the open in a later boot is data loss, naming file.
+		lost bool
+		file string
 	}{
-		{"intact", func(*testing.T, string) {}, ""},
-		{"changed", func(t *testing.T, files string) {
+		{name: "intact", damage: func(*testing.T, string) {}},
+		{name: "not sealed", unseal: true, damage: func(*testing.T, string) {}, lost: true},
+		{name: "changed", damage: func(t *testing.T, files string) {
 			writeFile(t, filepath.Join(files, "memory/pages.img"), "pages of memorx")
-		}, "memory/pages.img"},
-		{"truncated", func(t *testing.T, files string) {
+		}, lost: true, file: "memory/pages.img"},
+		{name: "truncated", damage: func(t *testing.T, files string) {
 			if err := os.Truncate(filepath.Join(files, "memory/state.img"), 3); err != nil {
 				t.Fatal(err)
 			}
-		}, "memory/state.img"},
-		{"missing", func(t *testing.T, files string) {
+		}, lost: true, file: "memory/state.img"},
+		{name: "missing", damage: func(t *testing.T, files string) {
 			if err := os.Remove(filepath.Join(files, "data.tar")); err != nil {
 				t.Fatal(err)
 			}
-		}, "data.tar"},
-		{"symlink retargeted", func(t *testing.T, files string) {
+		}, lost: true, file: "data.tar"},
+		{name: "symlink retargeted", damage: func(t *testing.T, files string) {
 			link := filepath.Join(files, "memory/latest")
 			if err := os.Remove(link); err != nil {
 				t.Fatal(err)
@@ -109,11 +115,11 @@ func TestTreesVerify(t *testing.T) {
 			if err := os.Symlink("state.img", link); err != nil {
 				t.Fatal(err)
 			}
-		}, "memory/latest"},
+		}, lost: true, file: "memory/latest"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			kept, err := NewTrees(root)
+			kept, err := newTrees(root, "boot-1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,32 +130,44 @@ func TestTreesVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Links share the source's inodes: damage a copy of the tree
-			// only, as a crash of the host would.
+			if !tc.unseal {
+				if err := kept.Seal(ctx, location); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Links share the source's inodes: damage the tree only, as
+			// a crash of the host would.
 			if err := os.RemoveAll(src); err != nil {
 				t.Fatal(err)
 			}
-			files := filepath.Join(root, location, treeFilesDir)
-			tc.damage(t, files)
-			// A new process (an agent restarted) verifies before use.
-			reopened, err := NewTrees(root)
+			tc.damage(t, filepath.Join(root, location, treeFilesDir))
+			// A new process in the same boot trusts it.
+			same, err := newTrees(root, "boot-1")
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = reopened.Open(ctx, location, digest)
+			if _, err := same.Open(ctx, location, digest); err != nil {
+				t.Fatalf("open in the boot that kept it: %v", err)
+			}
+			// After a restart of the host, it is checked.
+			later, err := newTrees(root, "boot-2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = later.Open(ctx, location, digest)
 			var loss *DataLossError
 			switch {
-			case tc.file == "" && err != nil:
-				t.Fatalf("open of an intact tree: %v", err)
-			case tc.file != "" && !errors.As(err, &loss):
-				t.Fatalf("open of a damaged tree: %v, want data loss", err)
-			case tc.file != "" && (loss.File != tc.file || loss.Location != location):
-				t.Fatalf("data loss names %s of %s, want %s of %s: %v", loss.File, loss.Location, tc.file, location, err)
+			case !tc.lost && err != nil:
+				t.Fatalf("open of an intact sealed tree in a later boot: %v", err)
+			case tc.lost && !errors.As(err, &loss):
+				t.Fatalf("open in a later boot: %v, want data loss", err)
+			case tc.lost && (loss.File != tc.file || loss.Location != location):
+				t.Fatalf("data loss names %q of %s, want %q of %s: %v", loss.File, loss.Location, tc.file, location, err)
 			}
 		})
 	}
 	t.Run("never kept", func(t *testing.T) {
-		trees, err := NewTrees(t.TempDir())
+		trees, err := newTrees(t.TempDir(), "boot-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,6 +175,48 @@ func TestTreesVerify(t *testing.T) {
 			t.Fatalf("open of a tree never kept: %v, want not found", err)
 		}
 	})
+}
+
+// TestTreesSeal: Unsealed lists this boot's trees not sealed; Seal is
+// idempotent and does nothing for a tree deleted.
+func TestTreesSeal(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	src := t.TempDir()
+	writeTree(t, src, keptTree())
+	earlier, err := newTrees(root, "boot-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := earlier.Keep(ctx, "s/a0/p1", src); err != nil {
+		t.Fatal(err)
+	}
+	trees, err := newTrees(root, "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"s/a1/p1", "s/a2/p1"} {
+		if _, _, err := trees.Keep(ctx, l, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if err := trees.Seal(ctx, "s/a1/p1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := trees.Unsealed(); err != nil || !slices.Equal(got, []string{"s/a2/p1"}) {
+		t.Fatalf("Unsealed() = %v, %v; want [s/a2/p1] (s/a0/p1 is an earlier boot's)", got, err)
+	}
+	if err := trees.Delete("s/a2/p1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := trees.Seal(ctx, "s/a2/p1"); err != nil {
+		t.Fatalf("seal of a deleted tree: %v", err)
+	}
+	if got, err := trees.Unsealed(); err != nil || len(got) != 0 {
+		t.Fatalf("Unsealed() = %v, %v; want none", got, err)
+	}
 }
 
 // TestTreesLocationsDelete: Locations lists kept trees under a prefix;
@@ -234,4 +294,60 @@ func equalTrees(a, b map[string]treeState) bool {
 		}
 	}
 	return true
+}
+
+// TestTreesSegments: a file of several pieces is sealed piece by piece;
+// damage in a later piece, or a file cut short, is data loss naming the
+// file after a restart of the host.
+func TestTreesSegments(t *testing.T) {
+	ctx := context.Background()
+	size := int64(2*treeSegment + treeSegment/2)
+	for _, tc := range []struct {
+		name   string
+		damage func(f *os.File) error
+	}{
+		{"byte flipped in the second segment", func(f *os.File) error {
+			_, err := f.WriteAt([]byte{0xff}, treeSegment+12345)
+			return err
+		}},
+		{"cut in the last segment", func(f *os.File) error { return f.Truncate(size - 1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, src := t.TempDir(), t.TempDir()
+			trees, err := newTrees(root, "boot-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(src, "pages.img"), make([]byte, size), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			const location = "s/actor-1/pause-1"
+			digest, _, err := trees.Keep(ctx, location, src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := trees.Seal(ctx, location); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.RemoveAll(src); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(filepath.Join(root, location, treeFilesDir, "pages.img"), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.damage(f); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			reopened, err := newTrees(root, "boot-2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var loss *DataLossError
+			if _, err := reopened.Open(ctx, location, digest); !errors.As(err, &loss) || loss.File != "pages.img" {
+				t.Fatalf("open of a damaged tree: %v, want data loss naming pages.img", err)
+			}
+		})
+	}
 }
