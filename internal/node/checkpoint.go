@@ -164,6 +164,7 @@ func (m *slotMachine) storeCapture(ctx context.Context, c *captureJob) (*torporv
 	if err := m.logs.capture(c.cur.ActorUID, c.stage); err != nil {
 		return nil, fmt.Errorf("checkpoint actor %s/%s: its log: %w", w.GetSpace(), w.GetActor(), err)
 	}
+	c.steps.done("log")
 	testHook("captured")
 	names := durableVolumes(w.GetTemplate())
 	if len(names) > 0 {
