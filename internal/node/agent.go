@@ -447,7 +447,7 @@ func (a *Agent) open(ctx context.Context) error {
 	if err := os.MkdirAll(d.work, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
-	sn, err := openSnapshots(a.cfg.Name, a.log, a.cfg.Snapshots, d, a.cfg.CacheBytes, a.machine.ops.Go)
+	sn, err := openSnapshots(ctx, a.cfg.Name, a.log, a.cfg.Snapshots, d, a.cfg.CacheBytes, a.machine.ops.Go)
 	if err != nil {
 		return err
 	}

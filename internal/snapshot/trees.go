@@ -231,7 +231,9 @@ func (t *Trees) Seal(ctx context.Context, location string) error {
 		return err
 	}
 	files := filepath.Join(dir, treeFilesDir)
-	segments, err := hashFiles(ctx, m, files, true)
+	// Half the CPUs: a seal runs beside the node's work (the pause's
+	// end, the next start), which it must not hold up.
+	segments, err := hashFiles(ctx, m, files, true, max(1, runtime.GOMAXPROCS(0)/2))
 	if err != nil {
 		return fmt.Errorf("seal snapshot tree %s: %w", location, err)
 	}
@@ -292,13 +294,13 @@ func syncFile(path string) error {
 }
 
 // hashFiles hashes every file entry of m under dir, piece by piece, on
-// every CPU, and syncs it first with sync set; each entry's size must be
-// the file's. It returns the pieces' BLAKE3 (hex) by entry index. A
+// up to workers CPUs, and syncs it first with sync set; each entry's size
+// must be the file's. It returns the pieces' BLAKE3 (hex) by entry index. A
 // file shorter than its entry is data loss naming it.
-func hashFiles(ctx context.Context, m *Manifest, dir string, sync bool) (map[int][]string, error) {
+func hashFiles(ctx context.Context, m *Manifest, dir string, sync bool, workers int) (map[int][]string, error) {
 	sums := map[int][]string{}
 	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(runtime.GOMAXPROCS(0))
+	g.SetLimit(workers)
 	for i, e := range m.Entries {
 		if e.Type != EntryFile {
 			continue
@@ -453,7 +455,7 @@ func verifyTree(ctx context.Context, m *Manifest, digest, dir string) error {
 			}
 		}
 	}
-	sums, err := hashFiles(ctx, m, files, false)
+	sums, err := hashFiles(ctx, m, files, false, runtime.GOMAXPROCS(0))
 	if err != nil {
 		return err
 	}
