@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -115,4 +116,44 @@ func TestDropCheckpoint(t *testing.T) {
 			wantCode(t, drop(location), connect.CodeInvalidArgument)
 		})
 	}
+}
+
+// TestLocalCheckpointSealed: a pause's tree is sealed off the pause's
+// path: by a stopping agent at once (not sealDelay later), and by the
+// next agent for one a killed agent left unsealed.
+func TestLocalCheckpointSealed(t *testing.T) {
+	n := newFakeNode(t)
+	ctx := context.Background()
+	if _, err := n.run(ctx, "a1", "op-run", 0); err != nil {
+		t.Fatal(err)
+	}
+	location := "s/a1/op-pause"
+	if _, err := n.client.Checkpoint(ctx, connect.NewRequest(&torporv1.CheckpointRequest{
+		Op: op("a1", "op-pause", n.worker(0)), Scope: torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL,
+		Target: torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL, Location: location,
+	})); err != nil {
+		t.Fatal(err)
+	}
+	seal := filepath.Join(n.cfg.StateDir, "local-trees", location, "seal.json")
+	if _, err := os.Stat(seal); !os.IsNotExist(err) {
+		t.Fatalf("sealed as the pause answered (%v): the seal is on the pause's path", err)
+	}
+	stopped := time.Now()
+	n.restart(t)
+	if took := time.Since(stopped); took >= sealDelay {
+		t.Errorf("the restart took %s: the stop waited out the seal delay (%s)", took, sealDelay)
+	}
+	if _, err := os.Stat(seal); err != nil {
+		t.Fatalf("after the agent's stop: %v, want the tree sealed", err)
+	}
+
+	// A killed agent's unsealed tree: the next agent seals it.
+	if err := os.Remove(seal); err != nil {
+		t.Fatal(err)
+	}
+	n.restart(t)
+	waitFor(t, "the next agent to seal the tree", func() bool {
+		_, err := os.Stat(seal)
+		return err == nil
+	})
 }
