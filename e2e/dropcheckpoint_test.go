@@ -24,9 +24,9 @@ func TestDeletePausedActorLeavesNoCheckpoint(t *testing.T) {
 	if paused.GetStatus().GetState() != torporv1.ActorState_ACTOR_STATE_PAUSED {
 		t.Fatalf("after pause: %v", paused.GetStatus())
 	}
-	local := filepath.Join(c.nodes[0].state, "local")
-	// files are the regular files under local/ (its checkpoints and their
-	// chunks; only c1 ever paused on this node).
+	local := filepath.Join(c.nodes[0].state, "local-trees")
+	// files are the regular files under local-trees/ (its checkpoints;
+	// only c1 ever paused on this node).
 	files := func() []string {
 		var found []string
 		err := filepath.WalkDir(local, func(path string, d fs.DirEntry, err error) error {

@@ -257,28 +257,43 @@ func (n *Network) ClearPolicy(ctx context.Context, index int) (denied uint64, er
 	if err != nil {
 		return denied, fmt.Errorf("egress policy: %w", err)
 	}
-	// Each on its own: one that is gone must not keep the others.
-	var errs []error
-	do := func(what string, f func()) {
-		f()
-		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("egress policy of slot %d: remove %s: %w", index, what, err))
-		}
+	type removal struct {
+		what  string
+		queue func()
 	}
-	do("map element", func() { _ = c.SetDeleteElements(n.slotsSet(), []nftables.SetElement{{Key: ip.AsSlice()}}) })
-	for _, ch := range []string{n.slotChain(index), n.denyChain(index)} {
-		do("chain "+ch, func() { c.FlushChain(&nftables.Chain{Name: ch, Table: n.table()}) })
+	removals := []removal{
+		{"map element", func() { _ = c.SetDeleteElements(n.slotsSet(), []nftables.SetElement{{Key: ip.AsSlice()}}) }},
 	}
 	for _, ch := range []string{n.slotChain(index), n.denyChain(index)} {
-		do("chain "+ch, func() { c.DelChain(&nftables.Chain{Name: ch, Table: n.table()}) })
+		removals = append(removals, removal{"chain " + ch, func() { c.FlushChain(&nftables.Chain{Name: ch, Table: n.table()}) }})
+	}
+	for _, ch := range []string{n.slotChain(index), n.denyChain(index)} {
+		removals = append(removals, removal{"chain " + ch, func() { c.DelChain(&nftables.Chain{Name: ch, Table: n.table()}) }})
 	}
 	sets, err := n.slotSets(c, index)
-	errs = append(errs, err)
+	errs := []error{err}
 	for _, s := range sets {
-		do("set "+s.Name, func() { c.DelSet(s) })
+		removals = append(removals, removal{"set " + s.Name, func() { c.DelSet(s) }})
 	}
-	do("counter", func() { c.DeleteObject(&nftables.CounterObj{Table: n.table(), Name: n.counter(index)}) })
-	n.forgetConnections(ip)
+	removals = append(removals, removal{"counter", func() { c.DeleteObject(&nftables.CounterObj{Table: n.table(), Name: n.counter(index)}) }})
+	defer n.forgetConnections(ip)
+	// One transaction: each costs the kernel a grace period (about
+	// 10 ms here), on the path of every suspend and pause.
+	for _, r := range removals {
+		r.queue()
+	}
+	if c.Flush() == nil {
+		return denied, errors.Join(errs...)
+	}
+	// Something was gone already (a policy half removed before), which
+	// fails the whole batch: each on its own, so that one that is gone
+	// does not keep the others.
+	for _, r := range removals {
+		r.queue()
+		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("egress policy of slot %d: remove %s: %w", index, r.what, err))
+		}
+	}
 	return denied, errors.Join(errs...)
 }
 

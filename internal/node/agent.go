@@ -158,7 +158,7 @@ const (
 
 // dirs is the layout of the state directory.
 type dirs struct {
-	slots, ops, volumes, images, cache, local, work string
+	slots, ops, volumes, images, cache, local, trees, work string
 	// oldLocalCache is where earlier versions cached local checkpoints.
 	oldLocalCache string
 	// logs holds the actors' logs; output the slots' output FIFOs.
@@ -173,6 +173,7 @@ func newDirs(root string) dirs {
 		images:        filepath.Join(root, "images"),
 		cache:         filepath.Join(root, "cache"),
 		local:         filepath.Join(root, "local"),
+		trees:         filepath.Join(root, "local-trees"),
 		oldLocalCache: filepath.Join(root, "local-cache"),
 		work:          filepath.Join(root, "work"),
 		logs:          filepath.Join(root, "logs"),
@@ -273,6 +274,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	// Work left in the background (sealing local checkpoints) ends
+	// before the state directory is let go, on every path out.
+	defer a.machine.ops.Wait()
 	creds, err := a.member.cert.Credentials(ctx)
 	if err != nil {
 		return err
@@ -443,7 +447,7 @@ func (a *Agent) open(ctx context.Context) error {
 	if err := os.MkdirAll(d.work, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
-	sn, err := openSnapshots(a.cfg.Name, a.log, a.cfg.Snapshots, d, a.cfg.CacheBytes)
+	sn, err := openSnapshots(ctx, a.cfg.Name, a.log, a.cfg.Snapshots, d, a.cfg.CacheBytes, a.machine.ops.Go)
 	if err != nil {
 		return err
 	}

@@ -65,7 +65,9 @@ type captureJob struct {
 	leave, full  bool
 	// resumed: the capture is an earlier attempt's, on record in cur.
 	resumed bool
-	steps   *stepTimer
+	// cache: the stored tree belongs in the node's snapshot cache.
+	cache bool
+	steps *stepTimer
 }
 
 func (m *slotMachine) newCapture(s *slot, cur slotRecord, req *torporv1.CheckpointRequest) (*captureJob, error) {
@@ -162,6 +164,7 @@ func (m *slotMachine) storeCapture(ctx context.Context, c *captureJob) (*torporv
 	if err := m.logs.capture(c.cur.ActorUID, c.stage); err != nil {
 		return nil, fmt.Errorf("checkpoint actor %s/%s: its log: %w", w.GetSpace(), w.GetActor(), err)
 	}
+	c.steps.done("log")
 	testHook("captured")
 	names := durableVolumes(w.GetTemplate())
 	if len(names) > 0 {
@@ -170,12 +173,16 @@ func (m *slotMachine) storeCapture(ctx context.Context, c *captureJob) (*torporv
 		}
 		c.steps.done("archive")
 	}
-	objects, _ := m.snapshots.target(c.req.GetTarget())
-	digest, size, err := upload(ctx, objects, c.req.GetLocation(), c.stage)
+	digest, size, cache, err := m.snapshots.store(ctx, c.req.GetTarget(), c.req.GetLocation(), c.stage)
 	if err != nil {
 		return nil, err
 	}
-	c.steps.done("upload")
+	c.cache = cache
+	if cache {
+		c.steps.done("upload")
+	} else {
+		c.steps.done("keep")
+	}
 	testHook("uploaded")
 	return &torporv1.CheckpointResponse{Location: c.req.GetLocation(), ManifestDigest: digest, SizeBytes: size, HasData: len(names) > 0, Steps: c.steps.steps}, nil
 }
@@ -219,11 +226,12 @@ func (m *slotMachine) settleStored(ctx context.Context, c *captureJob, stored *t
 	} else {
 		s.stage(slotRecord{})
 	}
-	_, cache := m.snapshots.target(req.GetTarget())
 	s.afterCommit(func() {
 		// A restore on this node then needs no download.
-		if err := cache.Add(req.GetLocation(), stored.GetManifestDigest(), c.stage); err != nil {
-			m.log.Warn("snapshot not cached", "location", req.GetLocation(), "err", err)
+		if c.cache {
+			if err := m.snapshots.cache.Add(req.GetLocation(), stored.GetManifestDigest(), c.stage); err != nil {
+				m.log.Warn("snapshot not cached", "location", req.GetLocation(), "err", err)
+			}
 		}
 		if err := removeStage(c.stage); err != nil {
 			m.log.Warn("checkpoint stage directory not removed", "dir", c.stage, "err", err)

@@ -76,7 +76,7 @@ func TestCheckpointAndRestore(t *testing.T) {
 	wantState(t, 1, 0, 4)
 	// Resumed, the actor is past its local checkpoint: the node drops it.
 	waitFor(t, "the local checkpoint to be dropped", func() bool {
-		_, err := os.Stat(filepath.Join(n.cfg.StateDir, "local", local.GetLocation()))
+		_, err := os.Stat(filepath.Join(n.cfg.StateDir, "local-trees", local.GetLocation()))
 		return os.IsNotExist(err)
 	})
 

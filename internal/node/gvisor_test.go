@@ -326,7 +326,7 @@ func TestGVisorEndToEnd(t *testing.T) {
 
 	t.Run("LocalCheckpoint", func(t *testing.T) {
 		local := n.checkpoint(t, "actor-a", "op-pause", 1, torporv1.SnapshotScope_SNAPSHOT_SCOPE_FULL, torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL)
-		if _, err := os.Stat(filepath.Join(n.stateDir, "local", local.GetLocation(), "manifest.json")); err != nil {
+		if _, err := os.Stat(filepath.Join(n.stateDir, "local-trees", local.GetLocation(), "manifest.json")); err != nil {
 			t.Fatalf("local checkpoint not kept on the node: %v", err)
 		}
 		if _, err := snapshot.ReadManifest(ctx, n.objects, local.GetLocation(), local.GetManifestDigest()); err == nil {

@@ -45,8 +45,9 @@ const (
 	// past it the oldest go. Reading one of those then finds the log in
 	// the actor's snapshot.
 	maxKeptLogs = 64
-	// drainWait is how long a stopping reader waits for what a workload
-	// that just stopped left in its FIFOs.
+	// drainWait bounds how long a stopping reader waits for its FIFOs to
+	// empty: what a workload that just stopped left in them, or what one
+	// running on (at the agent's stop) writes meanwhile.
 	drainWait = 100 * time.Millisecond
 )
 
@@ -252,11 +253,34 @@ func (l *actorLogs) detachAll() {
 	}
 }
 
-// drain lets the reader take what the FIFOs hold now, then end.
+// drain lets the reader take what the FIFOs hold now, then end: once
+// they are empty (a read under way has taken its bytes), or drainWait
+// has passed, reads stop.
 func (r *slotReader) drain() {
+	deadline := time.Now().Add(drainWait)
 	for _, f := range r.files {
-		f.SetReadDeadline(time.Now().Add(drainWait))
+		for time.Now().Before(deadline) && pending(f) {
+			time.Sleep(time.Millisecond)
+		}
 	}
+	for _, f := range r.files {
+		f.SetReadDeadline(time.Now())
+	}
+}
+
+// pending reports whether the FIFO f holds bytes no read has taken
+// (TIOCINQ: FIONREAD, which a pipe answers too); an
+// error reading it counts as yes (drain then waits its whole bound).
+func pending(f *os.File) bool {
+	conn, err := f.SyscallConn()
+	if err != nil {
+		return true
+	}
+	n := 1
+	if cerr := conn.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); cerr != nil || err != nil {
+		return true
+	}
+	return n > 0
 }
 
 // stop drains the reader and waits for it to end.

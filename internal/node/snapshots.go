@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
+	"time"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/errdefs"
@@ -24,32 +24,45 @@ const (
 )
 
 // snapshots are where checkpoints go and restores start from: snapshot
-// storage shared with the control plane, and this node's local
-// checkpoints, both read through one cache on this node, under one bound.
+// storage shared with the control plane, read through one cache on this
+// node under one bound, and this node's local checkpoints (pauses), kept
+// as their files (trees): a pause writes nothing that must leave the node
+// and compresses nothing, and a resume from it reads the pages where the
+// capture wrote them. A tree is sealed (synced and hashed) after the
+// pause answers, to outlive a restart of the host. local holds the local checkpoints of earlier
+// versions, kept as chunks, which still restore.
 type snapshots struct {
 	node    string
 	log     *slog.Logger
 	storage snapshot.ObjectStore
 	cache   *snapshot.Cache
-	local   *localStore
+	trees   *snapshot.Trees
+	local   *snapshot.DirStore
+	// background runs work an agent's stop waits for: sealing kept
+	// trees, off the path of the pause that kept them.
+	background func(func())
+	// stopping is closed when the agent stops: a seal waiting for its
+	// time goes at once.
+	stopping <-chan struct{}
 }
 
-// localStore holds this node's local checkpoints. Only this process
-// writes it, so its chunks are swept as soon as no checkpoint names them
-// (snapshot.SweepChunks with no grace) while uploads to it are held off.
-type localStore struct {
-	*snapshot.DirStore
-	uploads sync.RWMutex
-}
+// sealDelay is how long a local checkpoint waits to be sealed after the
+// pause that kept it. A seal syncs hundreds of MB, and on ext4 (ordered
+// data) that holds up every other sync on the filesystem meanwhile,
+// among them the pause's own slot record and the control plane's commit
+// of it: sealing at once made a pause of a 272 MB actor 70 ms longer.
+const sealDelay = 2 * time.Second
 
-// openSnapshots opens the cache and the local checkpoints in d.
-func openSnapshots(node string, log *slog.Logger, storage snapshot.ObjectStore, d dirs, cacheBytes int64) (*snapshots, error) {
+// openSnapshots opens the cache and the local checkpoints in d, and
+// seals (in the background) the local checkpoints a previous run kept
+// but did not seal. ctx ends when the agent stops.
+func openSnapshots(ctx context.Context, node string, log *slog.Logger, storage snapshot.ObjectStore, d dirs, cacheBytes int64, background func(func())) (*snapshots, error) {
 	// Earlier versions cached local checkpoints apart, under a bound of
 	// their own; a cache's entries do not outlive its process anyway.
 	if err := os.RemoveAll(d.oldLocalCache); err != nil {
 		return nil, fmt.Errorf("remove the old local checkpoint cache: %w", err)
 	}
-	sn := &snapshots{node: node, log: log, storage: storage}
+	sn := &snapshots{node: node, log: log, storage: storage, background: background, stopping: ctx.Done()}
 	var err error
 	if sn.cache, err = snapshot.NewCache(d.cache, cacheBytes, storage); err != nil {
 		return nil, err
@@ -58,17 +71,57 @@ func openSnapshots(node string, log *slog.Logger, storage snapshot.ObjectStore, 
 	if err != nil {
 		return nil, err
 	}
-	sn.local = &localStore{DirStore: local}
+	sn.local = local
+	if sn.trees, err = snapshot.NewTrees(d.trees); err != nil {
+		return nil, err
+	}
+	unsealed, err := sn.trees.Unsealed()
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range unsealed {
+		sn.background(func() { sn.seal(l) })
+	}
 	return sn, nil
 }
 
-// target is where a checkpoint to t is stored, and the cache a restore
-// on this node reads it through.
-func (sn *snapshots) target(t torporv1.CheckpointTarget) (snapshot.ObjectStore, *snapshot.Cache) {
-	if t == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
-		return sn.local, sn.cache
+// sealLater seals the local checkpoint at location in the background,
+// sealDelay from now or at the agent's stop, whichever comes first.
+func (sn *snapshots) sealLater(location string) {
+	sn.background(func() {
+		t := time.NewTimer(sealDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-sn.stopping:
+		}
+		sn.seal(location)
+	})
+}
+
+// seal makes the local checkpoint at location outlive a restart of the
+// host; until then a restart of the host loses it.
+func (sn *snapshots) seal(location string) {
+	if err := sn.trees.Seal(context.Background(), location); err != nil {
+		sn.log.Warn("local checkpoint not sealed: a restart of the host before the next agent start seals it loses it", "location", location, "err", err)
 	}
-	return sn.storage, sn.cache
+}
+
+// store keeps the snapshot tree at location of target t: a local
+// checkpoint as its files, anything else uploaded to snapshot storage.
+// It returns the manifest digest and size to record, and whether the tree
+// then belongs in the cache (for a restore on this node without a
+// download): a kept tree is read where it is.
+func (sn *snapshots) store(ctx context.Context, t torporv1.CheckpointTarget, location, tree string) (string, int64, bool, error) {
+	if t == torporv1.CheckpointTarget_CHECKPOINT_TARGET_LOCAL {
+		digest, size, err := sn.trees.Keep(ctx, location, tree)
+		if err == nil {
+			sn.sealLater(location)
+		}
+		return digest, size, false, err
+	}
+	digest, size, err := upload(ctx, sn.storage, location, tree)
+	return digest, size, true, err
 }
 
 // dropLocal removes the actor's local checkpoints from this
@@ -76,14 +129,18 @@ func (sn *snapshots) target(t torporv1.CheckpointTarget) (snapshot.ObjectStore, 
 // their records when the resume commits).
 func (sn *snapshots) dropLocal(ctx context.Context, w *torporv1.Workload) {
 	prefix := w.GetSpace() + "/" + w.GetActorUid()
-	locations, err := snapshot.ListLocations(ctx, sn.local, prefix)
+	names, err := sn.trees.Locations(prefix)
 	if err != nil {
 		sn.log.Warn("local checkpoints not dropped", "actor_uid", w.GetActorUid(), "err", err)
 		return
 	}
-	names := make([]string, len(locations))
-	for i, l := range locations {
-		names[i] = l.Location
+	chunked, err := snapshot.ListLocations(ctx, sn.local, prefix)
+	if err != nil {
+		sn.log.Warn("local checkpoints not dropped", "actor_uid", w.GetActorUid(), "err", err)
+		return
+	}
+	for _, l := range chunked {
+		names = append(names, l.Location)
 	}
 	if err := sn.removeLocal(ctx, names...); err != nil {
 		sn.log.Warn("local checkpoints not dropped", "actor_uid", w.GetActorUid(), "err", err)
@@ -99,6 +156,10 @@ func (sn *snapshots) removeLocal(ctx context.Context, locations ...string) error
 	var errs []error
 	dropped := 0
 	for _, l := range locations {
+		if err := sn.trees.Delete(l); err != nil {
+			errs = append(errs, fmt.Errorf("local checkpoint %s: %w", l, err))
+			continue
+		}
 		if err := snapshot.DeleteSnapshot(ctx, sn.local, l); err != nil {
 			errs = append(errs, fmt.Errorf("local checkpoint %s: %w", l, err))
 			continue
@@ -109,10 +170,8 @@ func (sn *snapshots) removeLocal(ctx context.Context, locations ...string) error
 	if dropped == 0 {
 		return errors.Join(errs...)
 	}
-	// Uploads are held off: with no grace, a chunk an upload just wrote
-	// and its manifest does not name yet would go.
-	sn.local.uploads.Lock()
-	defer sn.local.uploads.Unlock()
+	// Nothing uploads to it any more (pauses keep trees), so its chunks
+	// go with no grace.
 	n, err := snapshot.SweepChunks(ctx, sn.local, 0)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("sweep local checkpoint chunks: %w", err))
@@ -127,10 +186,6 @@ func (sn *snapshots) removeLocal(ctx context.Context, locations ...string) error
 // own earlier attempt, never referenced (the control plane records a
 // snapshot only once this call answers): it is replaced.
 func upload(ctx context.Context, objects snapshot.ObjectStore, location, tree string) (string, int64, error) {
-	if l, ok := objects.(*localStore); ok {
-		l.uploads.RLock()
-		defer l.uploads.RUnlock()
-	}
 	_, digest, size, err := snapshot.Upload(ctx, objects, location, tree)
 	if errors.Is(err, snapshot.ErrExists) {
 		if err := snapshot.DeleteSnapshot(ctx, objects, location); err != nil {
@@ -212,22 +267,37 @@ func (sn *snapshots) fetch(ctx context.Context, field string, src *torporv1.Snap
 	switch src.GetNode() {
 	case "":
 	case sn.node:
+		dir, err := sn.trees.Open(ctx, src.GetLocation(), src.GetManifestDigest())
+		if err == nil {
+			// Dropped with the local checkpoint's record, not by a
+			// start (dropLocal).
+			return dir, func(bool) {}, nil
+		}
+		if !errors.Is(err, snapshot.ErrNotFound) {
+			return "", nil, sn.fetchFailed(field, err)
+		}
+		// An earlier version's local checkpoint, kept as chunks.
 		store = sn.local
 	default:
 		return "", nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "%s: %s is a local checkpoint on node %s, not on this node %s", field, src.GetLocation(), src.GetNode(), sn.node)
 	}
 	dir, release, err := sn.cache.GetFrom(ctx, store, src.GetLocation(), src.GetManifestDigest())
 	if err != nil {
-		// The snapshot package's errors name the snapshot and the file.
-		if field == "golden" {
-			err = fmt.Errorf("golden %w", err)
-		}
-		if errors.Is(err, snapshot.ErrDataLoss) {
-			return "", nil, errdefs.Errorf(errdefs.ErrDataLoss, "%w", err)
-		}
-		return "", nil, err
+		return "", nil, sn.fetchFailed(field, err)
 	}
 	return dir, release, nil
+}
+
+// fetchFailed is the error of a fetch of field: the snapshot package's
+// errors name the snapshot and the file; data loss is of its kind.
+func (sn *snapshots) fetchFailed(field string, err error) error {
+	if field == "golden" {
+		err = fmt.Errorf("golden %w", err)
+	}
+	if errors.Is(err, snapshot.ErrDataLoss) {
+		return errdefs.Errorf(errdefs.ErrDataLoss, "%w", err)
+	}
+	return err
 }
 
 // memoryImage returns the memory image directory of a snapshot tree.

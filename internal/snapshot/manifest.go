@@ -15,7 +15,11 @@ const (
 	// the store's snapshots (chunks.go). Both download.
 	manifestWholeFiles = 1
 	manifestChunked    = 2
-	compressionZstd    = "zstd"
+	// Version 3: a tree kept on this host as its files (Trees); never
+	// uploaded.
+	manifestTree    = 3
+	compressionZstd = "zstd"
+	compressionNone = "none"
 	// maxManifestBytes bounds what Download reads before checking the
 	// digest; a real manifest is a few hundred bytes per file.
 	maxManifestBytes = 64 << 20
@@ -29,6 +33,8 @@ type Manifest struct {
 	Version     int    `json:"version"`
 	Location    string `json:"location"`
 	Compression string `json:"compression"`
+	// Boot is the host's boot id when a kept tree (version 3) was kept.
+	Boot string `json:"boot,omitempty"`
 	// Entries in walk order: "." first, every directory before what it
 	// contains.
 	Entries []Entry `json:"entries"`
@@ -58,6 +64,7 @@ type Entry struct {
 	Size int64 `json:"size,omitempty"`
 	// Version 2 files: the chunks, in order, that make the content.
 	Chunks []Chunk `json:"chunks,omitempty"`
+
 	// Version 1 files: the content's sha256 (hex), and the stored object
 	// (key relative to the location) with its size and sha256.
 	SHA256       string `json:"sha256,omitempty"`
@@ -101,6 +108,19 @@ func (m *Manifest) validate(location string) error {
 	if m.Compression != compressionZstd {
 		return &DataLossError{Location: location, Err: fmt.Errorf("unsupported compression %q", m.Compression)}
 	}
+	return m.validateEntries(location)
+}
+
+// validateAs checks a tree's manifest (Trees) as validate checks a
+// stored snapshot's.
+func (m *Manifest) validateAs(location string, version int) error {
+	if m.Version != version || m.Compression != compressionNone || m.Boot == "" {
+		return &DataLossError{Location: location, Err: fmt.Errorf("manifest version %d, compression %q: not a kept tree's", m.Version, m.Compression)}
+	}
+	return m.validateEntries(location)
+}
+
+func (m *Manifest) validateEntries(location string) error {
 	if m.Location != location {
 		return &DataLossError{Location: location, Err: fmt.Errorf("manifest is for location %q", m.Location)}
 	}
@@ -135,8 +155,14 @@ func (e *Entry) validate(location string, version int, isRoot bool, seen map[str
 	switch e.Type {
 	case EntryDir:
 	case EntryFile:
-		if version == manifestChunked {
+		switch version {
+		case manifestChunked:
 			return e.validateChunks()
+		case manifestTree:
+			if len(e.Chunks) > 0 || e.Object != "" || e.SHA256 != "" || e.Size < 0 {
+				return fmt.Errorf("not a kept tree's file: chunks, an object, a digest or a negative size")
+			}
+			return nil
 		}
 		if len(e.Chunks) > 0 {
 			return fmt.Errorf("chunks in a version %d manifest", version)

@@ -35,7 +35,11 @@ def main():
             if not chunk:
                 break
             req += chunk
-        path = req.split(b" ", 2)[1] if req.count(b" ") >= 2 else b"/"
+        if req.count(b" ") < 2:
+            # A connection that asked nothing (a port check): not a request.
+            conn.close()
+            continue
+        path = req.split(b" ", 2)[1]
         if path == b"/readyz":
             body = b"ok"
         else:
