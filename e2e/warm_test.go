@@ -18,7 +18,7 @@ import (
 // real node; the counter has a durable volume, archived.
 var (
 	resumePhases  = regexp.MustCompile(`\); claim [0-9.]+ms, node [0-9.]+ms \(unpack [0-9.]+ms, fetch [0-9.]+ms, volumes [0-9.]+ms, identity [0-9.]+ms, start [0-9.]+ms, ready [0-9.]+ms\)$`)
-	suspendPhases = regexp.MustCompile(`^SUSPENDED: FULL snapshot \S+ \([0-9]+ bytes\); node capture [0-9.]+ms, archive [0-9.]+ms, upload [0-9.]+ms$`)
+	suspendPhases = regexp.MustCompile(`^SUSPENDED: FULL snapshot \S+ \([0-9]+ bytes\); node capture [0-9.]+ms, log [0-9.]+ms, archive [0-9.]+ms, upload [0-9.]+ms$`)
 )
 
 // TestWarmWorkersServeNewActors: a template with warmWorkers: 1 gets a
