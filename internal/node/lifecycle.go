@@ -300,11 +300,17 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 		// one cold-boots, workflow.DecideRestore), a golden image never.
 		rw.Init = supervisor
 	}
+	select {
+	case m.starts <- struct{}{}:
+	case <-ctx.Done():
+		return started{}, fmt.Errorf("actor %s/%s on worker %s: waiting for a start to end: %w", w.GetSpace(), w.GetActor(), s.name(), context.Cause(ctx))
+	}
 	if src.memory == "" {
 		err = m.rt.Run(ctx, s.rt, rw)
 	} else {
 		err = m.rt.Restore(ctx, s.rt, rw, src.memory)
 	}
+	<-m.starts
 	if err != nil {
 		return started{}, fmt.Errorf("actor %s/%s on worker %s: %w", w.GetSpace(), w.GetActor(), s.name(), err)
 	}

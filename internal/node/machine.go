@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -57,6 +58,12 @@ type slotMachine struct {
 	logs      *actorLogs
 	// gate admits routed connections to the actor each slot hosts.
 	gate slotGate
+	// starts bounds the sandboxes starting (booting or restoring) at
+	// once to twice the CPUs (a start is mostly CPU, and waits on its
+	// processes and the disk the rest of the time): forty sharing two
+	// CPUs all finished together, after the time of forty, where bounded
+	// the first ones answer after the time of a few (BenchmarkBurst).
+	starts chan struct{}
 	// guest is the file helper run inside sandboxes (guestfiles.go).
 	guest *guestHelper
 
@@ -82,6 +89,7 @@ func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) 
 		logs:     newActorLogs(d.logs, d.output, log),
 		gate:     newSlotGate(cfg, log),
 		guest:    &guestHelper{source: cfg.GuestHelper, dir: id.root},
+		starts:   make(chan struct{}, 2*goruntime.GOMAXPROCS(0)),
 	}
 	m.watching, m.stopWatches = context.WithCancel(context.Background())
 	m.metrics = newMetrics(cfg.Registry, m.busy)
