@@ -51,6 +51,11 @@ func BenchmarkIdleMemory(b *testing.B) {
 		rawPSS := processesPSS(b, filepath.Dir(raw.flags[0][len("--root="):]))
 		b.ReportMetric(float64(rawPSS)/1e6, "runsc-pss-MB")
 		b.ReportMetric(float64(afterPSS-beforePSS)/idleMemoryActors/float64(rawPSS), "pss/runsc")
+		// The same sandbox checkpointed and restored by plain runsc: what
+		// a restore itself adds.
+		raw.cycle(b)
+		time.Sleep(5 * time.Second)
+		b.ReportMetric(float64(processesPSS(b, filepath.Dir(raw.flags[0][len("--root="):])))/1e6, "runsc-restored-pss-MB")
 	}
 }
 
