@@ -3,7 +3,6 @@ package gvisor
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/torpor-dev/torpor/internal/runtime"
+	"golang.org/x/sys/unix"
 )
 
 // Exits. `runsc wait` reports a container's exit status only to a waiter
@@ -63,7 +63,7 @@ func (r *Runtime) WaitExit(ctx context.Context, slot runtime.Slot) (runtime.Exit
 	root := make(chan waited, 1)
 	others := make(chan runtime.Exit, 1)
 	go func() {
-		exit, err := r.waitContainer(ctx, id, string(first))
+		exit, err := r.waitContainer(ctx, id, id, string(first))
 		if err != nil && ctx.Err() == nil {
 			exit, err = r.sandboxEnd(dir, string(first)), nil
 		}
@@ -73,7 +73,7 @@ func (r *Runtime) WaitExit(ctx context.Context, slot runtime.Slot) (runtime.Exit
 	for _, sub := range subs {
 		name := filepath.Base(sub)
 		go func() {
-			if exit, err := r.waitContainer(ctx, subID(id, name), name); err == nil {
+			if exit, err := r.waitContainer(ctx, id, subID(id, name), name); err == nil {
 				select {
 				case others <- exit:
 				default:
@@ -89,19 +89,20 @@ func (r *Runtime) WaitExit(ctx context.Context, slot runtime.Slot) (runtime.Exit
 	}
 }
 
-// waitContainer runs `runsc wait` for container id (named name).
-func (r *Runtime) waitContainer(ctx context.Context, id, name string) (runtime.Exit, error) {
-	out, err := r.output(ctx, "wait", id)
-	if err != nil {
-		return runtime.Exit{}, err
+// waitContainer waits for container id (named name) of sandbox
+// sandboxID to exit, as `runsc wait` does, through the sandbox's control
+// server (control.go).
+func (r *Runtime) waitContainer(ctx context.Context, sandboxID, id, name string) (runtime.Exit, error) {
+	var status uint32
+	if err := r.controlCall(ctx, sandboxID, "containerManager.Wait", id, &status); err != nil {
+		return runtime.Exit{}, fmt.Errorf("wait for container %s: %w", id, err)
 	}
-	var res struct {
-		ExitStatus int `json:"exitStatus"`
+	ws := unix.WaitStatus(status)
+	exit := runtime.Exit{Container: name, Status: ws.ExitStatus(), Known: true}
+	if ws.Signaled() {
+		exit.Status = 128 + int(ws.Signal())
 	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		return runtime.Exit{}, fmt.Errorf("runsc wait %s: %w (%q)", id, err, out)
-	}
-	return runtime.Exit{Container: name, Status: res.ExitStatus, Known: true}, nil
+	return exit, nil
 }
 
 // sandboxEndLine is the sandbox log's last word on its first container.
