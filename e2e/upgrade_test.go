@@ -81,10 +81,8 @@ func TestRollingUpgrade(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	tr.enter("node upgraded")
-	tr.mayResend.Store(true)
 	in.node.upgrade(t, c, cur)
 	time.Sleep(2 * time.Second)
-	tr.mayResend.Store(false)
 	tr.enter("new")
 	time.Sleep(time.Second)
 	for name, n := range tr.stop() {
