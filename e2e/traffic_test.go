@@ -102,7 +102,7 @@ type traffic struct {
 	// answer one above the next count is that, counted in resent and
 	// reported, not a failure. The previous version's node agent stops
 	// its gate with it, which cuts requests so; why a current one's
-	// restart did, once in five runs of TestRestartsUnnoticed, is not
+	// restart did, once in seven runs of TestRestartsUnnoticed, is not
 	// known yet (docs/faults.md).
 	// mayCut is set while a router is killed: a request it was serving
 	// is cut mid-way (a transport error, not a refused connection), and
