@@ -46,13 +46,7 @@ func TestConnectionsSurviveNodeRestart(t *testing.T) {
 	}
 	c.ingress = "http://" + startRouterProcess(t, c, "gate-router")
 
-	var dials atomic.Int32
-	keepAlive := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			dials.Add(1)
-			return (&net.Dialer{}).DialContext(ctx, network, addr)
-		},
-	}}
+	keepAlive, dials := countingClient()
 	defer keepAlive.CloseIdleConnections()
 	tunnel := openTunnel(t, c, "c1", 8080)
 	defer tunnel.Close()
@@ -130,6 +124,19 @@ func TestConnectionsSurviveNodeRestart(t *testing.T) {
 	if left := nodeLeftovers(t, remote); len(left) > 0 {
 		t.Errorf("left after torpor node --cleanup:\n%s", strings.Join(left, "\n"))
 	}
+}
+
+// countingClient is an HTTP client with keep-alive connections and the
+// count of the connections it dialled: a keep-alive connection that
+// survives dials no other.
+func countingClient() (*http.Client, *atomic.Int32) {
+	dials := &atomic.Int32{}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}}, dials
 }
 
 // startRouterProcess runs `torpor router` joined as name, and returns its

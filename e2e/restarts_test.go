@@ -1,15 +1,11 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	mrand "math/rand/v2"
-	"net"
-	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,13 +58,7 @@ func TestRestartsUnnoticed(t *testing.T) {
 	// The long-lived connections go through the router never killed.
 	c.ingress = "http://" + in.routers.procs[1].addr
 	c.mustResume("long")
-	var dials atomic.Int32
-	keepAlive := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			dials.Add(1)
-			return (&net.Dialer{}).DialContext(ctx, network, addr)
-		},
-	}}
+	keepAlive, dials := countingClient()
 	defer keepAlive.CloseIdleConnections()
 	tunnel := openTunnel(t, c, "long", 8080)
 	defer tunnel.Close()

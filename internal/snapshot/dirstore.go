@@ -127,7 +127,7 @@ func (s *DirStore) Put(ctx context.Context, key string, r io.Reader) (err error)
 			return fmt.Errorf("put %s: %w", key, err)
 		}
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := syncPath(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
 	return nil
@@ -148,7 +148,7 @@ func (s *DirStore) mkdirs(dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	return syncDir(filepath.Dir(dir))
+	return syncPath(filepath.Dir(dir))
 }
 
 func (s *DirStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
@@ -192,7 +192,7 @@ func (s *DirStore) Delete(ctx context.Context, key string) error {
 		}
 		return fmt.Errorf("delete %s: %w", key, err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := syncPath(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("delete %s: %w", key, err)
 	}
 	// Prune directories left empty so deleted snapshots leave no trace;
@@ -266,13 +266,14 @@ func isMissing(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR)
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+// syncPath makes the file or directory at path durable.
+func syncPath(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	return d.Sync()
+	defer f.Close()
+	return f.Sync()
 }
 
 // contextReader stops a long copy when its context ends.

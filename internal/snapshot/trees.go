@@ -240,7 +240,7 @@ func (t *Trees) Seal(ctx context.Context, location string) error {
 	// Directories deepest first, the tree's own and its parents last.
 	for i := len(m.Entries) - 1; i >= 0; i-- {
 		if e := m.Entries[i]; e.Type == EntryDir {
-			if err := syncDir(filepath.Join(files, filepath.FromSlash(e.Path))); err != nil {
+			if err := syncPath(filepath.Join(files, filepath.FromSlash(e.Path))); err != nil {
 				return fmt.Errorf("seal snapshot tree %s: %w", location, err)
 			}
 		}
@@ -253,14 +253,14 @@ func (t *Trees) Seal(ctx context.Context, location string) error {
 	if err := writeSynced(tmp, sealBody); err != nil {
 		return fmt.Errorf("seal snapshot tree %s: %w", location, err)
 	}
-	if err := syncFile(filepath.Join(dir, manifestName)); err != nil {
+	if err := syncPath(filepath.Join(dir, manifestName)); err != nil {
 		return fmt.Errorf("seal snapshot tree %s: %w", location, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, treeSealName)); err != nil {
 		return fmt.Errorf("seal snapshot tree %s: %w", location, err)
 	}
 	for d := dir; d != filepath.Dir(t.root); d = filepath.Dir(d) {
-		if err := syncDir(d); err != nil {
+		if err := syncPath(d); err != nil {
 			return fmt.Errorf("seal snapshot tree %s: %w", location, err)
 		}
 	}
@@ -282,15 +282,6 @@ func writeSynced(path string, body []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 // hashFiles hashes every file entry of m under dir, piece by piece, on
