@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -149,6 +150,7 @@ func readLine(r io.Reader) (string, error) {
 type Gate struct {
 	log    *slog.Logger
 	dialer net.Dialer
+	opts   Options
 
 	mu    sync.Mutex
 	slots map[string]*occupant // by worker name
@@ -159,6 +161,8 @@ type occupant struct {
 	ip       string
 	actorUID string
 	conns    map[*pair]struct{}
+	// freeze is set when the occupant freezes when idle (freeze.go).
+	freeze atomic.Pointer[freezer]
 }
 
 // pair is one admitted connection: the router's side and the workload's.
@@ -177,27 +181,50 @@ func (p *pair) close() {
 }
 
 // New returns a gate whose slots host nothing.
-func New(log *slog.Logger) *Gate {
-	return &Gate{log: log, dialer: net.Dialer{Timeout: handshakeTimeout}, slots: map[string]*occupant{}}
+func New(log *slog.Logger, opts Options) *Gate {
+	return &Gate{log: log, dialer: net.Dialer{Timeout: handshakeTimeout}, opts: opts, slots: map[string]*occupant{}}
 }
 
 // Occupy records that worker, whose workloads listen on ip, hosts
-// actorUID ("" for none). When that changes the slot's actor, every
-// connection admitted for the previous one is closed before Occupy
-// returns.
-func (g *Gate) Occupy(worker, ip, actorUID string) {
+// actorUID ("" for none), frozen when idle as f says. When that changes
+// the slot's actor, every connection admitted for the previous one is
+// closed before Occupy returns; when only f changes, the connections
+// stay and the slot is thawed first.
+func (g *Gate) Occupy(worker, ip, actorUID string, f Freeze) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	occ := g.slots[worker]
 	if occ != nil && occ.actorUID == actorUID && occ.ip == ip {
+		old := occ.freeze.Load()
+		if g.freezesAs(old, f) {
+			return
+		}
+		if old != nil {
+			// The same workload, frozen another way from now on: thawed
+			// by the old state's owner before the new one takes over.
+			old.mu.Lock()
+			if err := g.thawLocked(worker, actorUID, old); err != nil {
+				g.log.Error("slot not thawed for a new freeze setting", "worker", worker, "actor_uid", actorUID, "err", err)
+			}
+			old.mu.Unlock()
+			g.retire(worker, old)
+		}
+		occ.freeze.Store(g.newFreezer(worker, actorUID, f))
 		return
 	}
 	if occ != nil {
 		for p := range occ.conns {
 			p.close()
 		}
+		g.retire(worker, occ.freeze.Load())
 	}
-	g.slots[worker] = &occupant{ip: ip, actorUID: actorUID, conns: map[*pair]struct{}{}}
+	next := &occupant{ip: ip, actorUID: actorUID, conns: map[*pair]struct{}{}}
+	if actorUID != "" {
+		next.freeze.Store(g.newFreezer(worker, actorUID, f))
+	} else {
+		g.unmark(worker)
+	}
+	g.slots[worker] = next
 }
 
 // Serve admits connections from ln until ctx ends, then closes ln and
@@ -206,7 +233,10 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	var wg sync.WaitGroup
+	freezing, stopFreezing := context.WithCancel(ctx)
+	wg.Go(func() { g.freezeLoop(freezing) })
 	defer func() {
+		stopFreezing()
 		g.mu.Lock()
 		for _, occ := range g.slots {
 			for p := range occ.conns {
@@ -245,13 +275,14 @@ func (g *Gate) handle(ctx context.Context, down net.Conn) {
 		g.refuse(down, answerBad, err)
 		return
 	}
-	p, ip, err := g.admit(down, t)
+	p, occ, err := g.admit(down, t)
 	if err != nil {
 		g.refuse(down, answerStale, err)
 		return
 	}
 	defer g.forget(t.Worker, p)
-	up, err := g.dialer.DialContext(ctx, "tcp", net.JoinHostPort(ip, strconv.Itoa(t.Port)))
+	g.awake(t.Worker, occ)
+	up, err := g.dialer.DialContext(ctx, "tcp", net.JoinHostPort(occ.ip, strconv.Itoa(t.Port)))
 	if err != nil {
 		g.refuse(down, answerUnreachable, err)
 		return
@@ -274,7 +305,14 @@ func (g *Gate) handle(ctx context.Context, down net.Conn) {
 		return
 	}
 	_ = down.SetDeadline(time.Time{})
-	splice(down, up)
+	if occ.freeze.Load() == nil {
+		splice(down, up)
+	} else {
+		// Each read thaws the slot before its bytes pass (freeze.go),
+		// which the kernel's splice would not let the gate see.
+		wake := func() { g.awake(t.Worker, occ) }
+		splice(waking{down, wake}, waking{up, wake})
+	}
 	p.closeBoth(g)
 }
 
@@ -292,20 +330,20 @@ func parseRequest(line string) (Target, error) {
 }
 
 // admit registers the connection with the occupant of t's slot if that is
-// t's actor, and returns where its workloads listen.
-func (g *Gate) admit(down net.Conn, t Target) (*pair, string, error) {
+// t's actor, and returns it.
+func (g *Gate) admit(down net.Conn, t Target) (*pair, *occupant, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	occ := g.slots[t.Worker]
 	switch {
 	case occ == nil:
-		return nil, "", fmt.Errorf("no worker %s on this node", t.Worker)
+		return nil, nil, fmt.Errorf("no worker %s on this node", t.Worker)
 	case occ.actorUID != t.ActorUID:
-		return nil, "", fmt.Errorf("worker %s does not host actor %s", t.Worker, t.ActorUID)
+		return nil, nil, fmt.Errorf("worker %s does not host actor %s", t.Worker, t.ActorUID)
 	}
 	p := &pair{down: down}
 	occ.conns[p] = struct{}{}
-	return p, occ.ip, nil
+	return p, occ, nil
 }
 
 func (g *Gate) forget(worker string, p *pair) {
@@ -350,4 +388,26 @@ func splice(down, up net.Conn) {
 	go cp(down, up)
 	<-done
 	<-done
+}
+
+// waking is one side of a spliced connection that calls wake after each
+// read, before the bytes read are written on.
+type waking struct {
+	net.Conn
+	wake func()
+}
+
+func (w waking) Read(b []byte) (int, error) {
+	n, err := w.Conn.Read(b)
+	if n > 0 {
+		w.wake()
+	}
+	return n, err
+}
+
+func (w waking) CloseWrite() error {
+	if cw, ok := w.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return w.Conn.Close()
 }

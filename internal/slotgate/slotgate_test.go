@@ -47,7 +47,12 @@ func echoServer(t *testing.T, name string) (ip string, port int) {
 
 func startGate(t *testing.T) (*Gate, string) {
 	t.Helper()
-	g := New(slog.New(slog.DiscardHandler))
+	return startGateWith(t, Options{})
+}
+
+func startGateWith(t *testing.T, opts Options) (*Gate, string) {
+	t.Helper()
+	g := New(slog.New(slog.DiscardHandler), opts)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +81,7 @@ func ask(t *testing.T, c net.Conn, line string) (string, error) {
 func TestGateAdmitsOnlyTheSlotsActor(t *testing.T) {
 	g, addr := startGate(t)
 	ip, port := echoServer(t, "a")
-	g.Occupy("w0", ip, "uid-a")
+	g.Occupy("w0", ip, "uid-a", Freeze{})
 	d := &net.Dialer{}
 	ctx := context.Background()
 
@@ -100,7 +105,7 @@ func TestGateAdmitsOnlyTheSlotsActor(t *testing.T) {
 
 	// The slot changes hands: the admitted connection ends at once,
 	// although the workload it reached still listens.
-	g.Occupy("w0", ip, "uid-b")
+	g.Occupy("w0", ip, "uid-b", Freeze{})
 	if got, err := ask(t, c, "again"); err == nil {
 		t.Fatalf("a connection admitted for the previous actor still answers: %q", got)
 	}
@@ -122,7 +127,7 @@ func TestGateReportsAWorkloadNotListening(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	g.Occupy("w0", "127.0.0.1", "uid-a")
+	g.Occupy("w0", "127.0.0.1", "uid-a", Freeze{})
 	if _, err := Dial(context.Background(), &net.Dialer{}, Target{Gate: addr, Worker: "w0", ActorUID: "uid-a", Port: port}); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("dial a port nothing listens on: %v, want ErrUnreachable", err)
 	}

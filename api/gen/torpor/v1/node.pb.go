@@ -465,6 +465,128 @@ func (x *ReportEgressDeniedRequest) GetSamples() []*EgressDenial {
 	return nil
 }
 
+type ReportFrozenRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Node     string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Worker   string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid string                 `protobuf:"bytes,3,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	// The operation that started the workload (its Run or Restore).
+	OperationId string `protobuf:"bytes,4,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Frozen      bool   `protobuf:"varint,5,opt,name=frozen,proto3" json:"frozen,omitempty"`
+	// When the workload was frozen or thawed.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportFrozenRequest) Reset() {
+	*x = ReportFrozenRequest{}
+	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportFrozenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportFrozenRequest) ProtoMessage() {}
+
+func (x *ReportFrozenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportFrozenRequest.ProtoReflect.Descriptor instead.
+func (*ReportFrozenRequest) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReportFrozenRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ReportFrozenRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ReportFrozenRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *ReportFrozenRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *ReportFrozenRequest) GetFrozen() bool {
+	if x != nil {
+		return x.Frozen
+	}
+	return false
+}
+
+func (x *ReportFrozenRequest) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+type ReportFrozenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportFrozenResponse) Reset() {
+	*x = ReportFrozenResponse{}
+	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportFrozenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportFrozenResponse) ProtoMessage() {}
+
+func (x *ReportFrozenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportFrozenResponse.ProtoReflect.Descriptor instead.
+func (*ReportFrozenResponse) Descriptor() ([]byte, []int) {
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{8}
+}
+
 // EgressDenial is one connection (or name) an egress policy refused.
 type EgressDenial struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -480,7 +602,7 @@ type EgressDenial struct {
 
 func (x *EgressDenial) Reset() {
 	*x = EgressDenial{}
-	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	mi := &file_torpor_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +614,7 @@ func (x *EgressDenial) String() string {
 func (*EgressDenial) ProtoMessage() {}
 
 func (x *EgressDenial) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[7]
+	mi := &file_torpor_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +627,7 @@ func (x *EgressDenial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDenial.ProtoReflect.Descriptor instead.
 func (*EgressDenial) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EgressDenial) GetTime() *timestamppb.Timestamp {
@@ -544,7 +666,7 @@ type ReportEgressDeniedResponse struct {
 
 func (x *ReportEgressDeniedResponse) Reset() {
 	*x = ReportEgressDeniedResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	mi := &file_torpor_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +678,7 @@ func (x *ReportEgressDeniedResponse) String() string {
 func (*ReportEgressDeniedResponse) ProtoMessage() {}
 
 func (x *ReportEgressDeniedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[8]
+	mi := &file_torpor_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +691,7 @@ func (x *ReportEgressDeniedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEgressDeniedResponse.ProtoReflect.Descriptor instead.
 func (*ReportEgressDeniedResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 type ListNodesResponse struct {
@@ -582,7 +704,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[9]
+	mi := &file_torpor_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +716,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[9]
+	mi := &file_torpor_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +729,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -636,7 +758,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[10]
+	mi := &file_torpor_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +770,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[10]
+	mi := &file_torpor_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +783,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecRequest) GetWorker() string {
@@ -710,7 +832,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[11]
+	mi := &file_torpor_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +844,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[11]
+	mi := &file_torpor_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +857,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LogsRequest) GetWorker() string {
@@ -791,7 +913,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[12]
+	mi := &file_torpor_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +925,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[12]
+	mi := &file_torpor_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +938,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WarmRequest) GetWorker() string {
@@ -841,7 +963,7 @@ type WarmResponse struct {
 
 func (x *WarmResponse) Reset() {
 	*x = WarmResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[13]
+	mi := &file_torpor_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +975,7 @@ func (x *WarmResponse) String() string {
 func (*WarmResponse) ProtoMessage() {}
 
 func (x *WarmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[13]
+	mi := &file_torpor_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +988,7 @@ func (x *WarmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmResponse.ProtoReflect.Descriptor instead.
 func (*WarmResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 // Operation names the call for idempotency and the workload it acts on.
@@ -882,7 +1004,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_torpor_v1_node_proto_msgTypes[14]
+	mi := &file_torpor_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1016,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[14]
+	mi := &file_torpor_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1029,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Operation) GetActorUid() string {
@@ -958,7 +1080,7 @@ type Workload struct {
 
 func (x *Workload) Reset() {
 	*x = Workload{}
-	mi := &file_torpor_v1_node_proto_msgTypes[15]
+	mi := &file_torpor_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1092,7 @@ func (x *Workload) String() string {
 func (*Workload) ProtoMessage() {}
 
 func (x *Workload) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[15]
+	mi := &file_torpor_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1105,7 @@ func (x *Workload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workload.ProtoReflect.Descriptor instead.
 func (*Workload) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Workload) GetSpace() string {
@@ -1078,7 +1200,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[16]
+	mi := &file_torpor_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1212,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[16]
+	mi := &file_torpor_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1225,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RunRequest) GetOp() *Operation {
@@ -1138,7 +1260,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[17]
+	mi := &file_torpor_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1272,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[17]
+	mi := &file_torpor_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1285,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunResponse) GetWorkerIp() string {
@@ -1204,7 +1326,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[18]
+	mi := &file_torpor_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1338,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[18]
+	mi := &file_torpor_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1351,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CheckpointRequest) GetOp() *Operation {
@@ -1289,7 +1411,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[19]
+	mi := &file_torpor_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1423,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[19]
+	mi := &file_torpor_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1436,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckpointResponse) GetLocation() string {
@@ -1365,7 +1487,7 @@ type SnapshotSource struct {
 
 func (x *SnapshotSource) Reset() {
 	*x = SnapshotSource{}
-	mi := &file_torpor_v1_node_proto_msgTypes[20]
+	mi := &file_torpor_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1499,7 @@ func (x *SnapshotSource) String() string {
 func (*SnapshotSource) ProtoMessage() {}
 
 func (x *SnapshotSource) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[20]
+	mi := &file_torpor_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1512,7 @@ func (x *SnapshotSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSource.ProtoReflect.Descriptor instead.
 func (*SnapshotSource) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SnapshotSource) GetLocation() string {
@@ -1430,7 +1552,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[21]
+	mi := &file_torpor_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1564,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[21]
+	mi := &file_torpor_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1577,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RestoreRequest) GetOp() *Operation {
@@ -1510,7 +1632,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	mi := &file_torpor_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1644,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[22]
+	mi := &file_torpor_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1657,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RestoreResponse) GetWorkerIp() string {
@@ -1581,7 +1703,7 @@ type StepDuration struct {
 
 func (x *StepDuration) Reset() {
 	*x = StepDuration{}
-	mi := &file_torpor_v1_node_proto_msgTypes[23]
+	mi := &file_torpor_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1715,7 @@ func (x *StepDuration) String() string {
 func (*StepDuration) ProtoMessage() {}
 
 func (x *StepDuration) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[23]
+	mi := &file_torpor_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1728,7 @@ func (x *StepDuration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDuration.ProtoReflect.Descriptor instead.
 func (*StepDuration) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StepDuration) GetName() string {
@@ -1636,7 +1758,7 @@ type TerminateRequest struct {
 
 func (x *TerminateRequest) Reset() {
 	*x = TerminateRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[24]
+	mi := &file_torpor_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1770,7 @@ func (x *TerminateRequest) String() string {
 func (*TerminateRequest) ProtoMessage() {}
 
 func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[24]
+	mi := &file_torpor_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1783,7 @@ func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateRequest.ProtoReflect.Descriptor instead.
 func (*TerminateRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TerminateRequest) GetOp() *Operation {
@@ -1686,7 +1808,7 @@ type TerminateResponse struct {
 
 func (x *TerminateResponse) Reset() {
 	*x = TerminateResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[25]
+	mi := &file_torpor_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1820,7 @@ func (x *TerminateResponse) String() string {
 func (*TerminateResponse) ProtoMessage() {}
 
 func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[25]
+	mi := &file_torpor_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1833,7 @@ func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateResponse.ProtoReflect.Descriptor instead.
 func (*TerminateResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 type DropCheckpointRequest struct {
@@ -1724,7 +1846,7 @@ type DropCheckpointRequest struct {
 
 func (x *DropCheckpointRequest) Reset() {
 	*x = DropCheckpointRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[26]
+	mi := &file_torpor_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1858,7 @@ func (x *DropCheckpointRequest) String() string {
 func (*DropCheckpointRequest) ProtoMessage() {}
 
 func (x *DropCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[26]
+	mi := &file_torpor_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1871,7 @@ func (x *DropCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DropCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DropCheckpointRequest) GetLocation() string {
@@ -1767,7 +1889,7 @@ type DropCheckpointResponse struct {
 
 func (x *DropCheckpointResponse) Reset() {
 	*x = DropCheckpointResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[27]
+	mi := &file_torpor_v1_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1901,7 @@ func (x *DropCheckpointResponse) String() string {
 func (*DropCheckpointResponse) ProtoMessage() {}
 
 func (x *DropCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[27]
+	mi := &file_torpor_v1_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1914,7 @@ func (x *DropCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DropCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{29}
 }
 
 type StatsRequest struct {
@@ -1804,7 +1926,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[28]
+	mi := &file_torpor_v1_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +1938,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[28]
+	mi := &file_torpor_v1_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +1951,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{28}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatsRequest) GetWorker() string {
@@ -1853,7 +1975,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_torpor_v1_node_proto_msgTypes[29]
+	mi := &file_torpor_v1_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1987,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[29]
+	mi := &file_torpor_v1_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2000,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{29}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatsResponse) GetRunning() bool {
@@ -1929,7 +2051,7 @@ type NodeFileRequest struct {
 
 func (x *NodeFileRequest) Reset() {
 	*x = NodeFileRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[30]
+	mi := &file_torpor_v1_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2063,7 @@ func (x *NodeFileRequest) String() string {
 func (*NodeFileRequest) ProtoMessage() {}
 
 func (x *NodeFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[30]
+	mi := &file_torpor_v1_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2076,7 @@ func (x *NodeFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFileRequest.ProtoReflect.Descriptor instead.
 func (*NodeFileRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{30}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NodeFileRequest) GetWorker() string {
@@ -1995,7 +2117,7 @@ type NodeReadFilesRequest struct {
 
 func (x *NodeReadFilesRequest) Reset() {
 	*x = NodeReadFilesRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[31]
+	mi := &file_torpor_v1_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2129,7 @@ func (x *NodeReadFilesRequest) String() string {
 func (*NodeReadFilesRequest) ProtoMessage() {}
 
 func (x *NodeReadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[31]
+	mi := &file_torpor_v1_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2142,7 @@ func (x *NodeReadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReadFilesRequest.ProtoReflect.Descriptor instead.
 func (*NodeReadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{31}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NodeReadFilesRequest) GetFile() *NodeFileRequest {
@@ -2050,7 +2172,7 @@ type NodeWriteFilesRequest struct {
 
 func (x *NodeWriteFilesRequest) Reset() {
 	*x = NodeWriteFilesRequest{}
-	mi := &file_torpor_v1_node_proto_msgTypes[32]
+	mi := &file_torpor_v1_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2184,7 @@ func (x *NodeWriteFilesRequest) String() string {
 func (*NodeWriteFilesRequest) ProtoMessage() {}
 
 func (x *NodeWriteFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_torpor_v1_node_proto_msgTypes[32]
+	mi := &file_torpor_v1_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2197,7 @@ func (x *NodeWriteFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWriteFilesRequest.ProtoReflect.Descriptor instead.
 func (*NodeWriteFilesRequest) Descriptor() ([]byte, []int) {
-	return file_torpor_v1_node_proto_rawDescGZIP(), []int{32}
+	return file_torpor_v1_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NodeWriteFilesRequest) GetFile() *NodeFileRequest {
@@ -2134,7 +2256,15 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\tactor_uid\x18\x03 \x01(\tR\bactorUid\x12!\n" +
 	"\foperation_id\x18\x04 \x01(\tR\voperationId\x12\x14\n" +
 	"\x05count\x18\x05 \x01(\x03R\x05count\x121\n" +
-	"\asamples\x18\x06 \x03(\v2\x17.torpor.v1.EgressDenialR\asamples\"\x90\x01\n" +
+	"\asamples\x18\x06 \x03(\v2\x17.torpor.v1.EgressDenialR\asamples\"\xc9\x01\n" +
+	"\x13ReportFrozenRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x03 \x01(\tR\bactorUid\x12!\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\x12\x16\n" +
+	"\x06frozen\x18\x05 \x01(\bR\x06frozen\x12.\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\x16\n" +
+	"\x14ReportFrozenResponse\"\x90\x01\n" +
 	"\fEgressDenial\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12 \n" +
@@ -2256,13 +2386,14 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\x10CheckpointTarget\x12!\n" +
 	"\x1dCHECKPOINT_TARGET_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CHECKPOINT_TARGET_STORAGE\x10\x01\x12\x1b\n" +
-	"\x17CHECKPOINT_TARGET_LOCAL\x10\x022\xca\x03\n" +
+	"\x17CHECKPOINT_TARGET_LOCAL\x10\x022\x9b\x04\n" +
 	"\vNodeService\x12O\n" +
 	"\fRegisterNode\x12\x1e.torpor.v1.RegisterNodeRequest\x1a\x1f.torpor.v1.RegisterNodeResponse\x12F\n" +
 	"\tHeartbeat\x12\x1b.torpor.v1.HeartbeatRequest\x1a\x1c.torpor.v1.HeartbeatResponse\x12I\n" +
 	"\n" +
 	"ReportExit\x12\x1c.torpor.v1.ReportExitRequest\x1a\x1d.torpor.v1.ReportExitResponse\x12a\n" +
-	"\x12ReportEgressDenied\x12$.torpor.v1.ReportEgressDeniedRequest\x1a%.torpor.v1.ReportEgressDeniedResponse\x121\n" +
+	"\x12ReportEgressDenied\x12$.torpor.v1.ReportEgressDeniedRequest\x1a%.torpor.v1.ReportEgressDeniedResponse\x12O\n" +
+	"\fReportFrozen\x12\x1e.torpor.v1.ReportFrozenRequest\x1a\x1f.torpor.v1.ReportFrozenResponse\x121\n" +
 	"\aGetNode\x12\x15.torpor.v1.GetRequest\x1a\x0f.torpor.v1.Node\x12A\n" +
 	"\tListNodes\x12\x16.torpor.v1.ListRequest\x1a\x1c.torpor.v1.ListNodesResponse2\x8c\a\n" +
 	"\x10NodeAgentService\x124\n" +
@@ -2295,7 +2426,7 @@ func file_torpor_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_torpor_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_torpor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_torpor_v1_node_proto_goTypes = []any{
 	(CheckpointTarget)(0),              // 0: torpor.v1.CheckpointTarget
 	(*RegisterNodeRequest)(nil),        // 1: torpor.v1.RegisterNodeRequest
@@ -2305,128 +2436,133 @@ var file_torpor_v1_node_proto_goTypes = []any{
 	(*ReportExitRequest)(nil),          // 5: torpor.v1.ReportExitRequest
 	(*ReportExitResponse)(nil),         // 6: torpor.v1.ReportExitResponse
 	(*ReportEgressDeniedRequest)(nil),  // 7: torpor.v1.ReportEgressDeniedRequest
-	(*EgressDenial)(nil),               // 8: torpor.v1.EgressDenial
-	(*ReportEgressDeniedResponse)(nil), // 9: torpor.v1.ReportEgressDeniedResponse
-	(*ListNodesResponse)(nil),          // 10: torpor.v1.ListNodesResponse
-	(*ExecRequest)(nil),                // 11: torpor.v1.ExecRequest
-	(*LogsRequest)(nil),                // 12: torpor.v1.LogsRequest
-	(*WarmRequest)(nil),                // 13: torpor.v1.WarmRequest
-	(*WarmResponse)(nil),               // 14: torpor.v1.WarmResponse
-	(*Operation)(nil),                  // 15: torpor.v1.Operation
-	(*Workload)(nil),                   // 16: torpor.v1.Workload
-	(*RunRequest)(nil),                 // 17: torpor.v1.RunRequest
-	(*RunResponse)(nil),                // 18: torpor.v1.RunResponse
-	(*CheckpointRequest)(nil),          // 19: torpor.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 20: torpor.v1.CheckpointResponse
-	(*SnapshotSource)(nil),             // 21: torpor.v1.SnapshotSource
-	(*RestoreRequest)(nil),             // 22: torpor.v1.RestoreRequest
-	(*RestoreResponse)(nil),            // 23: torpor.v1.RestoreResponse
-	(*StepDuration)(nil),               // 24: torpor.v1.StepDuration
-	(*TerminateRequest)(nil),           // 25: torpor.v1.TerminateRequest
-	(*TerminateResponse)(nil),          // 26: torpor.v1.TerminateResponse
-	(*DropCheckpointRequest)(nil),      // 27: torpor.v1.DropCheckpointRequest
-	(*DropCheckpointResponse)(nil),     // 28: torpor.v1.DropCheckpointResponse
-	(*StatsRequest)(nil),               // 29: torpor.v1.StatsRequest
-	(*StatsResponse)(nil),              // 30: torpor.v1.StatsResponse
-	(*NodeFileRequest)(nil),            // 31: torpor.v1.NodeFileRequest
-	(*NodeReadFilesRequest)(nil),       // 32: torpor.v1.NodeReadFilesRequest
-	(*NodeWriteFilesRequest)(nil),      // 33: torpor.v1.NodeWriteFilesRequest
-	nil,                                // 34: torpor.v1.Workload.EnvEntry
-	(*Node)(nil),                       // 35: torpor.v1.Node
-	(*Worker)(nil),                     // 36: torpor.v1.Worker
-	(*timestamppb.Timestamp)(nil),      // 37: google.protobuf.Timestamp
-	(*ContainerExit)(nil),              // 38: torpor.v1.ContainerExit
-	(*ExecProcess)(nil),                // 39: torpor.v1.ExecProcess
-	(*ExecInput)(nil),                  // 40: torpor.v1.ExecInput
-	(*TemplateSpec)(nil),               // 41: torpor.v1.TemplateSpec
-	(*EgressPolicy)(nil),               // 42: torpor.v1.EgressPolicy
-	(SnapshotScope)(0),                 // 43: torpor.v1.SnapshotScope
-	(RestoreScope)(0),                  // 44: torpor.v1.RestoreScope
-	(*GetRequest)(nil),                 // 45: torpor.v1.GetRequest
-	(*ListRequest)(nil),                // 46: torpor.v1.ListRequest
-	(*ExecOutput)(nil),                 // 47: torpor.v1.ExecOutput
-	(*GetActorLogsResponse)(nil),       // 48: torpor.v1.GetActorLogsResponse
-	(*FileInfo)(nil),                   // 49: torpor.v1.FileInfo
-	(*ListActorFilesResponse)(nil),     // 50: torpor.v1.ListActorFilesResponse
-	(*FileChunk)(nil),                  // 51: torpor.v1.FileChunk
-	(*WriteActorFilesResponse)(nil),    // 52: torpor.v1.WriteActorFilesResponse
+	(*ReportFrozenRequest)(nil),        // 8: torpor.v1.ReportFrozenRequest
+	(*ReportFrozenResponse)(nil),       // 9: torpor.v1.ReportFrozenResponse
+	(*EgressDenial)(nil),               // 10: torpor.v1.EgressDenial
+	(*ReportEgressDeniedResponse)(nil), // 11: torpor.v1.ReportEgressDeniedResponse
+	(*ListNodesResponse)(nil),          // 12: torpor.v1.ListNodesResponse
+	(*ExecRequest)(nil),                // 13: torpor.v1.ExecRequest
+	(*LogsRequest)(nil),                // 14: torpor.v1.LogsRequest
+	(*WarmRequest)(nil),                // 15: torpor.v1.WarmRequest
+	(*WarmResponse)(nil),               // 16: torpor.v1.WarmResponse
+	(*Operation)(nil),                  // 17: torpor.v1.Operation
+	(*Workload)(nil),                   // 18: torpor.v1.Workload
+	(*RunRequest)(nil),                 // 19: torpor.v1.RunRequest
+	(*RunResponse)(nil),                // 20: torpor.v1.RunResponse
+	(*CheckpointRequest)(nil),          // 21: torpor.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 22: torpor.v1.CheckpointResponse
+	(*SnapshotSource)(nil),             // 23: torpor.v1.SnapshotSource
+	(*RestoreRequest)(nil),             // 24: torpor.v1.RestoreRequest
+	(*RestoreResponse)(nil),            // 25: torpor.v1.RestoreResponse
+	(*StepDuration)(nil),               // 26: torpor.v1.StepDuration
+	(*TerminateRequest)(nil),           // 27: torpor.v1.TerminateRequest
+	(*TerminateResponse)(nil),          // 28: torpor.v1.TerminateResponse
+	(*DropCheckpointRequest)(nil),      // 29: torpor.v1.DropCheckpointRequest
+	(*DropCheckpointResponse)(nil),     // 30: torpor.v1.DropCheckpointResponse
+	(*StatsRequest)(nil),               // 31: torpor.v1.StatsRequest
+	(*StatsResponse)(nil),              // 32: torpor.v1.StatsResponse
+	(*NodeFileRequest)(nil),            // 33: torpor.v1.NodeFileRequest
+	(*NodeReadFilesRequest)(nil),       // 34: torpor.v1.NodeReadFilesRequest
+	(*NodeWriteFilesRequest)(nil),      // 35: torpor.v1.NodeWriteFilesRequest
+	nil,                                // 36: torpor.v1.Workload.EnvEntry
+	(*Node)(nil),                       // 37: torpor.v1.Node
+	(*Worker)(nil),                     // 38: torpor.v1.Worker
+	(*timestamppb.Timestamp)(nil),      // 39: google.protobuf.Timestamp
+	(*ContainerExit)(nil),              // 40: torpor.v1.ContainerExit
+	(*ExecProcess)(nil),                // 41: torpor.v1.ExecProcess
+	(*ExecInput)(nil),                  // 42: torpor.v1.ExecInput
+	(*TemplateSpec)(nil),               // 43: torpor.v1.TemplateSpec
+	(*EgressPolicy)(nil),               // 44: torpor.v1.EgressPolicy
+	(SnapshotScope)(0),                 // 45: torpor.v1.SnapshotScope
+	(RestoreScope)(0),                  // 46: torpor.v1.RestoreScope
+	(*GetRequest)(nil),                 // 47: torpor.v1.GetRequest
+	(*ListRequest)(nil),                // 48: torpor.v1.ListRequest
+	(*ExecOutput)(nil),                 // 49: torpor.v1.ExecOutput
+	(*GetActorLogsResponse)(nil),       // 50: torpor.v1.GetActorLogsResponse
+	(*FileInfo)(nil),                   // 51: torpor.v1.FileInfo
+	(*ListActorFilesResponse)(nil),     // 52: torpor.v1.ListActorFilesResponse
+	(*FileChunk)(nil),                  // 53: torpor.v1.FileChunk
+	(*WriteActorFilesResponse)(nil),    // 54: torpor.v1.WriteActorFilesResponse
 }
 var file_torpor_v1_node_proto_depIdxs = []int32{
-	35, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
-	36, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
-	35, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
-	36, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
-	37, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
-	38, // 5: torpor.v1.ReportExitRequest.exit:type_name -> torpor.v1.ContainerExit
-	8,  // 6: torpor.v1.ReportEgressDeniedRequest.samples:type_name -> torpor.v1.EgressDenial
-	37, // 7: torpor.v1.EgressDenial.time:type_name -> google.protobuf.Timestamp
-	35, // 8: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
-	39, // 9: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
-	40, // 10: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
-	37, // 11: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
-	16, // 12: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
-	41, // 13: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
-	34, // 14: torpor.v1.Workload.env:type_name -> torpor.v1.Workload.EnvEntry
-	42, // 15: torpor.v1.Workload.egress:type_name -> torpor.v1.EgressPolicy
-	15, // 16: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
-	16, // 17: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
-	15, // 18: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
-	43, // 19: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
-	0,  // 20: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
-	24, // 21: torpor.v1.CheckpointResponse.steps:type_name -> torpor.v1.StepDuration
-	15, // 22: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
-	16, // 23: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
-	44, // 24: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
-	21, // 25: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
-	21, // 26: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
-	24, // 27: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
-	15, // 28: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
-	37, // 29: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
-	31, // 30: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	31, // 31: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
-	1,  // 32: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
-	3,  // 33: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
-	5,  // 34: torpor.v1.NodeService.ReportExit:input_type -> torpor.v1.ReportExitRequest
-	7,  // 35: torpor.v1.NodeService.ReportEgressDenied:input_type -> torpor.v1.ReportEgressDeniedRequest
-	45, // 36: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
-	46, // 37: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
-	17, // 38: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
-	19, // 39: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
-	22, // 40: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
-	25, // 41: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
-	29, // 42: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
-	13, // 43: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
-	11, // 44: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
-	12, // 45: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
-	31, // 46: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
-	31, // 47: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
-	32, // 48: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
-	33, // 49: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
-	27, // 50: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
-	2,  // 51: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
-	4,  // 52: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
-	6,  // 53: torpor.v1.NodeService.ReportExit:output_type -> torpor.v1.ReportExitResponse
-	9,  // 54: torpor.v1.NodeService.ReportEgressDenied:output_type -> torpor.v1.ReportEgressDeniedResponse
-	35, // 55: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
-	10, // 56: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
-	18, // 57: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
-	20, // 58: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
-	23, // 59: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
-	26, // 60: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
-	30, // 61: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
-	14, // 62: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
-	47, // 63: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
-	48, // 64: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
-	49, // 65: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
-	50, // 66: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
-	51, // 67: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
-	52, // 68: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
-	28, // 69: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
-	51, // [51:70] is the sub-list for method output_type
-	32, // [32:51] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	37, // 0: torpor.v1.RegisterNodeRequest.node:type_name -> torpor.v1.Node
+	38, // 1: torpor.v1.RegisterNodeRequest.workers:type_name -> torpor.v1.Worker
+	37, // 2: torpor.v1.RegisterNodeResponse.node:type_name -> torpor.v1.Node
+	38, // 3: torpor.v1.RegisterNodeResponse.workers:type_name -> torpor.v1.Worker
+	39, // 4: torpor.v1.HeartbeatResponse.heartbeat_time:type_name -> google.protobuf.Timestamp
+	40, // 5: torpor.v1.ReportExitRequest.exit:type_name -> torpor.v1.ContainerExit
+	10, // 6: torpor.v1.ReportEgressDeniedRequest.samples:type_name -> torpor.v1.EgressDenial
+	39, // 7: torpor.v1.ReportFrozenRequest.time:type_name -> google.protobuf.Timestamp
+	39, // 8: torpor.v1.EgressDenial.time:type_name -> google.protobuf.Timestamp
+	37, // 9: torpor.v1.ListNodesResponse.nodes:type_name -> torpor.v1.Node
+	41, // 10: torpor.v1.ExecRequest.process:type_name -> torpor.v1.ExecProcess
+	42, // 11: torpor.v1.ExecRequest.input:type_name -> torpor.v1.ExecInput
+	39, // 12: torpor.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	18, // 13: torpor.v1.WarmRequest.workload:type_name -> torpor.v1.Workload
+	43, // 14: torpor.v1.Workload.template:type_name -> torpor.v1.TemplateSpec
+	36, // 15: torpor.v1.Workload.env:type_name -> torpor.v1.Workload.EnvEntry
+	44, // 16: torpor.v1.Workload.egress:type_name -> torpor.v1.EgressPolicy
+	17, // 17: torpor.v1.RunRequest.op:type_name -> torpor.v1.Operation
+	18, // 18: torpor.v1.RunRequest.workload:type_name -> torpor.v1.Workload
+	17, // 19: torpor.v1.CheckpointRequest.op:type_name -> torpor.v1.Operation
+	45, // 20: torpor.v1.CheckpointRequest.scope:type_name -> torpor.v1.SnapshotScope
+	0,  // 21: torpor.v1.CheckpointRequest.target:type_name -> torpor.v1.CheckpointTarget
+	26, // 22: torpor.v1.CheckpointResponse.steps:type_name -> torpor.v1.StepDuration
+	17, // 23: torpor.v1.RestoreRequest.op:type_name -> torpor.v1.Operation
+	18, // 24: torpor.v1.RestoreRequest.workload:type_name -> torpor.v1.Workload
+	46, // 25: torpor.v1.RestoreRequest.scope:type_name -> torpor.v1.RestoreScope
+	23, // 26: torpor.v1.RestoreRequest.snapshot:type_name -> torpor.v1.SnapshotSource
+	23, // 27: torpor.v1.RestoreRequest.golden:type_name -> torpor.v1.SnapshotSource
+	26, // 28: torpor.v1.RestoreResponse.steps:type_name -> torpor.v1.StepDuration
+	17, // 29: torpor.v1.TerminateRequest.op:type_name -> torpor.v1.Operation
+	39, // 30: torpor.v1.StatsResponse.started:type_name -> google.protobuf.Timestamp
+	33, // 31: torpor.v1.NodeReadFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	33, // 32: torpor.v1.NodeWriteFilesRequest.file:type_name -> torpor.v1.NodeFileRequest
+	1,  // 33: torpor.v1.NodeService.RegisterNode:input_type -> torpor.v1.RegisterNodeRequest
+	3,  // 34: torpor.v1.NodeService.Heartbeat:input_type -> torpor.v1.HeartbeatRequest
+	5,  // 35: torpor.v1.NodeService.ReportExit:input_type -> torpor.v1.ReportExitRequest
+	7,  // 36: torpor.v1.NodeService.ReportEgressDenied:input_type -> torpor.v1.ReportEgressDeniedRequest
+	8,  // 37: torpor.v1.NodeService.ReportFrozen:input_type -> torpor.v1.ReportFrozenRequest
+	47, // 38: torpor.v1.NodeService.GetNode:input_type -> torpor.v1.GetRequest
+	48, // 39: torpor.v1.NodeService.ListNodes:input_type -> torpor.v1.ListRequest
+	19, // 40: torpor.v1.NodeAgentService.Run:input_type -> torpor.v1.RunRequest
+	21, // 41: torpor.v1.NodeAgentService.Checkpoint:input_type -> torpor.v1.CheckpointRequest
+	24, // 42: torpor.v1.NodeAgentService.Restore:input_type -> torpor.v1.RestoreRequest
+	27, // 43: torpor.v1.NodeAgentService.Terminate:input_type -> torpor.v1.TerminateRequest
+	31, // 44: torpor.v1.NodeAgentService.Stats:input_type -> torpor.v1.StatsRequest
+	15, // 45: torpor.v1.NodeAgentService.Warm:input_type -> torpor.v1.WarmRequest
+	13, // 46: torpor.v1.NodeAgentService.Exec:input_type -> torpor.v1.ExecRequest
+	14, // 47: torpor.v1.NodeAgentService.Logs:input_type -> torpor.v1.LogsRequest
+	33, // 48: torpor.v1.NodeAgentService.StatFile:input_type -> torpor.v1.NodeFileRequest
+	33, // 49: torpor.v1.NodeAgentService.ListFiles:input_type -> torpor.v1.NodeFileRequest
+	34, // 50: torpor.v1.NodeAgentService.ReadFiles:input_type -> torpor.v1.NodeReadFilesRequest
+	35, // 51: torpor.v1.NodeAgentService.WriteFiles:input_type -> torpor.v1.NodeWriteFilesRequest
+	29, // 52: torpor.v1.NodeAgentService.DropCheckpoint:input_type -> torpor.v1.DropCheckpointRequest
+	2,  // 53: torpor.v1.NodeService.RegisterNode:output_type -> torpor.v1.RegisterNodeResponse
+	4,  // 54: torpor.v1.NodeService.Heartbeat:output_type -> torpor.v1.HeartbeatResponse
+	6,  // 55: torpor.v1.NodeService.ReportExit:output_type -> torpor.v1.ReportExitResponse
+	11, // 56: torpor.v1.NodeService.ReportEgressDenied:output_type -> torpor.v1.ReportEgressDeniedResponse
+	9,  // 57: torpor.v1.NodeService.ReportFrozen:output_type -> torpor.v1.ReportFrozenResponse
+	37, // 58: torpor.v1.NodeService.GetNode:output_type -> torpor.v1.Node
+	12, // 59: torpor.v1.NodeService.ListNodes:output_type -> torpor.v1.ListNodesResponse
+	20, // 60: torpor.v1.NodeAgentService.Run:output_type -> torpor.v1.RunResponse
+	22, // 61: torpor.v1.NodeAgentService.Checkpoint:output_type -> torpor.v1.CheckpointResponse
+	25, // 62: torpor.v1.NodeAgentService.Restore:output_type -> torpor.v1.RestoreResponse
+	28, // 63: torpor.v1.NodeAgentService.Terminate:output_type -> torpor.v1.TerminateResponse
+	32, // 64: torpor.v1.NodeAgentService.Stats:output_type -> torpor.v1.StatsResponse
+	16, // 65: torpor.v1.NodeAgentService.Warm:output_type -> torpor.v1.WarmResponse
+	49, // 66: torpor.v1.NodeAgentService.Exec:output_type -> torpor.v1.ExecOutput
+	50, // 67: torpor.v1.NodeAgentService.Logs:output_type -> torpor.v1.GetActorLogsResponse
+	51, // 68: torpor.v1.NodeAgentService.StatFile:output_type -> torpor.v1.FileInfo
+	52, // 69: torpor.v1.NodeAgentService.ListFiles:output_type -> torpor.v1.ListActorFilesResponse
+	53, // 70: torpor.v1.NodeAgentService.ReadFiles:output_type -> torpor.v1.FileChunk
+	54, // 71: torpor.v1.NodeAgentService.WriteFiles:output_type -> torpor.v1.WriteActorFilesResponse
+	30, // 72: torpor.v1.NodeAgentService.DropCheckpoint:output_type -> torpor.v1.DropCheckpointResponse
+	53, // [53:73] is the sub-list for method output_type
+	33, // [33:53] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_node_proto_init() }
@@ -2442,7 +2578,7 @@ func file_torpor_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_torpor_v1_node_proto_rawDesc), len(file_torpor_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1950,8 +1950,17 @@ type IdlePolicy struct {
 	IdleSeconds int32 `protobuf:"varint,1,opt,name=idle_seconds,json=idleSeconds,proto3" json:"idle_seconds,omitempty"`
 	// PAUSE (checkpoint kept on the node) or SUSPEND (to snapshot storage);
 	// also what an eviction does. Default SUSPEND.
-	Action        IdleAction      `protobuf:"varint,2,opt,name=action,proto3,enum=torpor.v1.IdleAction" json:"action,omitempty"`
-	Eviction      *EvictionPolicy `protobuf:"bytes,3,opt,name=eviction,proto3" json:"eviction,omitempty"`
+	Action   IdleAction      `protobuf:"varint,2,opt,name=action,proto3,enum=torpor.v1.IdleAction" json:"action,omitempty"`
+	Eviction *EvictionPolicy `protobuf:"bytes,3,opt,name=eviction,proto3" json:"eviction,omitempty"`
+	// Seconds without traffic through the node's slot gate, exec, file
+	// access or tunnel after which the RUNNING actor's sandbox is frozen
+	// in place: paused (no CPU; memory, worker and connections kept). Any
+	// of those thaws it in milliseconds, without a restore; the actor stays
+	// RUNNING, with status.frozen_time set while frozen. Its timers fire
+	// only once it thaws: an actor that must act on its own leaves this 0.
+	// 0 means never (the default); when idle_seconds is set, less than it.
+	// Frozen actors are the first an eviction takes.
+	FreezeSeconds int32 `protobuf:"varint,4,opt,name=freeze_seconds,json=freezeSeconds,proto3" json:"freeze_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2005,6 +2014,13 @@ func (x *IdlePolicy) GetEviction() *EvictionPolicy {
 		return x.Eviction
 	}
 	return nil
+}
+
+func (x *IdlePolicy) GetFreezeSeconds() int32 {
+	if x != nil {
+		return x.FreezeSeconds
+	}
+	return 0
 }
 
 // EvictionPolicy: when a resume finds no free worker, the control plane
@@ -2555,7 +2571,10 @@ type ActorStatus struct {
 	// The egress policy the running workload was started with: the
 	// template's, narrowed by the actor's (output only; a change of either
 	// takes effect on the next start or resume).
-	Egress        *EgressPolicy `protobuf:"bytes,18,opt,name=egress,proto3" json:"egress,omitempty"`
+	Egress *EgressPolicy `protobuf:"bytes,18,opt,name=egress,proto3" json:"egress,omitempty"`
+	// Set while the RUNNING actor's sandbox is frozen (IdlePolicy
+	// freeze_seconds): since when, as its node reported it (output only).
+	FrozenTime    *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=frozen_time,json=frozenTime,proto3" json:"frozen_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2712,6 +2731,13 @@ func (x *ActorStatus) GetLastWorker() *WorkerRef {
 func (x *ActorStatus) GetEgress() *EgressPolicy {
 	if x != nil {
 		return x.Egress
+	}
+	return nil
+}
+
+func (x *ActorStatus) GetFrozenTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FrozenTime
 	}
 	return nil
 }
@@ -3834,12 +3860,13 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\ton_resume\x18\x03 \x01(\v2\x13.torpor.v1.OnResumeR\bonResume\x12\x12\n" +
 	"\x04keep\x18\x04 \x01(\x05R\x04keep\"<\n" +
 	"\bOnResume\x120\n" +
-	"\tfrom_data\x18\x01 \x01(\x0e2\x13.torpor.v1.FromDataR\bfromData\"\x95\x01\n" +
+	"\tfrom_data\x18\x01 \x01(\x0e2\x13.torpor.v1.FromDataR\bfromData\"\xbc\x01\n" +
 	"\n" +
 	"IdlePolicy\x12!\n" +
 	"\fidle_seconds\x18\x01 \x01(\x05R\vidleSeconds\x12-\n" +
 	"\x06action\x18\x02 \x01(\x0e2\x15.torpor.v1.IdleActionR\x06action\x125\n" +
-	"\beviction\x18\x03 \x01(\v2\x19.torpor.v1.EvictionPolicyR\beviction\"l\n" +
+	"\beviction\x18\x03 \x01(\v2\x19.torpor.v1.EvictionPolicyR\beviction\x12%\n" +
+	"\x0efreeze_seconds\x18\x04 \x01(\x05R\rfreezeSeconds\"l\n" +
 	"\x0eEvictionPolicy\x12\x14\n" +
 	"\x05never\x18\x01 \x01(\bR\x05never\x12(\n" +
 	"\x10min_idle_seconds\x18\x02 \x01(\x05R\x0eminIdleSeconds\x12\x1a\n" +
@@ -3883,7 +3910,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x0e\n" +
 	"\x02ip\x18\x05 \x01(\tR\x02ip\x12\x12\n" +
-	"\x04gate\x18\x06 \x01(\tR\x04gate\"\xa4\a\n" +
+	"\x04gate\x18\x06 \x01(\tR\x04gate\"\xe1\a\n" +
 	"\vActorStatus\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.torpor.v1.ActorStateR\x05state\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.torpor.v1.WorkerRefR\x06worker\x12'\n" +
@@ -3906,7 +3933,9 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\rrun_operation\x18\x10 \x01(\tR\frunOperation\x125\n" +
 	"\vlast_worker\x18\x11 \x01(\v2\x14.torpor.v1.WorkerRefR\n" +
 	"lastWorker\x12/\n" +
-	"\x06egress\x18\x12 \x01(\v2\x17.torpor.v1.EgressPolicyR\x06egress\"\xda\x01\n" +
+	"\x06egress\x18\x12 \x01(\v2\x17.torpor.v1.EgressPolicyR\x06egress\x12;\n" +
+	"\vfrozen_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"frozenTime\"\xda\x01\n" +
 	"\rContainerExit\x12\x1c\n" +
 	"\tcontainer\x18\x01 \x01(\tR\tcontainer\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
@@ -4188,33 +4217,34 @@ var file_torpor_v1_resources_proto_depIdxs = []int32{
 	53, // 50: torpor.v1.ActorStatus.next_restart_time:type_name -> google.protobuf.Timestamp
 	37, // 51: torpor.v1.ActorStatus.last_worker:type_name -> torpor.v1.WorkerRef
 	18, // 52: torpor.v1.ActorStatus.egress:type_name -> torpor.v1.EgressPolicy
-	53, // 53: torpor.v1.ContainerExit.time:type_name -> google.protobuf.Timestamp
-	39, // 54: torpor.v1.WorkloadExited.exit:type_name -> torpor.v1.ContainerExit
-	53, // 55: torpor.v1.WorkloadExited.next_restart_time:type_name -> google.protobuf.Timestamp
-	2,  // 56: torpor.v1.WorkloadExited.restart_policy:type_name -> torpor.v1.RestartPolicy
-	10, // 57: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
-	53, // 58: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
-	5,  // 59: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
-	4,  // 60: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
-	9,  // 61: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
-	12, // 62: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
-	44, // 63: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
-	46, // 64: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
-	45, // 65: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
-	53, // 66: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
-	53, // 67: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
-	12, // 68: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
-	4,  // 69: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
-	17, // 70: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
-	12, // 71: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
-	11, // 72: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
-	12, // 73: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
-	53, // 74: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	75, // [75:75] is the sub-list for method output_type
-	75, // [75:75] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	53, // 53: torpor.v1.ActorStatus.frozen_time:type_name -> google.protobuf.Timestamp
+	53, // 54: torpor.v1.ContainerExit.time:type_name -> google.protobuf.Timestamp
+	39, // 55: torpor.v1.WorkloadExited.exit:type_name -> torpor.v1.ContainerExit
+	53, // 56: torpor.v1.WorkloadExited.next_restart_time:type_name -> google.protobuf.Timestamp
+	2,  // 57: torpor.v1.WorkloadExited.restart_policy:type_name -> torpor.v1.RestartPolicy
+	10, // 58: torpor.v1.ActorOperation.kind:type_name -> torpor.v1.OperationKind
+	53, // 59: torpor.v1.ActorOperation.start_time:type_name -> google.protobuf.Timestamp
+	5,  // 60: torpor.v1.ActorOperation.restore_scope:type_name -> torpor.v1.RestoreScope
+	4,  // 61: torpor.v1.ActorOperation.target_scope:type_name -> torpor.v1.SnapshotScope
+	9,  // 62: torpor.v1.ActorOperation.previous_state:type_name -> torpor.v1.ActorState
+	12, // 63: torpor.v1.Worker.metadata:type_name -> torpor.v1.ObjectMeta
+	44, // 64: torpor.v1.Worker.spec:type_name -> torpor.v1.WorkerSpec
+	46, // 65: torpor.v1.Worker.status:type_name -> torpor.v1.WorkerStatus
+	45, // 66: torpor.v1.WorkerStatus.actor:type_name -> torpor.v1.ActorRef
+	53, // 67: torpor.v1.WorkerStatus.reserve_time:type_name -> google.protobuf.Timestamp
+	53, // 68: torpor.v1.WorkerStatus.actor_last_active:type_name -> google.protobuf.Timestamp
+	12, // 69: torpor.v1.Snapshot.metadata:type_name -> torpor.v1.ObjectMeta
+	4,  // 70: torpor.v1.Snapshot.scope:type_name -> torpor.v1.SnapshotScope
+	17, // 71: torpor.v1.Snapshot.template_spec:type_name -> torpor.v1.TemplateSpec
+	12, // 72: torpor.v1.SnapshotTag.metadata:type_name -> torpor.v1.ObjectMeta
+	11, // 73: torpor.v1.SnapshotTag.scope:type_name -> torpor.v1.SnapshotTagScope
+	12, // 74: torpor.v1.Node.metadata:type_name -> torpor.v1.ObjectMeta
+	53, // 75: torpor.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	76, // [76:76] is the sub-list for method output_type
+	76, // [76:76] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_torpor_v1_resources_proto_init() }

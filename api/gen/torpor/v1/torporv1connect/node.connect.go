@@ -45,6 +45,9 @@ const (
 	// NodeServiceReportEgressDeniedProcedure is the fully-qualified name of the NodeService's
 	// ReportEgressDenied RPC.
 	NodeServiceReportEgressDeniedProcedure = "/torpor.v1.NodeService/ReportEgressDenied"
+	// NodeServiceReportFrozenProcedure is the fully-qualified name of the NodeService's ReportFrozen
+	// RPC.
+	NodeServiceReportFrozenProcedure = "/torpor.v1.NodeService/ReportFrozen"
 	// NodeServiceGetNodeProcedure is the fully-qualified name of the NodeService's GetNode RPC.
 	NodeServiceGetNodeProcedure = "/torpor.v1.NodeService/GetNode"
 	// NodeServiceListNodesProcedure is the fully-qualified name of the NodeService's ListNodes RPC.
@@ -101,6 +104,11 @@ type NodeServiceClient interface {
 	// report, and a sample of them for the actor's events. Ignored for a
 	// workload the actor no longer runs.
 	ReportEgressDenied(context.Context, *connect.Request[v1.ReportEgressDeniedRequest]) (*connect.Response[v1.ReportEgressDeniedResponse], error)
+	// ReportFrozen tells the control plane that a workload of the node was
+	// frozen or thawed (IdlePolicy.freeze_seconds): it sets or clears the
+	// actor's status.frozen_time and records an event. Ignored for a
+	// workload the actor no longer runs, and when nothing changes.
+	ReportFrozen(context.Context, *connect.Request[v1.ReportFrozenRequest]) (*connect.Response[v1.ReportFrozenResponse], error)
 	GetNode(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Node], error)
 	ListNodes(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListNodesResponse], error)
 }
@@ -140,6 +148,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("ReportEgressDenied")),
 			connect.WithClientOptions(opts...),
 		),
+		reportFrozen: connect.NewClient[v1.ReportFrozenRequest, v1.ReportFrozenResponse](
+			httpClient,
+			baseURL+NodeServiceReportFrozenProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ReportFrozen")),
+			connect.WithClientOptions(opts...),
+		),
 		getNode: connect.NewClient[v1.GetRequest, v1.Node](
 			httpClient,
 			baseURL+NodeServiceGetNodeProcedure,
@@ -161,6 +175,7 @@ type nodeServiceClient struct {
 	heartbeat          *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
 	reportExit         *connect.Client[v1.ReportExitRequest, v1.ReportExitResponse]
 	reportEgressDenied *connect.Client[v1.ReportEgressDeniedRequest, v1.ReportEgressDeniedResponse]
+	reportFrozen       *connect.Client[v1.ReportFrozenRequest, v1.ReportFrozenResponse]
 	getNode            *connect.Client[v1.GetRequest, v1.Node]
 	listNodes          *connect.Client[v1.ListRequest, v1.ListNodesResponse]
 }
@@ -183,6 +198,11 @@ func (c *nodeServiceClient) ReportExit(ctx context.Context, req *connect.Request
 // ReportEgressDenied calls torpor.v1.NodeService.ReportEgressDenied.
 func (c *nodeServiceClient) ReportEgressDenied(ctx context.Context, req *connect.Request[v1.ReportEgressDeniedRequest]) (*connect.Response[v1.ReportEgressDeniedResponse], error) {
 	return c.reportEgressDenied.CallUnary(ctx, req)
+}
+
+// ReportFrozen calls torpor.v1.NodeService.ReportFrozen.
+func (c *nodeServiceClient) ReportFrozen(ctx context.Context, req *connect.Request[v1.ReportFrozenRequest]) (*connect.Response[v1.ReportFrozenResponse], error) {
+	return c.reportFrozen.CallUnary(ctx, req)
 }
 
 // GetNode calls torpor.v1.NodeService.GetNode.
@@ -211,6 +231,11 @@ type NodeServiceHandler interface {
 	// report, and a sample of them for the actor's events. Ignored for a
 	// workload the actor no longer runs.
 	ReportEgressDenied(context.Context, *connect.Request[v1.ReportEgressDeniedRequest]) (*connect.Response[v1.ReportEgressDeniedResponse], error)
+	// ReportFrozen tells the control plane that a workload of the node was
+	// frozen or thawed (IdlePolicy.freeze_seconds): it sets or clears the
+	// actor's status.frozen_time and records an event. Ignored for a
+	// workload the actor no longer runs, and when nothing changes.
+	ReportFrozen(context.Context, *connect.Request[v1.ReportFrozenRequest]) (*connect.Response[v1.ReportFrozenResponse], error)
 	GetNode(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Node], error)
 	ListNodes(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListNodesResponse], error)
 }
@@ -246,6 +271,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("ReportEgressDenied")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceReportFrozenHandler := connect.NewUnaryHandler(
+		NodeServiceReportFrozenProcedure,
+		svc.ReportFrozen,
+		connect.WithSchema(nodeServiceMethods.ByName("ReportFrozen")),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceGetNodeHandler := connect.NewUnaryHandler(
 		NodeServiceGetNodeProcedure,
 		svc.GetNode,
@@ -268,6 +299,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceReportExitHandler.ServeHTTP(w, r)
 		case NodeServiceReportEgressDeniedProcedure:
 			nodeServiceReportEgressDeniedHandler.ServeHTTP(w, r)
+		case NodeServiceReportFrozenProcedure:
+			nodeServiceReportFrozenHandler.ServeHTTP(w, r)
 		case NodeServiceGetNodeProcedure:
 			nodeServiceGetNodeHandler.ServeHTTP(w, r)
 		case NodeServiceListNodesProcedure:
@@ -295,6 +328,10 @@ func (UnimplementedNodeServiceHandler) ReportExit(context.Context, *connect.Requ
 
 func (UnimplementedNodeServiceHandler) ReportEgressDenied(context.Context, *connect.Request[v1.ReportEgressDeniedRequest]) (*connect.Response[v1.ReportEgressDeniedResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeService.ReportEgressDenied is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ReportFrozen(context.Context, *connect.Request[v1.ReportFrozenRequest]) (*connect.Response[v1.ReportFrozenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("torpor.v1.NodeService.ReportFrozen is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) GetNode(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.Node], error) {
