@@ -12,6 +12,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/torpor-dev/torpor/internal/slotgate"
 )
 
 // Config configures the agent's side of the gate process.
@@ -22,6 +24,10 @@ type Config struct {
 	// (`torpor node gate`), to which --state-dir and --listen are added.
 	Command []string
 	Logger  *slog.Logger
+	// OnChange hears of every freeze and thaw of a gate that freezes,
+	// the slots frozen at the time first whenever the client (re)attaches
+	// to a gate; it must not block for long.
+	OnChange func(slotgate.Change)
 }
 
 // callTimeout bounds one control request; startTimeout a new gate's
@@ -57,9 +63,17 @@ type Client struct {
 	// gen counts the gates this client has talked to, so a watch that
 	// saw one end does not replace its successor.
 	gen int
+	// freezes: the gate freezes idle slots (reply.Freezes).
+	freezes bool
 }
 
-type occupant struct{ ip, actor string }
+type occupant struct {
+	ip, actor string
+	freeze    slotgate.Freeze
+	// holds are the agent's holds on the slot, taken again from a gate
+	// that replaces the one they were taken from.
+	holds int
+}
 
 // NewClient returns a client that knows no occupant and no gate yet.
 func NewClient(cfg Config) *Client {
@@ -67,11 +81,14 @@ func NewClient(cfg Config) *Client {
 }
 
 // Occupy records that worker (its workloads on ip) hosts actorUID ("" for
-// none) and, once Start ran, delivers it: see Client.
-func (c *Client) Occupy(worker, ip, actorUID string) {
+// none), frozen when idle as f says, and, once Start ran, delivers it:
+// see Client.
+func (c *Client) Occupy(worker, ip, actorUID string, f slotgate.Freeze) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.table[worker] = occupant{ip: ip, actor: actorUID}
+	o := c.table[worker]
+	o.ip, o.actor, o.freeze = ip, actorUID, f
+	c.table[worker] = o
 	if !c.synced {
 		return
 	}
@@ -83,6 +100,42 @@ func (c *Client) Occupy(worker, ip, actorUID string) {
 		c.log.Error("slot gate did not apply an occupant; replacing the gate (its connections are cut)", "worker", worker, "actor_uid", actorUID, "err", err)
 	}
 	c.replace()
+}
+
+// Hold thaws worker's slot and keeps it from freezing until release
+// (slotgate.Gate.Hold). With no gate, or one that does not freeze,
+// nothing is frozen and the hold is trivially kept.
+func (c *Client) Hold(worker string) (release func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.table[worker]
+	if !ok {
+		return func() {}, nil
+	}
+	if c.conn != nil && c.freezes {
+		if err := c.call(request{Op: opHold, Worker: worker}, nil); err != nil {
+			return nil, fmt.Errorf("worker %s: %w", worker, err)
+		}
+	}
+	o.holds++
+	c.table[worker] = o
+	var once sync.Once
+	return func() { once.Do(func() { c.release(worker) }) }, nil
+}
+
+func (c *Client) release(worker string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.table[worker]
+	if o.holds > 0 {
+		o.holds--
+		c.table[worker] = o
+	}
+	if c.conn != nil && c.freezes {
+		if err := c.call(request{Op: opRelease, Worker: worker}, nil); err != nil {
+			c.log.Warn("slot gate: hold not released (the gate is replaced, which releases it)", "worker", worker, "err", err)
+		}
+	}
 }
 
 // Start connects to the gate a previous agent left running if it speaks
@@ -139,13 +192,11 @@ func (c *Client) Supervise(ctx context.Context) error {
 	for {
 		c.mu.Lock()
 		gen := c.gen
-		conn, _, _, err := dial(c.cfg.StateDir)
+		conn, r, hello, err := dial(c.cfg.StateDir)
 		c.mu.Unlock()
 		if err == nil {
 			stop := context.AfterFunc(ctx, func() { conn.Close() })
-			// The gate never writes to this connection: a read ends when
-			// the gate does.
-			_, _ = conn.Read(make([]byte, 1))
+			c.watch(conn, r, hello)
 			stop()
 			conn.Close()
 		}
@@ -166,6 +217,26 @@ func (c *Client) Supervise(ctx context.Context) error {
 			case <-time.After(time.Second):
 			}
 		}
+	}
+}
+
+// watch reads the gate's freezes and thaws from conn, when it freezes,
+// or else waits for it to end (such a gate never writes on the
+// connection), and returns when the gate or conn ends.
+func (c *Client) watch(conn net.Conn, r *bufio.Reader, hello reply) {
+	if !hello.Freezes || c.cfg.OnChange == nil {
+		_, _ = conn.Read(make([]byte, 1))
+		return
+	}
+	if err := call(conn, r, request{Op: opWatch}, nil); err != nil {
+		return
+	}
+	for {
+		var ch change
+		if err := readMessage(r, &ch); err != nil {
+			return
+		}
+		c.cfg.OnChange(slotgate.Change{Worker: ch.Worker, ActorUID: ch.Actor, Frozen: ch.Frozen, Time: ch.Time})
 	}
 }
 
@@ -271,7 +342,7 @@ func (c *Client) launch(ctx context.Context) error {
 
 // use makes conn the connection to the gate hello describes. c.mu is held.
 func (c *Client) use(conn net.Conn, r *bufio.Reader, hello reply, proc *os.Process) {
-	c.conn, c.r, c.pid, c.proc, c.addr = conn, r, hello.PID, proc, hello.Addr
+	c.conn, c.r, c.pid, c.proc, c.addr, c.freezes = conn, r, hello.PID, proc, hello.Addr, hello.Freezes
 	c.gen++
 }
 
@@ -286,12 +357,20 @@ func (c *Client) sync() error {
 		if err := c.occupy(w, c.table[w]); err != nil {
 			return err
 		}
+		for range c.table[w].holds {
+			if !c.freezes {
+				break
+			}
+			if err := c.call(request{Op: opHold, Worker: w}, nil); err != nil {
+				return err
+			}
+		}
 	}
 	return c.call(request{Op: opServe}, nil)
 }
 
 func (c *Client) occupy(worker string, o occupant) error {
-	return c.call(request{Op: opOccupy, Worker: worker, IP: o.ip, Actor: o.actor}, nil)
+	return c.call(request{Op: opOccupy, Worker: worker, IP: o.ip, Actor: o.actor, FreezeAfterMS: o.freeze.After.Milliseconds(), Control: o.freeze.Control}, nil)
 }
 
 // call sends req on the client's connection; a connection that fails is

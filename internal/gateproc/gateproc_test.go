@@ -30,6 +30,7 @@ func TestMain(m *testing.M) {
 		fs.StringVar(&opts.Listen, "listen", "", "")
 		_ = fs.Parse(os.Args[1:])
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		opts.Pausers = func(control string) slotgate.Pauser { return filePauser(control) }
 		if err := Run(context.Background(), opts); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -120,7 +121,7 @@ func TestGateOutlivesItsClient(t *testing.T) {
 	dir := t.TempDir()
 	ip, port := echo(t, "a")
 	c := newClient(t, dir)
-	c.Occupy("w0", ip, "uid-a")
+	c.Occupy("w0", ip, "uid-a", slotgate.Freeze{})
 	addr, err := c.Start(context.Background(), "127.0.0.1:0", false)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +150,7 @@ func TestGateOutlivesItsClient(t *testing.T) {
 	again.Close()
 
 	c2 := newClient(t, dir)
-	c2.Occupy("w0", ip, "uid-a")
+	c2.Occupy("w0", ip, "uid-a", slotgate.Freeze{})
 	addr2, err := c2.Start(context.Background(), "127.0.0.1:0", false)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +161,7 @@ func TestGateOutlivesItsClient(t *testing.T) {
 	mustAnswer(t, conn, "three", "a three")
 
 	// A new occupant closes the old one's connection before Occupy returns.
-	c2.Occupy("w0", ip, "uid-b")
+	c2.Occupy("w0", ip, "uid-b", slotgate.Freeze{})
 	if got, err := roundTrip(conn, "four"); err == nil {
 		t.Fatalf("the previous actor's connection answered %q after Occupy", got)
 	}
@@ -182,7 +183,7 @@ func TestGateKilledIsReplaced(t *testing.T) {
 	dir := t.TempDir()
 	ip, port := echo(t, "a")
 	c := newClient(t, dir)
-	c.Occupy("w0", ip, "uid-a")
+	c.Occupy("w0", ip, "uid-a", slotgate.Freeze{})
 	addr, err := c.Start(context.Background(), "127.0.0.1:0", false)
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +194,7 @@ func TestGateKilledIsReplaced(t *testing.T) {
 	if err := kill(pid, nil); err != nil {
 		t.Fatal(err)
 	}
-	c.Occupy("w1", ip, "uid-b")
+	c.Occupy("w1", ip, "uid-b", slotgate.Freeze{})
 	conn, err := dialGate(t, addr, "w1", "uid-b", port)
 	if err != nil {
 		t.Fatalf("after an Occupy found the gate killed: %v", err)
@@ -298,4 +299,113 @@ func TestServeWaitsForTheAgent(t *testing.T) {
 
 type recording struct{ got string }
 
-func (r *recording) Occupy(worker, ip, actor string) { r.got = worker + " " + ip + " " + actor }
+func (r *recording) Occupy(worker, ip, actor string, f slotgate.Freeze) {
+	r.got = worker + " " + ip + " " + actor
+	if f.After > 0 {
+		r.got += fmt.Sprintf(" %s %s", f.After, f.Control)
+	}
+}
+
+func (r *recording) Hold(string) (func(), error) { return func() {}, nil }
+
+func (r *recording) States() []slotgate.Change { return nil }
+
+// filePauser is the gate process's pauser in these tests: it appends P
+// or R to the file its control names, so the test reads what the gate
+// process did.
+type filePauser string
+
+func (p filePauser) Pause(context.Context) error  { return p.add("P") }
+func (p filePauser) Resume(context.Context) error { return p.add("R") }
+
+func (p filePauser) add(s string) error {
+	f, err := os.OpenFile(string(p), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(s)
+	return errors.Join(err, f.Close())
+}
+
+// TestGateProcessFreezes: a gate process freezes an idle slot, tells the
+// agent's watch, thaws for the agent's hold, releases a dead agent's
+// hold, and a gate started again takes the freeze over from its marker.
+func TestGateProcessFreezes(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "pauses")
+	ip, _ := echo(t, "a")
+	changes := make(chan slotgate.Change, 16)
+	c := newClient(t, dir)
+	c.cfg.OnChange = func(ch slotgate.Change) { changes <- ch }
+	f := slotgate.Freeze{After: 300 * time.Millisecond, Control: log}
+	c.Occupy("w0", ip, "uid-a", f)
+	if _, err := c.Start(context.Background(), "127.0.0.1:0", false); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	supervised := make(chan error, 1)
+	go func() { supervised <- c.Supervise(ctx) }()
+	defer func() { cancel(); <-supervised }()
+
+	next := func(frozen bool) {
+		t.Helper()
+		for {
+			select {
+			case ch := <-changes:
+				if ch.Worker == "w0" && ch.ActorUID == "uid-a" && ch.Frozen == frozen {
+					return
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no change to frozen=%v", frozen)
+			}
+		}
+	}
+	pauses := func() string { b, _ := os.ReadFile(log); return string(b) }
+	next(true)
+	release, err := c.Hold("w0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next(false)
+	if got := pauses(); got != "PR" {
+		t.Fatalf("after the hold: %q, want PR", got)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if got := pauses(); got != "PR" {
+		t.Fatalf("a held slot froze: %q", got)
+	}
+	release()
+	next(true)
+
+	// An agent that dies holding a slot lets it freeze again.
+	c.mu.Lock()
+	held := c.call(request{Op: opHold, Worker: "w0"}, nil)
+	c.mu.Unlock()
+	if held != nil {
+		t.Fatal(held)
+	}
+	next(false)
+	c.mu.Lock()
+	c.closeConn()
+	c.mu.Unlock()
+	next(true)
+	if got := pauses(); got != "PRPRP" {
+		t.Fatalf("pauses %q, want PRPRP", got)
+	}
+
+	// The gate killed while the slot is frozen: the next one takes the
+	// freeze over from its marker (a thaw, no second pause).
+	pid, _ := running(dir)
+	if err := kill(pid, nil); err != nil {
+		t.Fatal(err)
+	}
+	next(true) // the new gate's states, as the supervisor re-attaches
+	release, err = c.Hold("w0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if got := pauses(); got != "PRPRPR" {
+		t.Fatalf("pauses %q after the gate was replaced, want PRPRPR", got)
+	}
+}

@@ -24,7 +24,16 @@ type Options struct {
 	// Listen is the gate's TCP address (routers dial it).
 	Listen string
 	Logger *slog.Logger
+	// Pausers freezes idle slots (slotgate.Options.Pausers); nil: none.
+	Pausers func(control string) slotgate.Pauser
 }
+
+// freezeDir is where the gate keeps its freeze markers.
+const freezeDir = "frozen"
+
+// FreezeMarks is the directory of the freeze markers of stateDir's slot
+// gate, in the process or in the agent.
+func FreezeMarks(stateDir string) string { return filepath.Join(stateDir, freezeDir) }
 
 // Run is the gate process: it listens on opts.Listen, answers the agent
 // on the control socket, and serves the gate once the agent said so,
@@ -61,12 +70,14 @@ func Run(ctx context.Context, opts Options) error {
 
 	ctx, exit := context.WithCancel(ctx)
 	defer exit()
-	gate := slotgate.New(log)
+	c := &control{log: log, addr: tcp.Addr().String(), exit: exit}
+	gate := slotgate.New(log, slotgate.Options{Pausers: opts.Pausers, MarkDir: FreezeMarks(opts.StateDir), Notify: c.notify})
+	c.gate = gate
 	var serving sync.WaitGroup
 	var serveErr error
-	c := &control{log: log, gate: gate, addr: tcp.Addr().String(), exit: exit, serve: func() {
+	c.serve = func() {
 		serving.Go(func() { serveErr = gate.Serve(ctx, tcp) })
-	}}
+	}
 	log.Info("slot gate started; it serves once the node agent told it the slots' occupants", "addr", c.addr, "pid", os.Getpid())
 	err = c.Serve(ctx, ctl)
 	exit()

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"time"
 )
 
 // Version is the control protocol's. A gate answering another version is
@@ -55,6 +56,15 @@ const (
 	// opExit stops the gate: the reply comes first, then it closes its
 	// listener and every connection and exits.
 	opExit = "exit"
+	// opHold thaws a slot and keeps it from freezing (slotgate.Gate.Hold)
+	// until opRelease on the same connection, or its end.
+	opHold    = "hold"
+	opRelease = "release"
+	// opWatch makes the connection the gate's channel of freezes and
+	// thaws: after the reply, one change a line, the slots frozen now
+	// first. A watcher too slow to keep up is cut (and, reconnecting,
+	// hears the slots frozen then).
+	opWatch = "watch"
 )
 
 // maxMessage bounds a request or reply line.
@@ -67,6 +77,9 @@ type request struct {
 	IP      string `json:"ip,omitempty"`
 	// Actor is the occupant's uid, "" for none.
 	Actor string `json:"actor,omitempty"`
+	// FreezeAfterMS and Control are the occupant's slotgate.Freeze.
+	FreezeAfterMS int64  `json:"freezeAfterMs,omitempty"`
+	Control       string `json:"control,omitempty"`
 }
 
 type reply struct {
@@ -75,6 +88,17 @@ type reply struct {
 	PID     int    `json:"pid,omitempty"`
 	Addr    string `json:"addr,omitempty"`
 	Serving bool   `json:"serving,omitempty"`
+	// Freezes: the gate freezes idle slots and takes opHold, opRelease
+	// and opWatch (a gate older than freezing does not say so).
+	Freezes bool `json:"freezes,omitempty"`
+}
+
+// change is one line on a watch connection (slotgate.Change).
+type change struct {
+	Worker string    `json:"worker"`
+	Actor  string    `json:"actor"`
+	Frozen bool      `json:"frozen"`
+	Time   time.Time `json:"time"`
 }
 
 // SocketPath is the control socket of the gate of stateDir.
