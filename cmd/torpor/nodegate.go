@@ -9,6 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor/internal/gateproc"
+	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
+	"github.com/torpor-dev/torpor/internal/slotgate"
 )
 
 // newNodeGateCommand is `torpor node gate`, the slot gate as a process of
@@ -30,6 +32,9 @@ func newNodeGateCommand(logs *logFlags) *cobra.Command {
 				return err
 			}
 			opts.Logger = logger
+			// The node's runtime is gVisor's wherever slots freeze: a
+			// freeze's control is a sandbox's control socket.
+			opts.Pausers = func(control string) slotgate.Pauser { return gvisor.Pauser(control) }
 			// The agent's session and terminal are not the gate's: it
 			// stops when the agent asks it to, or on SIGTERM.
 			signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)

@@ -332,6 +332,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go("egress refusals", func(ctx context.Context) error {
 		return a.machine.egress.reportLoop(ctx, a.cfg.Name, nodeService)
 	})
+	loops.Go("freeze reports", func(ctx context.Context) error {
+		return a.machine.reportFreezes(ctx, nodeService)
+	})
 	loops.Go("resolver", a.serveResolver)
 	if log, ok := a.cfg.Network.(refusalLog); ok {
 		loops.Go("egress refusal samples", func(ctx context.Context) error {

@@ -308,7 +308,7 @@ type imageChecker interface {
 }
 
 func (m *slotMachine) checkImage(dir string) error {
-	if c, ok := m.rt.(imageChecker); ok {
+	if c, ok := m.base.(imageChecker); ok {
 		return c.CheckImage(dir)
 	}
 	if _, err := os.Stat(dir); err != nil {

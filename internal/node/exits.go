@@ -91,7 +91,7 @@ func (w *exitWatch) exitedWithin(d time.Duration) (runtime.Exit, bool) {
 func (m *slotMachine) watch(s *slot) *exitWatch {
 	ctx, cancel := context.WithCancel(m.watching)
 	w := &exitWatch{done: make(chan struct{}), cancel: cancel}
-	waiter, ok := m.rt.(exitWaiter)
+	waiter, ok := m.base.(exitWaiter)
 	if !ok {
 		return w
 	}

@@ -27,7 +27,9 @@ const gateFile = "gate.addr"
 // restart). The slots tell it their occupants from their load on; it
 // serves from start, once the slots are adopted.
 type slotGate interface {
-	Occupy(worker, ip, actorUID string)
+	Occupy(worker, ip, actorUID string, f slotgate.Freeze)
+	// Hold thaws a frozen slot and keeps it awake until release.
+	Hold(worker string) (release func(), err error)
 	// start listens on addr (fixed: as asked) and returns where it does.
 	start(ctx context.Context, addr string, fixed bool) (string, error)
 	// serve runs until ctx ends.
@@ -37,11 +39,14 @@ type slotGate interface {
 	stop(idle bool) error
 }
 
-func newSlotGate(cfg Config, log *slog.Logger) slotGate {
+// newSlotGate returns the node's gate; notify hears of its freezes and
+// thaws (freeze.go).
+func newSlotGate(cfg Config, log *slog.Logger, notify func(slotgate.Change)) slotGate {
 	if len(cfg.GateCommand) == 0 {
-		return &localGate{Gate: slotgate.New(log), log: log}
+		opts := slotgate.Options{Pausers: pausers(cfg.Runtime), MarkDir: gateproc.FreezeMarks(cfg.StateDir), Notify: notify}
+		return &localGate{Gate: slotgate.New(log, opts), log: log}
 	}
-	return processGate{gateproc.NewClient(gateproc.Config{StateDir: cfg.StateDir, Command: cfg.GateCommand, Logger: log})}
+	return processGate{gateproc.NewClient(gateproc.Config{StateDir: cfg.StateDir, Command: cfg.GateCommand, Logger: log, OnChange: notify})}
 }
 
 // openGate starts the slot gate: on cfg.GateListen when set, else where

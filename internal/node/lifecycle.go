@@ -329,7 +329,7 @@ func (m *slotMachine) boot(ctx context.Context, s *slot, w *torporv1.Workload, s
 		steps.done("envd")
 	}
 	warm := false
-	if ws, ok := m.rt.(warmStarts); ok {
+	if ws, ok := m.base.(warmStarts); ok {
 		warm = ws.StartedWarm(s.rt)
 	}
 	err = m.probes.waitReady(ctx, s, w, watch.done)

@@ -23,9 +23,12 @@ import (
 // (reconcile.go). What a
 // workload needs besides its slot comes from the parts beside it.
 type slotMachine struct {
-	node    string
-	log     *slog.Logger
+	node string
+	log  *slog.Logger
+	// rt is the runtime as the node calls it, base as configured: what
+	// optional interfaces it implements is asked of base.
 	rt      runtime.Runtime
+	base    runtime.Runtime
 	timeout time.Duration
 	// workDir holds the checkpoints' stage directories.
 	workDir string
@@ -58,6 +61,8 @@ type slotMachine struct {
 	logs      *actorLogs
 	// gate admits routed connections to the actor each slot hosts.
 	gate slotGate
+	// freezes carries the gate's freezes and thaws to the control plane.
+	freezes *freezeReports
 	// starts bounds the sandboxes starting (booting or restoring) at
 	// once to twice the CPUs (a start is mostly CPU, and waits on its
 	// processes and the disk the rest of the time): forty sharing two
@@ -80,17 +85,19 @@ type slotMachine struct {
 
 func newSlotMachine(cfg Config, log *slog.Logger, d dirs, id *workloadIdentity) *slotMachine {
 	m := &slotMachine{
-		node: cfg.Name, log: log, rt: cfg.Runtime, timeout: cfg.OperationTimeout, workDir: d.work,
+		node: cfg.Name, log: log, base: cfg.Runtime, timeout: cfg.OperationTimeout, workDir: d.work,
 		journal: journal{dir: d.ops}, byName: map[string]*slot{}, inflight: map[opKey]*call{},
 		images:   images{policy: cfg.Images, dir: d.images},
 		volumes:  volumeDirs{root: d.volumes, log: log},
 		identity: id,
 		probes:   &prober{client: newProbeClient(), rt: cfg.Runtime},
 		logs:     newActorLogs(d.logs, d.output, log),
-		gate:     newSlotGate(cfg, log),
+		freezes:  newFreezeReports(),
 		guest:    &guestHelper{source: cfg.GuestHelper, dir: id.root},
 		starts:   make(chan struct{}, 2*goruntime.GOMAXPROCS(0)),
 	}
+	m.gate = newSlotGate(cfg, log, m.freezes.add)
+	m.rt = awakeRuntime{Runtime: cfg.Runtime, gate: m.gate}
 	m.watching, m.stopWatches = context.WithCancel(context.Background())
 	m.metrics = newMetrics(cfg.Registry, m.busy)
 	m.egress = &egressGuard{ceiling: !cfg.NoEgress, log: log, index: m.index,
@@ -122,7 +129,7 @@ func (m *slotMachine) openSlots(ctx context.Context, network Network, workers in
 			return fmt.Errorf("worker %s: output: %w", name, err)
 		}
 		s := newSlot(rs, filepath.Join(dir, name+".json"))
-		s.occupy = func(actorUID string) { m.gate.Occupy(name, rs.IP, actorUID) }
+		s.occupy = func(rec slotRecord) { m.gate.Occupy(name, rs.IP, rec.admits(), m.freezeOf(s, rec)) }
 		if err := s.load(); err != nil {
 			return err
 		}

@@ -107,7 +107,7 @@ type slot struct {
 	// occupy tells the slot gate which actor to admit (admits) whenever
 	// the state in memory changes: a claim closes the connections
 	// admitted for the previous actor before the new workload starts.
-	occupy func(actorUID string)
+	occupy func(rec slotRecord)
 	// watch watches the workload running here for its exit (exits.go).
 	watch *exitWatch
 }
@@ -144,7 +144,7 @@ func (s *slot) stage(rec slotRecord) {
 	defer s.mu.Unlock()
 	rec.LastOp = s.rec.LastOp
 	s.rec = rec
-	s.occupy(rec.admits())
+	s.occupy(rec)
 }
 
 // afterCommit makes fn run right after the slot's next successful commit,
@@ -190,7 +190,7 @@ func (s *slot) load() error {
 	}
 	s.mu.Lock()
 	s.rec = rec
-	s.occupy(rec.admits())
+	s.occupy(rec)
 	s.mu.Unlock()
 	return nil
 }

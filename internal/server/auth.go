@@ -86,6 +86,7 @@ var accessRules = func() map[string]access {
 		torporv1connect.NodeServiceHeartbeatProcedure:            accessNode,
 		torporv1connect.NodeServiceReportExitProcedure:           accessNode,
 		torporv1connect.NodeServiceReportEgressDeniedProcedure:   accessNode,
+		torporv1connect.NodeServiceReportFrozenProcedure:         accessNode,
 		torporv1connect.NodeServiceGetNodeProcedure:              accessAdmin,
 		torporv1connect.NodeServiceListNodesProcedure:            accessAdmin,
 		torporv1connect.IdentityServiceJoinProcedure:             accessPublic,

@@ -184,3 +184,19 @@ func egressDenial(d *torporv1.EgressDenial, path string) error {
 	}
 	return nil
 }
+
+// ReportFrozen records that a workload on one of the caller's workers was
+// frozen or thawed (Engine.ReportFrozen).
+func (s *nodeService) ReportFrozen(ctx context.Context, req *connect.Request[torporv1.ReportFrozenRequest]) (*connect.Response[torporv1.ReportFrozenResponse], error) {
+	m := req.Msg
+	if err := checkNodeReport(ctx, m.GetNode(), m.GetWorker(), m.GetActorUid()); err != nil {
+		return nil, err
+	}
+	if m.GetTime() == nil {
+		return nil, invalidArgument("time", "required")
+	}
+	if err := s.engine.ReportFrozen(ctx, m.GetNode(), m.GetWorker(), m.GetActorUid(), m.GetOperationId(), m.GetFrozen(), m.GetTime().AsTime()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&torporv1.ReportFrozenResponse{}), nil
+}

@@ -258,9 +258,10 @@ func (g *Gate) freeze(worker string, occ *occupant, now time.Time) error {
 	return nil
 }
 
-// Frozen returns the changes that describe every slot frozen now: what a
-// newly attached listener must hear first.
-func (g *Gate) Frozen() []Change {
+// States returns, for every slot whose occupant freezes, a change that
+// says whether it is frozen now: what a newly attached listener hears
+// first (it may have missed changes).
+func (g *Gate) States() []Change {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []Change
@@ -270,9 +271,7 @@ func (g *Gate) Frozen() []Change {
 			continue
 		}
 		f.mu.Lock()
-		if f.frozen {
-			out = append(out, Change{Worker: w, ActorUID: occ.actorUID, Frozen: true, Time: time.Now()})
-		}
+		out = append(out, Change{Worker: w, ActorUID: occ.actorUID, Frozen: f.frozen, Time: time.Now()})
 		f.mu.Unlock()
 	}
 	return out

@@ -158,8 +158,8 @@ func TestGateFreezesIdleSlotsAndThawsForTraffic(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "w0")); err != nil {
 		t.Errorf("no marker for the frozen slot: %v", err)
 	}
-	if got := g.Frozen(); len(got) != 1 || got[0].Worker != "w0" || got[0].ActorUID != "uid-a" {
-		t.Errorf("Frozen() = %+v", got)
+	if got := g.States(); len(got) != 1 || got[0].Worker != "w0" || got[0].ActorUID != "uid-a" || !got[0].Frozen {
+		t.Errorf("States() = %+v, want w0 frozen", got)
 	}
 
 	// A byte on that connection thaws the slot before it passes.
@@ -242,7 +242,7 @@ func TestGateTakesOverAFreezeFromItsMarker(t *testing.T) {
 	// first one froze, with one resume and no pause.
 	g2, addr2, _ := freezingGate(t, sb, dir)
 	g2.Occupy("w0", ip, "uid-a", f)
-	if got := g2.Frozen(); len(got) != 1 {
+	if got := g2.States(); len(got) != 1 || !got[0].Frozen {
 		t.Fatalf("the new gate does not know the slot is frozen: %+v", got)
 	}
 	c, err := Dial(context.Background(), &net.Dialer{}, Target{Gate: addr2, Worker: "w0", ActorUID: "uid-a", Port: port})
@@ -274,8 +274,8 @@ func TestGateLetsGoOfAFrozenSlotThatChangesHands(t *testing.T) {
 	if _, _, resumes := sb.state(); resumes != 0 {
 		t.Errorf("%d resumes of a sandbox no longer the slot's", resumes)
 	}
-	if got := g.Frozen(); len(got) != 0 {
-		t.Errorf("Frozen() = %+v after the slot changed hands", got)
+	if got := g.States(); len(got) != 0 {
+		t.Errorf("States() = %+v after the slot changed hands", got)
 	}
 }
 

@@ -52,6 +52,14 @@ func TestTemplateSpecRules(t *testing.T) {
 		{"negative eviction minimum", func(s *torporv1.TemplateSpec) {
 			s.IdlePolicy = &torporv1.IdlePolicy{Eviction: &torporv1.EvictionPolicy{MinIdleSeconds: -1}}
 		}, "spec.idlePolicy.eviction.minIdleSeconds", "must not be negative"},
+		{"freeze before the idle action", func(s *torporv1.TemplateSpec) {
+			s.IdlePolicy = &torporv1.IdlePolicy{IdleSeconds: 60, Action: torporv1.IdleAction_IDLE_ACTION_PAUSE, FreezeSeconds: 5}
+		}, "", ""},
+		{"freeze without an idle action", func(s *torporv1.TemplateSpec) { s.IdlePolicy = &torporv1.IdlePolicy{FreezeSeconds: 5} }, "", ""},
+		{"negative freeze", func(s *torporv1.TemplateSpec) { s.IdlePolicy = &torporv1.IdlePolicy{FreezeSeconds: -1} }, "spec.idlePolicy.freezeSeconds", "must not be negative"},
+		{"freeze after the idle action", func(s *torporv1.TemplateSpec) {
+			s.IdlePolicy = &torporv1.IdlePolicy{IdleSeconds: 60, Action: torporv1.IdleAction_IDLE_ACTION_SUSPEND, FreezeSeconds: 60}
+		}, "spec.idlePolicy.freezeSeconds", "60 must be less than idleSeconds (60)"},
 		{"warm workers", func(s *torporv1.TemplateSpec) { s.WarmWorkers = 3 }, "", ""},
 		{"negative warm workers", func(s *torporv1.TemplateSpec) { s.WarmWorkers = -1 }, "spec.warmWorkers", "-1: want 0 to 256"},
 		{"too many warm workers", func(s *torporv1.TemplateSpec) { s.WarmWorkers = 10000 }, "spec.warmWorkers", "10000: want 0 to 256"},

@@ -101,6 +101,12 @@ func TemplateSpec(at string, spec *torporv1.TemplateSpec, pinned ImagePinned) er
 	} else if ip.GetIdleSeconds() > 0 && ip.GetAction() == torporv1.IdleAction_IDLE_ACTION_UNSPECIFIED {
 		return fieldErr(at+".idlePolicy.action", "required when idleSeconds is set (PAUSE or SUSPEND)")
 	}
+	switch f := ip.GetFreezeSeconds(); {
+	case f < 0:
+		return fieldErr(at+".idlePolicy.freezeSeconds", "must not be negative")
+	case f > 0 && ip.GetIdleSeconds() > 0 && f >= ip.GetIdleSeconds():
+		return fieldErr(at+".idlePolicy.freezeSeconds", "%d must be less than idleSeconds (%d): an actor is frozen before its idle action, which stops it", f, ip.GetIdleSeconds())
+	}
 	if ip.GetEviction().GetMinIdleSeconds() < 0 {
 		return fieldErr(at+".idlePolicy.eviction.minIdleSeconds", "must not be negative")
 	}

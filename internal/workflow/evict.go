@@ -38,7 +38,8 @@ type evictionCandidate struct {
 
 // evictFor frees a worker for a, whose resume found none free (DESIGN
 // invariant 10): it pauses or suspends, per its idle policy, the RUNNING
-// actor of the lowest eviction priority, least recently active first,
+// actor of the lowest eviction priority, frozen ones first, then the
+// least recently active,
 // among those on a worker that fits a, idle for at least their
 // template's minimum, with no request in flight, not opted out and no E2B
 // sandbox (its lease keeps it). The stop's finalize reserves the worker
@@ -66,8 +67,8 @@ func (e *Engine) evictFor(ctx context.Context, a *torporv1.Actor, full *noFreeWo
 	for _, c := range cands {
 		idleFor := start.Sub(c.act.LastActive).Round(time.Millisecond)
 		_, err := e.stopIdle(ctx, c.actor, c.p.kind, stopCause{
-			reason: fmt.Sprintf("evicted for %s, which found no free worker: first in eviction order (priority %d, then least recently active; idle %s)",
-				actorKey(a), c.p.priority, idleFor),
+			reason: fmt.Sprintf("evicted for %s, which found no free worker: first in eviction order (priority %d, then frozen, then least recently active; idle %s%s)",
+				actorKey(a), c.p.priority, idleFor, frozenNote(c.actor)),
 			metric:     "eviction",
 			cutoff:     start.Add(-c.p.minIdle),
 			evictedFor: a,
@@ -140,8 +141,16 @@ func (e *Engine) evictionCandidates(ctx context.Context, fit []*torporv1.Worker)
 			cands = append(cands, c)
 		}
 	}
+	// Within a priority, frozen actors go first (the idle ladder's next
+	// rung), then the least recently active.
+	frozen := func(c evictionCandidate) int {
+		if c.actor.GetStatus().GetFrozenTime() != nil {
+			return 0
+		}
+		return 1
+	}
 	slices.SortFunc(cands, func(x, y evictionCandidate) int {
-		return cmp.Or(cmp.Compare(x.p.priority, y.p.priority), x.act.LastActive.Compare(y.act.LastActive))
+		return cmp.Or(cmp.Compare(x.p.priority, y.p.priority), cmp.Compare(frozen(x), frozen(y)), x.act.LastActive.Compare(y.act.LastActive))
 	})
 	var why []string
 	for _, n := range []struct {
@@ -236,4 +245,12 @@ func (e *Engine) freeing(ctx context.Context) (map[string]bool, error) {
 		}
 	}
 	return out, nil
+}
+
+// frozenNote says, in an eviction's reason, that the victim was frozen.
+func frozenNote(a *torporv1.Actor) string {
+	if a.GetStatus().GetFrozenTime() == nil {
+		return ""
+	}
+	return ", frozen"
 }

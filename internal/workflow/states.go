@@ -81,6 +81,8 @@ func (e *Engine) setState(a *torporv1.Actor, state torporv1.ActorState) error {
 	}
 	a.Status.State = state
 	a.Status.StateTime = timestamppb.New(e.now())
+	// Frozen is a condition of RUNNING only (frozen.go).
+	a.Status.FrozenTime = nil
 	if from == torporv1.ActorState_ACTOR_STATE_CRASHED && state != torporv1.ActorState_ACTOR_STATE_DELETING {
 		// Kept only while CRASHED (see ActorStatus.last_worker), and for
 		// its delete to remove the log that node keeps.

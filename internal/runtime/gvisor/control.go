@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/torpor-dev/torpor/internal/runtime"
 )
 
 // A sandbox's control server: runsc's own commands call it over the unix
@@ -26,7 +30,13 @@ import (
 // controlCall calls method of sandbox sandboxID's control server with
 // arg and decodes its result into result. It ends with ctx.
 func (r *Runtime) controlCall(ctx context.Context, sandboxID, method string, arg, result any) error {
-	conn, err := dialControl(ctx, r.socket(sandboxID))
+	return callControl(ctx, r.socket(sandboxID), sandboxID, method, arg, result)
+}
+
+// callControl calls method of the control server on socket, sandbox
+// sandboxID's.
+func callControl(ctx context.Context, socket, sandboxID, method string, arg, result any) error {
+	conn, err := dialControl(ctx, socket)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: control socket: %w", sandboxID, err)
 	}
@@ -76,4 +86,49 @@ func dialControl(ctx context.Context, path string) (net.Conn, error) {
 	}
 	defer f.Close()
 	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(int(f.Fd())))
+}
+
+// Pauser pauses and resumes the sandbox whose control socket it names
+// (containerManager.Pause and Resume: a call costs well under a
+// millisecond, where `runsc pause` costs a process, ~50 ms). Pauses nest
+// in the sandbox and a resume with none pending ends it: its one user is
+// the slot gate, which keeps each slot's state (slotgate/freeze.go).
+type Pauser string
+
+// ControlSocket is the control socket of the sandbox running slot's
+// workload: what a Pauser is made of.
+func (r *Runtime) ControlSocket(slot runtime.Slot) (string, error) {
+	unlock := r.lock(slot.Name)
+	active, _, err := r.sandboxes(slot.Name)
+	unlock()
+	if err != nil {
+		return "", err
+	}
+	if len(active) != 1 {
+		return "", fmt.Errorf("slot %s: %w (%d sandboxes)", slot.Name, runtime.ErrNotRunning, len(active))
+	}
+	return r.socket(active[0]), nil
+}
+
+func (p Pauser) Pause(ctx context.Context) error {
+	return callControl(ctx, string(p), p.id(), "containerManager.Pause", struct{}{}, nil)
+}
+
+func (p Pauser) Resume(ctx context.Context) error {
+	return callControl(ctx, string(p), p.id(), "containerManager.Resume", struct{}{}, nil)
+}
+
+// id is the sandbox's id, from its socket's name (runsc-ID.sock).
+func (p Pauser) id() string {
+	return strings.TrimSuffix(strings.TrimPrefix(filepath.Base(string(p)), "runsc-"), ".sock")
+}
+
+// PauseSandbox pauses the sandbox whose control socket is control.
+func (r *Runtime) PauseSandbox(ctx context.Context, control string) error {
+	return Pauser(control).Pause(ctx)
+}
+
+// ResumeSandbox resumes the sandbox whose control socket is control.
+func (r *Runtime) ResumeSandbox(ctx context.Context, control string) error {
+	return Pauser(control).Resume(ctx)
 }
