@@ -123,13 +123,25 @@ func (g *Gate) newFreezer(worker, actorUID string, cfg Freeze) *freezer {
 	return f
 }
 
-// retire stops f from touching its sandbox again (the slot moved on).
+// retire lets go of f's slot, which moved on: a frozen sandbox is thawed
+// first, since what still has it (the capture of a checkpoint, a
+// terminate that deletes its containers) needs it running, and f never
+// touches it again.
 func (g *Gate) retire(worker string, f *freezer) {
 	if f == nil {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.frozen {
+		ctx, cancel := context.WithTimeout(context.Background(), pauseTimeout)
+		defer cancel()
+		// A sandbox already gone fails the resume: nothing to thaw.
+		if err := f.pauser.Resume(ctx); err != nil {
+			g.log.Warn("slot that changed hands not thawed", "worker", worker, "err", err)
+		}
+		f.frozen = false
+	}
 	f.retired = true
 	f.asleep.Store(false)
 	g.unmark(worker)

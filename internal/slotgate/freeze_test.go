@@ -258,21 +258,26 @@ func TestGateTakesOverAFreezeFromItsMarker(t *testing.T) {
 	}
 }
 
-func TestGateLetsGoOfAFrozenSlotThatChangesHands(t *testing.T) {
+// TestGateThawsAFrozenSlotThatChangesHands: what still has the sandbox
+// of a slot that changes hands (a checkpoint's capture, a terminate)
+// needs it running.
+func TestGateThawsAFrozenSlotThatChangesHands(t *testing.T) {
 	sb := &fakeSandbox{}
 	dir := t.TempDir()
 	g, _, _ := freezingGate(t, sb, dir)
 	ip, _ := sb.serve(t)
 	g.Occupy("w0", ip, "uid-a", Freeze{After: 200 * time.Millisecond, Control: "ctl-a"})
 	waitFor(t, "the freeze", func() bool { p, _, _ := sb.state(); return p == 1 })
-	// The agent held and thawed it before stopping it; had it not, the
-	// next occupant must not resume a sandbox that is not its own.
 	g.Occupy("w0", ip, "", Freeze{})
 	if _, err := os.Stat(filepath.Join(dir, "w0")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("marker of a slot that changed hands: %v", err)
 	}
-	if _, _, resumes := sb.state(); resumes != 0 {
-		t.Errorf("%d resumes of a sandbox no longer the slot's", resumes)
+	if paused, _, resumes := sb.state(); paused != 0 || resumes != 1 {
+		t.Errorf("paused %d, %d resumes; want the sandbox thawed once", paused, resumes)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if _, pauses, _ := sb.state(); pauses != 1 {
+		t.Errorf("%d pauses: the slot's former sandbox was frozen again", pauses)
 	}
 	if got := g.States(); len(got) != 0 {
 		t.Errorf("States() = %+v after the slot changed hands", got)

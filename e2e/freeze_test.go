@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+)
+
+// TestIdleLadderFreezes: the idle ladder's first rung on real gVisor, on
+// a node agent run as in production (its own process, the slot gate a
+// process of its own). An actor whose template sets freezeSeconds is
+// frozen after that long without traffic (status.frozenTime, an event),
+// and then uses no CPU although a process in it spins; a request, an
+// exec and a tunnel each thaw it with its memory intact; a frozen actor
+// outlives a kill -9 of its node agent frozen, and thaws as before; an
+// eviction takes the frozen actor before a less recently active one that
+// is not frozen; a suspend and a delete of a frozen actor leave nothing.
+func TestIdleLadderFreezes(t *testing.T) {
+	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 1})
+	local := c.nodes[0]
+	images := t.TempDir()
+	shell := buildShellImage(t, images)
+	name := "e2p-" + randomHex(3)
+	token, fingerprint := c.joinToken(name)
+	remote := c.startNodeProcessAs(name, 2, "--join-token", token, "--ca-fingerprint", fingerprint, "--allow-image-dir", images)
+	c.ingress = "http://" + startRouterProcess(t, c, "freeze-router")
+	c.applyTemplate(counterTemplate(t, "freezer", func(s *torporv1.TemplateSpec) {
+		s.IdlePolicy = &torporv1.IdlePolicy{FreezeSeconds: 2, Eviction: &torporv1.EvictionPolicy{MinIdleSeconds: 1}}
+		s.Containers = append(s.Containers, &torporv1.Container{Name: "spinner", Image: shell, Command: []string{"/bin/sh", "-c", "while :; do :; done"}})
+	}))
+	c.applyTemplate(counterTemplate(t, "plain", func(s *torporv1.TemplateSpec) {
+		s.IdlePolicy = &torporv1.IdlePolicy{Eviction: &torporv1.EvictionPolicy{MinIdleSeconds: 1}}
+	}))
+	c.holdWorkerOf(local.name, "plain")
+
+	// b1 first: the least recently active of the two, and never frozen.
+	c.createActor("b1", "plain")
+	c.createActor("f1", "freezer")
+	if n := c.mustResume("b1").GetStatus().GetWorker().GetNode(); n != remote.name {
+		t.Fatalf("b1 runs on node %q, want %s", n, remote.name)
+	}
+	count := 0
+	request := func(when string) time.Duration {
+		t.Helper()
+		count++
+		began := time.Now()
+		code, _, body := c.routerGet("f1")
+		took := time.Since(began)
+		if want := fmt.Sprintf("count=%d lines=%d", count, count); code != http.StatusOK || body != want {
+			t.Fatalf("%s: request %d: %d %q, want %q", when, count, code, body, want)
+		}
+		return took
+	}
+	request("first")
+	stats := func() *torporv1.ActorStats {
+		resp, err := c.actors.GetActorStats(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: "f1"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg
+	}
+	// CPU over 2 s: awake (a request every half second keeps it so),
+	// then frozen.
+	cpuOver := func(during func()) float64 {
+		before := stats().GetCpuSeconds()
+		began := time.Now()
+		during()
+		return (stats().GetCpuSeconds() - before) / time.Since(began).Seconds()
+	}
+	awake := cpuOver(func() {
+		for range 4 {
+			time.Sleep(500 * time.Millisecond)
+			request("kept awake")
+		}
+	})
+	waitFrozen := func(when string) time.Time {
+		t.Helper()
+		var at time.Time
+		c.waitFor("f1 frozen "+when, func() bool {
+			st := c.actor("f1").GetStatus()
+			at = st.GetFrozenTime().AsTime()
+			return st.GetFrozenTime() != nil && st.GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING
+		})
+		return at
+	}
+	waitThawed := func(when string) {
+		t.Helper()
+		c.waitFor("f1 shown thawed "+when, func() bool { return c.actor("f1").GetStatus().GetFrozenTime() == nil })
+	}
+	lastActive := time.Now()
+	frozenAt := waitFrozen("after 2s without traffic")
+	if idle := frozenAt.Sub(lastActive); idle < 2*time.Second-100*time.Millisecond {
+		t.Errorf("frozen %s after its last request, before its 2s", idle)
+	}
+	frozen := cpuOver(func() { time.Sleep(2 * time.Second) })
+	t.Logf("CPU used: %.2f of a CPU awake, %.3f frozen", awake, frozen)
+	if awake < 0.3 {
+		t.Fatalf("the spinning actor used %.2f of a CPU awake: the measure cannot tell frozen from awake", awake)
+	}
+	if frozen > 0.05 || frozen > awake/20 {
+		t.Errorf("the frozen actor used %.3f of a CPU (awake: %.2f)", frozen, awake)
+	}
+	if st := c.actor("f1").GetStatus(); st.GetFrozenTime() == nil {
+		t.Fatal("a stats read thawed f1: reads never wake")
+	}
+
+	// Thawed by a request, state intact.
+	t.Logf("first byte from a frozen actor through the router: %s", request("thawed by a request"))
+	waitThawed("after a request")
+
+	// Thawed by an exec.
+	waitFrozen("before the exec")
+	if out := c.execOut(t, "f1", "spinner", "/bin/sh", "-c", "echo awake"); out != "awake\n" {
+		t.Fatalf("exec in the frozen actor: %q", out)
+	}
+	waitThawed("after an exec")
+	request("after the exec")
+
+	// Thawed by a tunnel (a new connection, and a byte on it later).
+	waitFrozen("before the tunnel")
+	tunnel := openTunnel(t, c, "f1", 8080)
+	defer tunnel.Close()
+	count++
+	if got := tunnel.get(t); got != fmt.Sprintf("count=%d lines=%d", count, count) {
+		t.Fatalf("through a tunnel to the frozen actor: %q", got)
+	}
+	waitFrozen("with the tunnel open and idle")
+	count++
+	if got := tunnel.get(t); got != fmt.Sprintf("count=%d lines=%d", count, count) {
+		t.Fatalf("through the kept tunnel to the frozen actor: %q", got)
+	}
+	tunnel.Close()
+
+	// The agent killed and started again while f1 is frozen: f1 stays
+	// frozen (the gate process kept it), and thaws as before.
+	waitFrozen("before the agent's restart")
+	remote.restart(c)
+	if st := c.actor("f1").GetStatus(); st.GetFrozenTime() == nil || st.GetState() != torporv1.ActorState_ACTOR_STATE_RUNNING {
+		t.Fatalf("after the agent's restart f1 is %s, frozen since %v", st.GetState(), st.GetFrozenTime())
+	}
+	request("after the agent's restart")
+	waitThawed("after the agent's restart")
+
+	// An eviction takes the frozen actor, though b1 was active before it.
+	waitFrozen("before the eviction")
+	c.createActor("n1", "plain")
+	if n := c.mustResume("n1").GetStatus().GetWorker().GetNode(); n != remote.name {
+		t.Fatalf("n1 runs on node %q, want %s", n, remote.name)
+	}
+	if st := c.actor("f1").GetStatus().GetState(); st != torporv1.ActorState_ACTOR_STATE_SUSPENDED {
+		t.Fatalf("f1 is %s after an eviction on its node, want SUSPENDED (frozen first)", st)
+	}
+	if st := c.actor("b1").GetStatus().GetState(); st != torporv1.ActorState_ACTOR_STATE_RUNNING {
+		t.Fatalf("b1 is %s, want RUNNING: the eviction took it before the frozen actor", st)
+	}
+	ev := c.lastEventTo("f1", torporv1.ActorState_ACTOR_STATE_SUSPENDING)
+	if !strings.Contains(ev.GetReason(), "frozen") {
+		t.Errorf("f1's eviction says %q, want it to name the actor frozen", ev.GetReason())
+	}
+	var froze, thawed int
+	for _, ev := range c.events("f1") {
+		froze += boolInt(strings.HasPrefix(ev.GetReason(), "frozen: "))
+		thawed += boolInt(strings.HasPrefix(ev.GetReason(), "thawed: "))
+	}
+	if froze < 5 || thawed < 4 {
+		t.Errorf("f1's events: %d freezes and %d thaws, want at least 5 and 4", froze, thawed)
+	}
+
+	// Back (a suspend of a frozen actor kept its memory), then frozen and
+	// suspended, frozen and deleted: nothing is left of either.
+	c.suspend("b1")
+	request("resumed from the suspend of a frozen actor")
+	waitFrozen("before its suspend")
+	if st := c.suspend("f1").GetStatus().GetState(); st != torporv1.ActorState_ACTOR_STATE_SUSPENDED {
+		t.Fatalf("suspend of the frozen f1: %s", st)
+	}
+	request("resumed again")
+	waitFrozen("before its delete")
+	worker := c.actor("f1").GetStatus().GetWorker().GetName()
+	var before []string
+	for _, p := range runscProcesses(t, remote.stateDir) {
+		if strings.Contains(p, worker) {
+			before = append(before, p)
+		}
+	}
+	if len(before) == 0 {
+		t.Fatalf("no process of f1's worker %s among runsc's: the check below cannot fail", worker)
+	}
+	if _, err := c.actors.DeleteActor(c.ctx, connect.NewRequest(&torporv1.DeleteRequest{Space: "default", Name: "f1", Force: true})); err != nil {
+		t.Fatalf("delete the frozen f1: %v", err)
+	}
+	c.waitFor("f1 gone", func() bool {
+		_, err := c.actors.GetActor(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: "f1"}))
+		return connect.CodeOf(err) == connect.CodeNotFound
+	})
+	// None of f1's sandbox's processes runs on (a warm sandbox made
+	// since on its worker is new processes).
+	after := map[string]bool{}
+	for _, p := range runscProcesses(t, remote.stateDir) {
+		after[p] = true
+	}
+	var left []string
+	for _, p := range before {
+		if after[p] {
+			left = append(left, p)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("left on %s after the frozen actor's delete:\n%s", remote.name, strings.Join(left, "\n"))
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// execOut runs cmd in container of actor through the API and returns its
+// standard output, failing the test unless it exits 0.
+func (c *cluster) execOut(t *testing.T, actor, container string, cmd ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
+	defer cancel()
+	stream := c.actors.ExecActor(ctx)
+	if err := stream.Send(&torporv1.ExecActorRequest{Space: "default", Name: actor, Process: &torporv1.ExecProcess{Container: container, Command: cmd}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.CloseRequest(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for {
+		msg, err := stream.Receive()
+		if err != nil {
+			t.Fatalf("exec %v in %s: %v", cmd, actor, err)
+		}
+		out.Write(msg.GetStdout())
+		if e := msg.GetExit(); e != nil {
+			if e.GetCode() != 0 {
+				t.Fatalf("exec %v in %s: exit %d", cmd, actor, e.GetCode())
+			}
+			return out.String()
+		}
+	}
+}
