@@ -21,9 +21,11 @@ import (
 // exec and a tunnel each thaw it with its memory intact; a frozen actor
 // outlives a kill -9 of its node agent frozen, and thaws as before; an
 // eviction takes the frozen actor before a less recently active one that
-// is not frozen; a suspend and a delete of a frozen actor leave nothing.
+// is not frozen; its node lost, it is CRASHED and comes back elsewhere
+// from its snapshot as a RUNNING actor would, and the node, back, drops
+// the frozen workload; a delete of a frozen actor leaves nothing.
 func TestIdleLadderFreezes(t *testing.T) {
-	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 1})
+	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 1, heartbeatTimeout: 6 * time.Second})
 	local := c.nodes[0]
 	images := t.TempDir()
 	shell := buildShellImage(t, images)
@@ -38,7 +40,7 @@ func TestIdleLadderFreezes(t *testing.T) {
 	c.applyTemplate(counterTemplate(t, "plain", func(s *torporv1.TemplateSpec) {
 		s.IdlePolicy = &torporv1.IdlePolicy{Eviction: &torporv1.EvictionPolicy{MinIdleSeconds: 1}}
 	}))
-	c.holdWorkerOf(local.name, "plain")
+	holder := c.holdWorkerOf(local.name, "plain")
 
 	// b1 first: the least recently active of the two, and never frozen.
 	c.createActor("b1", "plain")
@@ -173,26 +175,42 @@ func TestIdleLadderFreezes(t *testing.T) {
 		t.Errorf("f1's events: %d freezes and %d thaws, want at least 5 and 4", froze, thawed)
 	}
 
-	// Back (a suspend of a frozen actor kept its memory), then frozen and
-	// suspended, frozen and deleted: nothing is left of either.
+	// Back (a suspend of a frozen actor kept its memory), frozen and
+	// suspended, back and frozen again.
 	c.suspend("b1")
 	request("resumed from the suspend of a frozen actor")
 	waitFrozen("before its suspend")
 	if st := c.suspend("f1").GetStatus().GetState(); st != torporv1.ActorState_ACTOR_STATE_SUSPENDED {
 		t.Fatalf("suspend of the frozen f1: %s", st)
 	}
+	suspended := count
 	request("resumed again")
+
+	// Its node lost while it is frozen: CRASHED as a RUNNING actor would
+	// be, back elsewhere from its last snapshot; the node, back, drops
+	// the frozen workload.
+	waitFrozen("before its node is lost")
+	gone := sandboxProcesses(t, c, remote.stateDir, "f1")
+	remote.kill()
+	c.waitFor("f1 CRASHED with its node lost", func() bool {
+		return c.actor("f1").GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_CRASHED
+	})
+	if st := c.actor("f1").GetStatus(); st.GetFrozenTime() != nil {
+		t.Errorf("CRASHED f1 still shown frozen since %v", st.GetFrozenTime())
+	}
+	c.suspend(holder)
+	count = suspended
+	request("resumed on another node after its node was lost")
+	if n := c.actor("f1").GetStatus().GetWorker().GetNode(); n != local.name {
+		t.Fatalf("f1 resumed on %q, want %s", n, local.name)
+	}
+	remote.restart(c)
+	c.waitFor("the lost node's frozen workload dropped", func() bool { return len(stillRunning(t, remote.stateDir, gone)) == 0 })
+
+	// A delete of the frozen actor (on a node agent in the test process,
+	// its gate inside it) leaves nothing of it.
 	waitFrozen("before its delete")
-	worker := c.actor("f1").GetStatus().GetWorker().GetName()
-	var before []string
-	for _, p := range runscProcesses(t, remote.stateDir) {
-		if strings.Contains(p, worker) {
-			before = append(before, p)
-		}
-	}
-	if len(before) == 0 {
-		t.Fatalf("no process of f1's worker %s among runsc's: the check below cannot fail", worker)
-	}
+	gone = sandboxProcesses(t, c, local.state, "f1")
 	if _, err := c.actors.DeleteActor(c.ctx, connect.NewRequest(&torporv1.DeleteRequest{Space: "default", Name: "f1", Force: true})); err != nil {
 		t.Fatalf("delete the frozen f1: %v", err)
 	}
@@ -200,21 +218,43 @@ func TestIdleLadderFreezes(t *testing.T) {
 		_, err := c.actors.GetActor(c.ctx, connect.NewRequest(&torporv1.GetRequest{Space: "default", Name: "f1"}))
 		return connect.CodeOf(err) == connect.CodeNotFound
 	})
-	// None of f1's sandbox's processes runs on (a warm sandbox made
-	// since on its worker is new processes).
-	after := map[string]bool{}
-	for _, p := range runscProcesses(t, remote.stateDir) {
-		after[p] = true
+	if left := stillRunning(t, local.state, gone); len(left) > 0 {
+		t.Errorf("left on %s after the frozen actor's delete:\n%s", local.name, strings.Join(left, "\n"))
+	}
+}
+
+// sandboxProcesses lists the runsc processes of actor's worker under a
+// node's state directory, failing the test if there are none.
+func sandboxProcesses(t *testing.T, c *cluster, stateDir, actor string) []string {
+	t.Helper()
+	worker := c.actor(actor).GetStatus().GetWorker().GetName()
+	var out []string
+	for _, p := range runscProcesses(t, stateDir) {
+		if strings.Contains(p, worker) {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no process of %s's worker %s among runsc's: a check of what is left cannot fail", actor, worker)
+	}
+	return out
+}
+
+// stillRunning returns those of procs (pid and command lines) that still
+// run: a warm sandbox made since on the same worker is other processes.
+func stillRunning(t *testing.T, stateDir string, procs []string) []string {
+	t.Helper()
+	now := map[string]bool{}
+	for _, p := range runscProcesses(t, stateDir) {
+		now[p] = true
 	}
 	var left []string
-	for _, p := range before {
-		if after[p] {
+	for _, p := range procs {
+		if now[p] {
 			left = append(left, p)
 		}
 	}
-	if len(left) > 0 {
-		t.Errorf("left on %s after the frozen actor's delete:\n%s", remote.name, strings.Join(left, "\n"))
-	}
+	return left
 }
 
 func boolInt(b bool) int {
