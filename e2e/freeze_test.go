@@ -292,3 +292,49 @@ func (c *cluster) execOut(t *testing.T, actor, container string, cmd ...string) 
 		}
 	}
 }
+
+// TestFrozenActorsRelieveMemory: on a node short of memory (here a floor
+// of 100%: always), the control plane takes frozen actors down the idle
+// ladder (PAUSED, as their idle action says), and leaves those that are
+// not frozen running; the paused actor comes back with its memory.
+func TestFrozenActorsRelieveMemory(t *testing.T) {
+	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 2, nodeMemoryFloor: 100})
+	c.applyTemplate(counterTemplate(t, "freezer", func(s *torporv1.TemplateSpec) {
+		s.IdlePolicy = &torporv1.IdlePolicy{FreezeSeconds: 1, Action: torporv1.IdleAction_IDLE_ACTION_PAUSE}
+	}))
+	c.applyTemplate(counterTemplate(t, "plain", func(s *torporv1.TemplateSpec) {
+		s.IdlePolicy = &torporv1.IdlePolicy{}
+	}))
+	c.createActor("f1", "freezer")
+	c.createActor("p1", "plain")
+	c.mustResume("p1")
+	if code, _, body := c.routerGet("f1"); code != http.StatusOK || body != "count=1 lines=1" {
+		t.Fatalf("first request: %d %q", code, body)
+	}
+	c.waitFor("f1 PAUSED for its node's memory", func() bool {
+		return c.actor("f1").GetStatus().GetState() == torporv1.ActorState_ACTOR_STATE_PAUSED
+	})
+	ev := c.lastEventTo("f1", torporv1.ActorState_ACTOR_STATE_PAUSING)
+	if !strings.Contains(ev.GetReason(), "short of memory") || !strings.Contains(ev.GetReason(), "below its floor of 100%") {
+		t.Errorf("f1's pause says %q, want the node's memory named", ev.GetReason())
+	}
+	var frozeFirst bool
+	for _, ev := range c.events("f1") {
+		if strings.HasPrefix(ev.GetReason(), "frozen: ") {
+			frozeFirst = true
+		}
+		if ev.GetToState() == torporv1.ActorState_ACTOR_STATE_PAUSING {
+			break
+		}
+	}
+	if !frozeFirst {
+		t.Errorf("f1 was paused without being frozen first: %v", c.events("f1"))
+	}
+	time.Sleep(2 * time.Second)
+	if st := c.actor("p1").GetStatus().GetState(); st != torporv1.ActorState_ACTOR_STATE_RUNNING {
+		t.Fatalf("p1, never frozen, is %s under memory pressure; want RUNNING", st)
+	}
+	if code, _, body := c.routerGet("f1"); code != http.StatusOK || body != "count=2 lines=2" {
+		t.Fatalf("request after the pause: %d %q, want count=2 lines=2", code, body)
+	}
+}

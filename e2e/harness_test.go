@@ -61,6 +61,9 @@ type clusterOptions struct {
 	// headroom is, per worker pool, the workers the control plane keeps
 	// free by evicting early.
 	headroom map[string]int
+	// nodeMemoryFloor is the control plane's --node-memory-floor (0: the
+	// engine's off).
+	nodeMemoryFloor int
 }
 
 // cluster is a control plane, its node agents and a router.
@@ -133,7 +136,7 @@ func newCluster(t testing.TB, opts clusterOptions) *cluster {
 		t.Fatal(err)
 	}
 	cp, err := server.Start(ctx, server.Options{Listener: apiLn, Store: opts.storeURL, Snapshots: c.snapshotStorage,
-		Logger: logger, HeartbeatTimeout: opts.heartbeatTimeout, RecoverAfter: time.Minute, Images: runtimetest.ImagePolicy(t), Headroom: opts.headroom})
+		Logger: logger, HeartbeatTimeout: opts.heartbeatTimeout, RecoverAfter: time.Minute, Images: runtimetest.ImagePolicy(t), Headroom: opts.headroom, NodeMemoryFloor: opts.nodeMemoryFloor})
 	if err != nil {
 		t.Fatal(err)
 	}

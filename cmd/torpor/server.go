@@ -93,6 +93,7 @@ or put server, ca and token in the client config file
 	flags.StringVar(&opts.CAFile, "ca-file", "", "where to write the CA certificate clients verify the server with (default <data dir>/ca.pem)")
 	flags.StringVar(&opts.E2BListen, "e2b-listen", "", "address to serve the E2B-compatible API on in plain HTTP (docs/e2b.md); empty: none (the API port serves it under /sandboxes and /v2/sandboxes, over HTTPS)")
 	flags.StringVar(&opts.E2BDomain, "e2b-domain", "", "domain the E2B API answers the SDK with: the routers' domain (a port may follow), sandbox ports being <port>-<id>.<domain>; empty: none, the SDK uses its E2B_DOMAIN")
+	flags.IntVar(&opts.NodeMemoryFloor, "node-memory-floor", workflow.DefaultNodeMemoryFloor, "percent of a node's memory below which its frozen actors (idlePolicy.freezeSeconds) are paused or suspended, least recently active first; 0: never")
 	flags.StringToIntVar(&opts.Headroom, "headroom", nil, "per worker pool, workers to keep free by evicting idle actors early, so a resume rarely waits for an eviction (POOL=N,...)")
 	images.register(flags)
 	kubernetes.register(flags)

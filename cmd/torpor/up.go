@@ -29,6 +29,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
 	"github.com/torpor-dev/torpor/internal/server"
 	"github.com/torpor-dev/torpor/internal/version"
+	"github.com/torpor-dev/torpor/internal/workflow"
 )
 
 func init() { register(newUpCommand) }
@@ -44,6 +45,7 @@ type upFlags struct {
 	e2bDomain    string
 	workers      int
 	headroom     int
+	memoryFloor  int
 	node         nodeFlags
 	images       imageFlags
 	logs         logFlags
@@ -82,6 +84,7 @@ actor, then stops. Needs root (sandboxes and network namespaces).`,
 	flags.StringVar(&f.e2bDomain, "e2b-domain", "", "domain the E2B API answers the SDK with, sandbox ports being <port>-<id>.<domain> (default <--domain>:<router port>)")
 	flags.IntVar(&f.workers, "workers", 4, "worker slots")
 	flags.IntVar(&f.headroom, "headroom", 0, "workers to keep free by evicting idle actors early, so a resume rarely waits for an eviction")
+	flags.IntVar(&f.memoryFloor, "node-memory-floor", workflow.DefaultNodeMemoryFloor, "percent of the machine's memory below which frozen actors (idlePolicy.freezeSeconds) are paused or suspended, least recently active first; 0: never")
 	flags.StringVar(&f.nodeName, "node-name", defaultNodeName(), "name of the node agent (a DNS-1123 label); workers are <name>-w<i>")
 	flags.StringVar(&f.node.runsc, "runsc", "", "runsc binary (default: runsc next to this binary, else in PATH)")
 	flags.StringVar(&f.node.bridge, "bridge", netns.DefaultBridge, "bridge of the workers' network namespaces")
@@ -169,7 +172,7 @@ func up(ctx context.Context, stderr io.Writer, f upFlags) error {
 		Logger: logger, Listen: apiLn.Addr().String(), Listener: apiLn,
 		Store: "sqlite:" + filepath.Join(f.dataDir, "torpor.db"), Snapshots: f.node.snapshots,
 		AdminTokenFile: filepath.Join(f.dataDir, "admin-token"), CAFile: filepath.Join(f.dataDir, "ca.pem"),
-		Images: images, Headroom: map[string]int{"default": f.headroom}, Registry: metrics,
+		Images: images, Headroom: map[string]int{"default": f.headroom}, NodeMemoryFloor: f.memoryFloor, Registry: metrics,
 		E2BListener: e2bLn, E2BDomain: f.e2bDomain,
 		// The router's HTTPS certificate is for its domain.
 		IngressDomains: []string{f.domain},

@@ -87,7 +87,7 @@ func (m *membership) stayRegistered(ctx context.Context, client torporv1connect.
 			} else {
 				registered = true
 			}
-		} else if _, err := client.Heartbeat(callCtx, connect.NewRequest(&torporv1.HeartbeatRequest{Node: m.name})); err != nil {
+		} else if _, err := client.Heartbeat(callCtx, connect.NewRequest(m.heartbeat())); err != nil {
 			m.log.Warn("heartbeat failed", "server", m.serverURL, "err", err)
 			registered = !errors.Is(errdefs.FromConnect(err), errdefs.ErrNotFound)
 		}
@@ -190,4 +190,17 @@ func (m *membership) registeredWorker(ctx context.Context, worker string) (*torp
 		return nil, fmt.Errorf("worker %s: the control plane did not register it", worker)
 	}
 	return w, nil
+}
+
+// heartbeat is the node's heartbeat: its name and the host's memory (left
+// out, with a warning, when it cannot be read).
+func (m *membership) heartbeat() *torporv1.HeartbeatRequest {
+	req := &torporv1.HeartbeatRequest{Node: m.name}
+	avail, total, err := hostMemory(meminfoPath)
+	if err != nil {
+		m.log.Warn("heartbeat without the host's memory: the control plane cannot relieve it", "err", err)
+		return req
+	}
+	req.MemoryAvailableBytes, req.MemoryTotalBytes = avail, total
+	return req
 }

@@ -120,7 +120,14 @@ func (s *nodeService) Heartbeat(ctx context.Context, req *connect.Request[torpor
 	if err := callerIs(ctx, name); err != nil {
 		return nil, err
 	}
-	at, err := s.engine.Heartbeat(ctx, name)
+	mem := workflow.HostMemory{Available: req.Msg.GetMemoryAvailableBytes(), Total: req.Msg.GetMemoryTotalBytes()}
+	switch {
+	case mem.Available < 0:
+		return nil, invalidArgument("memoryAvailableBytes", "%d is negative", mem.Available)
+	case mem.Available > mem.Total:
+		return nil, invalidArgument("memoryAvailableBytes", "%d is more than memoryTotalBytes (%d)", mem.Available, mem.Total)
+	}
+	at, err := s.engine.Heartbeat(ctx, name, mem)
 	if err != nil {
 		return nil, err
 	}

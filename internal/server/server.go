@@ -76,6 +76,10 @@ type Options struct {
 	// Headroom is, per worker pool, how many workers to keep free by
 	// evicting idle actors early (workflow.Options.Headroom).
 	Headroom map[string]int
+	// NodeMemoryFloor is the share of a node's memory, in percent, below
+	// which its frozen actors go down the idle ladder
+	// (workflow.Options.NodeMemoryFloor); 0: never.
+	NodeMemoryFloor int
 	// Registry receives the control plane's metrics, which it serves at
 	// /metrics. Default: a new version.NewRegistry.
 	Registry *prometheus.Registry
@@ -154,6 +158,7 @@ func New(st store.Store, objects snapshot.ObjectStore, opts Options) *Server {
 		RecoverAfter:     opts.RecoverAfter,
 		Registerer:       reg,
 		Headroom:         opts.Headroom,
+		NodeMemoryFloor:  opts.NodeMemoryFloor,
 	}, opts.Logger)
 	return s
 }

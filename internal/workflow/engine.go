@@ -67,6 +67,10 @@ type Options struct {
 	// Headroom is, per worker pool, how many workers the idle sweep keeps
 	// free by evicting early (keepHeadroom); none by default.
 	Headroom map[string]int
+	// NodeMemoryFloor is the share of a node's memory, in percent, below
+	// which its frozen actors go down the idle ladder (relieveMemory); 0:
+	// never.
+	NodeMemoryFloor int
 }
 
 // Engine runs the actor workflows over a store and the node agents.
@@ -85,6 +89,8 @@ type Engine struct {
 	driving *drivers
 	// stopping: StopResuming was called.
 	stopping atomic.Bool
+	// relieved: the nodes' memory readings relieveMemory acted on.
+	relieved relieved
 }
 
 // claimSet is the workers that claims of this engine have picked and not

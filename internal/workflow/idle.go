@@ -126,16 +126,16 @@ const idleSweepers = 4
 
 // SweepIdle applies the idle policy to every RUNNING actor but E2B
 // sandboxes (leases.go): one idle for its policy's time, with nothing in
-// flight, is paused or suspended; then
-// it keeps the pools' headroom (keepHeadroom) and the templates' warm
-// workers (keepWarm).
+// flight, is paused or suspended; then it relieves nodes short of memory
+// (relieveMemory), keeps the pools' headroom (keepHeadroom) and the
+// templates' warm workers (keepWarm).
 // Every replica may sweep: the step's compare-and-set lets one act, and a
 // request reported after the claim cancels it (stopIdle).
 func (e *Engine) SweepIdle(ctx context.Context) error {
 	err := e.stopIdleActors(ctx)
 	// Headroom comes after the idle stops, which may have freed enough;
 	// warmth after both, which free workers to warm.
-	return errors.Join(err, e.keepHeadroom(ctx), e.keepWarm(ctx))
+	return errors.Join(err, e.relieveMemory(ctx), e.keepHeadroom(ctx), e.keepWarm(ctx))
 }
 
 // stopIdleActors pauses or suspends the RUNNING actors idle for their

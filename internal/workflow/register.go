@@ -168,7 +168,7 @@ func (e *Engine) upsertWorker(ctx context.Context, w *torporv1.Worker) (*torporv
 // timeout, is NotFound: a lost node's actors may have crashed and moved
 // on, and registering again tells its agent which of its workloads it
 // still hosts (the agent registers again on NotFound).
-func (e *Engine) Heartbeat(ctx context.Context, node string) (*timestamppb.Timestamp, error) {
+func (e *Engine) Heartbeat(ctx context.Context, node string, mem HostMemory) (*timestamppb.Timestamp, error) {
 	for range maxRegisterAttempts {
 		n, err := e.store.Nodes().Get(ctx, "", node)
 		if errors.Is(err, store.ErrNotFound) {
@@ -181,6 +181,7 @@ func (e *Engine) Heartbeat(ctx context.Context, node string) (*timestamppb.Times
 			return nil, errdefs.Errorf(errdefs.ErrNotFound, "node %s was lost (last heartbeat %s): register again", node, last.AsTime().Format(time.RFC3339Nano))
 		}
 		n.HeartbeatTime = timestamppb.New(e.now())
+		n.MemoryAvailableBytes, n.MemoryTotalBytes = mem.Available, mem.Total
 		if _, err := e.store.Nodes().Update(ctx, n); errors.Is(err, store.ErrConflict) {
 			continue
 		} else if err != nil {

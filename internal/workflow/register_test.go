@@ -93,10 +93,10 @@ func TestRegisterNodeRefusesAnotherNodesWorker(t *testing.T) {
 // did.
 func TestHeartbeatOfLostNode(t *testing.T) {
 	e := newEnv(t, 1, "n1")
-	if _, err := e.engine.Heartbeat(e.ctx, "n9"); errdefs.Code(err) != connect.CodeNotFound {
+	if _, err := e.engine.Heartbeat(e.ctx, "n9", HostMemory{}); errdefs.Code(err) != connect.CodeNotFound {
 		t.Fatalf("heartbeat of a node never registered: %v, want NotFound", err)
 	}
-	if _, err := e.engine.Heartbeat(e.ctx, "n1"); err != nil {
+	if _, err := e.engine.Heartbeat(e.ctx, "n1", HostMemory{}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := e.store.Nodes().Get(e.ctx, "", "n1")
@@ -107,13 +107,13 @@ func TestHeartbeatOfLostNode(t *testing.T) {
 	if _, err := e.store.Nodes().Update(e.ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.engine.Heartbeat(e.ctx, "n1"); errdefs.Code(err) != connect.CodeNotFound || !strings.Contains(err.Error(), "was lost") {
+	if _, err := e.engine.Heartbeat(e.ctx, "n1", HostMemory{}); errdefs.Code(err) != connect.CodeNotFound || !strings.Contains(err.Error(), "was lost") {
 		t.Fatalf("heartbeat of a lost node: %v, want NotFound saying it was lost", err)
 	}
 	if _, _, err := e.engine.RegisterNode(e.ctx, n, []*torporv1.Worker{e.reported("n1-w0")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.engine.Heartbeat(e.ctx, "n1"); err != nil {
+	if _, err := e.engine.Heartbeat(e.ctx, "n1", HostMemory{}); err != nil {
 		t.Fatalf("heartbeat after registering again: %v", err)
 	}
 }

@@ -178,10 +178,14 @@ func (x *RegisterNodeResponse) GetWorkers() []*Worker {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The host's memory as the kernel counts it (MemAvailable, MemTotal);
+	// 0: not known (an agent older than the fields, or no /proc/meminfo).
+	MemoryAvailableBytes int64 `protobuf:"varint,2,opt,name=memory_available_bytes,json=memoryAvailableBytes,proto3" json:"memory_available_bytes,omitempty"`
+	MemoryTotalBytes     int64 `protobuf:"varint,3,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -219,6 +223,20 @@ func (x *HeartbeatRequest) GetNode() string {
 		return x.Node
 	}
 	return ""
+}
+
+func (x *HeartbeatRequest) GetMemoryAvailableBytes() int64 {
+	if x != nil {
+		return x.MemoryAvailableBytes
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetMemoryTotalBytes() int64 {
+	if x != nil {
+		return x.MemoryTotalBytes
+	}
+	return 0
 }
 
 type HeartbeatResponse struct {
@@ -2238,9 +2256,11 @@ const file_torpor_v1_node_proto_rawDesc = "" +
 	"\aworkers\x18\x02 \x03(\v2\x11.torpor.v1.WorkerR\aworkers\"h\n" +
 	"\x14RegisterNodeResponse\x12#\n" +
 	"\x04node\x18\x01 \x01(\v2\x0f.torpor.v1.NodeR\x04node\x12+\n" +
-	"\aworkers\x18\x02 \x03(\v2\x11.torpor.v1.WorkerR\aworkers\"&\n" +
+	"\aworkers\x18\x02 \x03(\v2\x11.torpor.v1.WorkerR\aworkers\"\x8a\x01\n" +
 	"\x10HeartbeatRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\"V\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x124\n" +
+	"\x16memory_available_bytes\x18\x02 \x01(\x03R\x14memoryAvailableBytes\x12,\n" +
+	"\x12memory_total_bytes\x18\x03 \x01(\x03R\x10memoryTotalBytes\"V\n" +
 	"\x11HeartbeatResponse\x12A\n" +
 	"\x0eheartbeat_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\rheartbeatTime\"\xad\x01\n" +
 	"\x11ReportExitRequest\x12\x12\n" +

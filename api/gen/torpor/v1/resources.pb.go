@@ -3676,9 +3676,14 @@ type Node struct {
 	// Set while the node's actors are being moved off it: running ones
 	// suspended to snapshot storage, paused ones resumed there and
 	// suspended (a drain).
-	Draining      bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Draining bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
+	// The host's available and total memory at its last heartbeat (0: not
+	// known). Below the control plane's floor (torpor server
+	// --node-memory-floor), its frozen actors go down the idle ladder.
+	MemoryAvailableBytes int64 `protobuf:"varint,8,opt,name=memory_available_bytes,json=memoryAvailableBytes,proto3" json:"memory_available_bytes,omitempty"`
+	MemoryTotalBytes     int64 `protobuf:"varint,9,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -3758,6 +3763,20 @@ func (x *Node) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *Node) GetMemoryAvailableBytes() int64 {
+	if x != nil {
+		return x.MemoryAvailableBytes
+	}
+	return 0
+}
+
+func (x *Node) GetMemoryTotalBytes() int64 {
+	if x != nil {
+		return x.MemoryTotalBytes
+	}
+	return 0
 }
 
 var File_torpor_v1_resources_proto protoreflect.FileDescriptor
@@ -4017,7 +4036,7 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\tR\bsnapshot\x12\x14\n" +
 	"\x05actor\x18\x03 \x01(\tR\x05actor\x121\n" +
-	"\x05scope\x18\x04 \x01(\x0e2\x1b.torpor.v1.SnapshotTagScopeR\x05scope\"\x9c\x02\n" +
+	"\x05scope\x18\x04 \x01(\x0e2\x1b.torpor.v1.SnapshotTagScopeR\x05scope\"\x80\x03\n" +
 	"\x04Node\x121\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x15.torpor.v1.ObjectMetaR\bmetadata\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12A\n" +
@@ -4025,7 +4044,9 @@ const file_torpor_v1_resources_proto_rawDesc = "" +
 	"\x0fsandbox_classes\x18\x04 \x03(\tR\x0esandboxClasses\x12\x1a\n" +
 	"\bcordoned\x18\x05 \x01(\bR\bcordoned\x12#\n" +
 	"\rcordon_reason\x18\x06 \x01(\tR\fcordonReason\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining*q\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\x124\n" +
+	"\x16memory_available_bytes\x18\b \x01(\x03R\x14memoryAvailableBytes\x12,\n" +
+	"\x12memory_total_bytes\x18\t \x01(\x03R\x10memoryTotalBytes*q\n" +
 	"\n" +
 	"EgressMode\x12\x1b\n" +
 	"\x17EGRESS_MODE_UNSPECIFIED\x10\x00\x12\x14\n" +
