@@ -60,7 +60,7 @@ func newFakeAgent(t testing.TB, port int, wl workload) *fakeAgent {
 		t: t, port: port, wl: wl,
 		running: map[string]*runningWorkload{}, done: map[string]bool{}, counts: map[string]int{},
 		gates: map[string]chan struct{}{}, entered: map[string]chan struct{}{}, workerIP: map[string]string{},
-		fails: map[string]connect.Code{}, slotGate: slotgate.New(slog.New(slog.DiscardHandler)), gateAddr: ln.Addr().String(),
+		fails: map[string]connect.Code{}, slotGate: slotgate.New(slog.New(slog.DiscardHandler), slotgate.Options{}), gateAddr: ln.Addr().String(),
 	}
 	f.serveGate(ln)
 	t.Cleanup(func() {
@@ -173,7 +173,7 @@ func (f *fakeAgent) start(ctx context.Context, method string, op *torporv1.Opera
 	}
 	rw := &runningWorkload{actorUID: op.GetActorUid()}
 	// As a node's claim does, before the workload starts.
-	f.slotGate.Occupy(op.GetWorker(), f.workerIP[op.GetWorker()], op.GetActorUid())
+	f.slotGate.Occupy(op.GetWorker(), f.workerIP[op.GetWorker()], op.GetActorUid(), slotgate.Freeze{})
 	if f.wl != nil {
 		ip, err := f.ipOf(op.GetWorker())
 		if err != nil {
@@ -214,7 +214,7 @@ func (f *fakeAgent) stop(worker, actorUID string) {
 		rw.ln.Close()
 	}
 	delete(f.running, worker)
-	f.slotGate.Occupy(worker, f.workerIP[worker], "")
+	f.slotGate.Occupy(worker, f.workerIP[worker], "", slotgate.Freeze{})
 }
 
 func (f *fakeAgent) stopAll() {
@@ -244,7 +244,7 @@ func (f *fakeAgent) Checkpoint(ctx context.Context, req *connect.Request[torporv
 	// stopped.
 	f.mu.Lock()
 	if op := req.Msg.GetOp(); f.running[op.GetWorker()] != nil && f.running[op.GetWorker()].actorUID == op.GetActorUid() {
-		f.slotGate.Occupy(op.GetWorker(), f.workerIP[op.GetWorker()], "")
+		f.slotGate.Occupy(op.GetWorker(), f.workerIP[op.GetWorker()], "", slotgate.Freeze{})
 	}
 	f.mu.Unlock()
 	if err := f.enter(ctx, "Checkpoint"); err != nil {
