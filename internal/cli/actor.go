@@ -54,10 +54,14 @@ var actorKind = &kind[*torporv1.Actor]{
 
 // actorState is an actor's state as a table shows it: with, for one its
 // workload's exit crashed, how it ended and its restart, as kubectl
-// shows a CrashLoopBackOff ("CRASHED (exit 1, restart 3 in 4s)").
+// shows a CrashLoopBackOff ("CRASHED (exit 1, restart 3 in 4s)"); for a
+// frozen one, since when ("RUNNING (frozen 2m)").
 func actorState(a *torporv1.Actor) string {
 	st := a.GetStatus()
 	state := enumName(st.GetState())
+	if f := st.GetFrozenTime(); f != nil {
+		return fmt.Sprintf("%s (frozen %s)", state, max(time.Since(f.AsTime()), 0).Round(time.Second))
+	}
 	exit := st.GetExit()
 	if exit == nil {
 		return state

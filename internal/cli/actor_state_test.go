@@ -9,7 +9,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 )
 
-func TestActorStateShowsExits(t *testing.T) {
+func TestActorStateShowsExitsAndFreezes(t *testing.T) {
 	crashed := torporv1.ActorState_ACTOR_STATE_CRASHED
 	for _, tc := range []struct {
 		status *torporv1.ActorStatus
@@ -20,6 +20,7 @@ func TestActorStateShowsExits(t *testing.T) {
 		{&torporv1.ActorStatus{State: crashed, Exit: &torporv1.ContainerExit{ExitCode: 1}, Restarts: 3, NextRestartTime: timestamppb.New(time.Now().Add(4200 * time.Millisecond))}, "CRASHED (exit 1, restart 3 in 4s)"},
 		{&torporv1.ActorStatus{State: crashed, Exit: &torporv1.ContainerExit{ExitCode: 137, Signal: "SIGKILL"}}, "CRASHED (SIGKILL, not restarted)"},
 		{&torporv1.ActorStatus{State: crashed, Exit: &torporv1.ContainerExit{StatusUnknown: true}}, "CRASHED (exited, not restarted)"},
+		{&torporv1.ActorStatus{State: torporv1.ActorState_ACTOR_STATE_RUNNING, FrozenTime: timestamppb.New(time.Now().Add(-90 * time.Second))}, "RUNNING (frozen 1m30s)"},
 	} {
 		if got := actorState(&torporv1.Actor{Status: tc.status}); got != tc.want {
 			t.Errorf("actorState = %q, want %q", got, tc.want)

@@ -231,7 +231,8 @@ function render(v, now) {
     tr.dataset.actor = key;
     cell(tr, key);
     cell(tr, templateOf(a), "template");
-    cell(tr, state, "state state-" + state);
+    // Frozen is a condition of RUNNING (idlePolicy.freezeSeconds).
+    cell(tr, st.frozenTime ? `${state} (frozen ${ago(st.frozenTime, now)})` : state, "state state-" + state);
     cell(tr, ago(st.stateTime, now));
     cell(tr, state === "RUNNING" ? (idle[a.metadata.uid] || "") : "");
     cell(tr, (st.worker && st.worker.name) || "");
