@@ -281,7 +281,11 @@ func TestNodeStopMidOperationLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("TORPOR_CA", caFile)
-	c.applyTemplate(counterTemplate(t, "counter", nil))
+	// The holder is never evicted: an actor resumed once a golden build
+	// left the node process's worker must wait for that worker.
+	c.applyTemplate(counterTemplate(t, "counter", func(s *torporv1.TemplateSpec) {
+		s.IdlePolicy = &torporv1.IdlePolicy{Eviction: &torporv1.EvictionPolicy{Never: true}}
+	}))
 	c.holdWorkerOf(c.nodes[0].name, "counter")
 	remote := c.startNodeProcess(1)
 	token := c.apiToken("default")
@@ -327,6 +331,15 @@ func TestNodeStopMidOperationLeavesNothing(t *testing.T) {
 			return err == nil && resp.Msg.GetStatus().GetPhase() == torporv1.TemplatePhase_TEMPLATE_PHASE_READY
 		})
 		c.createActor("a1", "slow")
+		// READY comes before the build's worker is given back.
+		c.waitFor("the node process's worker free", func() bool {
+			for _, w := range c.listWorkers() {
+				if w.GetSpec().GetNode() == remote.name && w.GetStatus().GetActor().GetUid() == "" {
+					return true
+				}
+			}
+			return false
+		})
 		if n := c.mustResume("a1").GetStatus().GetWorker().GetNode(); n != remote.name {
 			t.Fatalf("a1 runs on %s, want the node process %s", n, remote.name)
 		}
