@@ -283,18 +283,12 @@ func (r *Runtime) launch(ctx context.Context, slot runtime.Slot, w runtime.Workl
 }
 
 // startArgs is the runsc command that creates and starts container id of
-// the bundle at dir, or restores it from imageDir. A restore loads the
-// memory image in the background (--background: the checkpoints are
-// uncompressed): it returns once the kernel's state is back, and pages
-// arrive after it, a page the guest touches first loaded first; a
-// checkpoint waits for the last (gVisor's MemoryFile.AwaitLoadAll).
-// runsc holds the image's pages file open until then, so the node may
-// drop the image's directory as soon as the restore returns.
+// the bundle at dir, or restores it from imageDir.
 func startArgs(dir, id, imageDir string) []string {
 	if imageDir == "" {
 		return []string{"run", "--detach", "--bundle=" + dir, id}
 	}
-	return []string{"restore", "--detach", "--background", "--image-path=" + imageDir, "--bundle=" + dir, id}
+	return []string{"restore", "--detach", "--image-path=" + imageDir, "--bundle=" + dir, id}
 }
 
 // join starts (or restores) the containers after the first in the
