@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 )
 
 // TestIdleLadderFreezes: the idle ladder's first rung on real gVisor, on
@@ -23,7 +25,8 @@ import (
 // eviction takes the frozen actor before a less recently active one that
 // is not frozen; its node lost, it is CRASHED and comes back elsewhere
 // from its snapshot as a RUNNING actor would, and the node, back, drops
-// the frozen workload; a delete of a frozen actor leaves nothing.
+// the frozen workload; a delete of a frozen actor leaves nothing, and so
+// does torpor node --cleanup of a node stopped with one.
 func TestIdleLadderFreezes(t *testing.T) {
 	c := newCluster(t, clusterOptions{backend: "sqlite", workersPerNode: 1, heartbeatTimeout: 6 * time.Second})
 	local := c.nodes[0]
@@ -220,6 +223,24 @@ func TestIdleLadderFreezes(t *testing.T) {
 	})
 	if left := stillRunning(t, local.state, gone); len(left) > 0 {
 		t.Errorf("left on %s after the frozen actor's delete:\n%s", local.name, strings.Join(left, "\n"))
+	}
+
+	// The node process stopped with a frozen actor on it (its sandbox
+	// and the gate stay, by design), then cleaned up: nothing is left.
+	c.mustResume(holder)
+	c.createActor("f2", "freezer")
+	if n := c.mustResume("f2").GetStatus().GetWorker().GetNode(); n != remote.name {
+		t.Fatalf("f2 runs on %q, want %s", n, remote.name)
+	}
+	c.waitFor("f2 frozen", func() bool { return c.actor("f2").GetStatus().GetFrozenTime() != nil })
+	stopNodeProcess(t, remote.process)
+	out, err := exec.Command(torporBinary(t), "node", "--cleanup", "--name", remote.name, "--state-dir", remote.stateDir,
+		"--bridge", remote.network.Bridge, "--cidr", remote.network.CIDR, "--runsc", runtimetest.Runsc(t)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("torpor node --cleanup with a frozen sandbox: %v\n%s", err, out)
+	}
+	if left := nodeLeftovers(t, remote); len(left) > 0 {
+		t.Errorf("left after torpor node --cleanup of a node with a frozen actor:\n%s", strings.Join(left, "\n"))
 	}
 }
 

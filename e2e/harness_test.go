@@ -26,6 +26,7 @@ import (
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/api/gen/torpor/v1/torporv1connect"
 	"github.com/torpor-dev/torpor/client"
+	"github.com/torpor-dev/torpor/internal/gateproc"
 	"github.com/torpor-dev/torpor/internal/identity"
 	"github.com/torpor-dev/torpor/internal/netns"
 	"github.com/torpor-dev/torpor/internal/node"
@@ -33,6 +34,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
 	"github.com/torpor-dev/torpor/internal/runtime/runtimetest"
 	"github.com/torpor-dev/torpor/internal/server"
+	"github.com/torpor-dev/torpor/internal/slotgate"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 	"github.com/torpor-dev/torpor/internal/snapshot/s3test"
 	"github.com/torpor-dev/torpor/internal/store"
@@ -283,6 +285,10 @@ func (n *nodeAgent) shutdown(t testing.TB) {
 	n.stop()
 	<-n.done
 	ctx := context.Background()
+	// As torpor node --cleanup does: a frozen sandbox is thawed first.
+	if _, err := slotgate.ThawMarked(ctx, gateproc.FreezeMarks(n.state), func(c string) slotgate.Pauser { return gvisor.Pauser(c) }); err != nil {
+		t.Errorf("thaw what %s left frozen: %v", n.name, err)
+	}
 	for i := range n.workers {
 		slot, err := n.network.Slot(ctx, node.WorkerName(n.name, i), i)
 		if err == nil {

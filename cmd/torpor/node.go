@@ -21,6 +21,7 @@ import (
 	"github.com/torpor-dev/torpor/internal/node"
 	"github.com/torpor-dev/torpor/internal/runtime"
 	"github.com/torpor-dev/torpor/internal/runtime/gvisor"
+	"github.com/torpor-dev/torpor/internal/slotgate"
 	"github.com/torpor-dev/torpor/internal/snapshot"
 )
 
@@ -168,6 +169,11 @@ func cleanupNode(ctx context.Context, out io.Writer, cfg node.Config, f nodeFlag
 		removed = append(removed, fmt.Sprintf("slot gate process %d", pid))
 	}
 	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	// A sandbox the gate left frozen would not let its containers be
+	// deleted: thawed first.
+	if _, err := slotgate.ThawMarked(ctx, gateproc.FreezeMarks(cfg.StateDir), func(c string) slotgate.Pauser { return gvisor.Pauser(c) }); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
 	network, err := netns.New(netns.Config{Node: cfg.Name, Bridge: f.bridge, CIDR: f.cidr})

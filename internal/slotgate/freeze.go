@@ -354,3 +354,38 @@ func (g *Gate) unmark(worker string) {
 		g.log.Warn("freeze marker not removed", "worker", worker, "err", err)
 	}
 }
+
+// ThawMarked resumes every sandbox the freeze markers in dir say a gate
+// left paused, and removes the markers: what a node's cleanup does
+// before it deletes sandboxes, which a paused one would not let go of.
+// It returns the workers thawed; a sandbox already gone is not an
+// error (nothing is paused any more).
+func ThawMarked(ctx context.Context, dir string, pausers func(control string) Pauser) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("freeze markers: %w", err)
+	}
+	var thawed []string
+	var errs []error
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		b, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("freeze marker: %w", err))
+			continue
+		}
+		_, control, ok := strings.Cut(strings.TrimSpace(string(b)), " ")
+		if ok && control != "" {
+			if err := pausers(control).Resume(ctx); err == nil {
+				thawed = append(thawed, e.Name())
+			}
+		}
+		if err := os.Remove(path); err != nil {
+			errs = append(errs, fmt.Errorf("freeze marker: %w", err))
+		}
+	}
+	return thawed, errors.Join(errs...)
+}

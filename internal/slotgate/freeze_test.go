@@ -309,3 +309,31 @@ func TestGateFreezeThatFailsLeavesTheSlotAwake(t *testing.T) {
 		t.Errorf("%d resumes after failed pauses", resumes)
 	}
 }
+
+func TestThawMarked(t *testing.T) {
+	sb := &fakeSandbox{}
+	dir := t.TempDir()
+	g, _, _ := freezingGate(t, sb, dir)
+	ip, _ := sb.serve(t)
+	g.Occupy("w0", ip, "uid-a", Freeze{After: 100 * time.Millisecond, Control: "ctl-a"})
+	waitFor(t, "the freeze", func() bool { p, _, _ := sb.state(); return p == 1 })
+	// The gate is gone (a cleanup stopped it); what it froze is thawed.
+	thawed, err := ThawMarked(context.Background(), dir, func(control string) Pauser {
+		if control != "ctl-a" {
+			t.Errorf("pauser for %q", control)
+		}
+		return sb
+	})
+	if err != nil || len(thawed) != 1 || thawed[0] != "w0" {
+		t.Fatalf("ThawMarked: %v, %v; want [w0]", thawed, err)
+	}
+	if p, _, resumes := sb.state(); p != 0 || resumes != 1 {
+		t.Fatalf("paused %d, resumes %d after ThawMarked", p, resumes)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("markers left: %v", entries)
+	}
+	if thawed, err := ThawMarked(context.Background(), filepath.Join(dir, "none"), nil); err != nil || len(thawed) != 0 {
+		t.Errorf("no marker directory: %v, %v", thawed, err)
+	}
+}
