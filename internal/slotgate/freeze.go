@@ -222,7 +222,7 @@ func (g *Gate) freezeIdle(now time.Time) {
 	var dues []due
 	g.mu.Lock()
 	for w, occ := range g.slots {
-		if f := occ.freeze.Load(); f != nil && !f.asleep.Load() && now.Sub(time.Unix(0, f.active.Load())) >= f.cfg.After {
+		if f := occ.freeze.Load(); f != nil && !f.asleep.Load() && now.Sub(time.Unix(0, f.active.Load())) >= f.cfg.After && !occ.owesAnswer() {
 			dues = append(dues, due{w, occ})
 		}
 	}
@@ -232,6 +232,19 @@ func (g *Gate) freezeIdle(now time.Time) {
 			g.log.Error("slot not frozen", "worker", d.worker, "actor_uid", d.occ.actorUID, "err", err)
 		}
 	}
+}
+
+// owesAnswer says whether a connection's last bytes came from the
+// router's side: a request the workload is still working on (a long
+// computation, a call it waits for) must not be frozen under it, however
+// long it takes. g.mu is held.
+func (occ *occupant) owesAnswer() bool {
+	for p := range occ.conns {
+		if p.asked.Load() > p.answered.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // freeze pauses occ's sandbox unless it was active after now minus its

@@ -337,3 +337,50 @@ func TestThawMarked(t *testing.T) {
 		t.Errorf("no marker directory: %v, %v", thawed, err)
 	}
 }
+
+// TestGateDoesNotFreezeUnderARequest: a request the workload has not
+// answered yet keeps the slot awake however long the answer takes; once
+// answered, the kept connection does not.
+func TestGateDoesNotFreezeUnderARequest(t *testing.T) {
+	sb := &fakeSandbox{}
+	g, addr, _ := freezingGate(t, sb, t.TempDir())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	answer := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		if _, err := r.ReadString('\n'); err != nil {
+			return
+		}
+		<-answer // a slow answer: a long computation
+		fmt.Fprintln(c, "done")
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	a := ln.Addr().(*net.TCPAddr)
+	g.Occupy("w0", a.IP.String(), "uid-a", Freeze{After: 200 * time.Millisecond, Control: "ctl-a"})
+	c, err := Dial(context.Background(), &net.Dialer{}, Target{Gate: addr, Worker: "w0", ActorUID: "uid-a", Port: a.Port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "compute\n"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(800 * time.Millisecond)
+	if _, pauses, _ := sb.state(); pauses != 0 {
+		t.Fatalf("frozen %d times under a request not answered yet", pauses)
+	}
+	close(answer)
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "done\n" {
+		t.Fatalf("answer: %q, %v", line, err)
+	}
+	waitFor(t, "the freeze once answered", func() bool { p, _, _ := sb.state(); return p == 1 })
+}

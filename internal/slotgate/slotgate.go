@@ -169,6 +169,11 @@ type occupant struct {
 type pair struct {
 	down, up net.Conn
 	closed   bool // by Occupy: up, once dialled, must be closed unused
+	// asked and answered are when bytes last came from the router's side
+	// and from the workload's (unix nanos; set on a freezing slot only):
+	// asked after answered is a request the workload still owes an
+	// answer to, which keeps the slot from freezing (freeze.go).
+	asked, answered atomic.Int64
 }
 
 // close ends both sides; g.mu is held.
@@ -310,8 +315,9 @@ func (g *Gate) handle(ctx context.Context, down net.Conn) {
 	} else {
 		// Each read thaws the slot before its bytes pass (freeze.go),
 		// which the kernel's splice would not let the gate see.
-		wake := func() { g.awake(t.Worker, occ) }
-		splice(waking{down, wake}, waking{up, wake})
+		asked := func() { p.asked.Store(time.Now().UnixNano()); g.awake(t.Worker, occ) }
+		answered := func() { p.answered.Store(time.Now().UnixNano()); g.awake(t.Worker, occ) }
+		splice(waking{down, asked}, waking{up, answered})
 	}
 	p.closeBoth(g)
 }
