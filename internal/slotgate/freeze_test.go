@@ -55,35 +55,12 @@ func (s *fakeSandbox) state() (paused, pauses, resumes int) {
 
 func (s *fakeSandbox) serve(t *testing.T) (ip string, port int) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					if _, err := r.ReadString('\n'); err != nil {
-						return
-					}
-					answer := "ok"
-					if p, _, _ := s.state(); p > 0 {
-						answer = "paused"
-					}
-					fmt.Fprintln(c, answer)
-				}
-			}()
+	return lineServer(t, func(string) string {
+		if p, _, _ := s.state(); p > 0 {
+			return "paused\n"
 		}
-	}()
-	a := ln.Addr().(*net.TCPAddr)
-	return a.IP.String(), a.Port
+		return "ok\n"
+	})
 }
 
 // changes collects what a gate notifies.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +15,13 @@ import (
 // echoServer answers each line with name and the line, so a test can tell
 // which workload it reached.
 func echoServer(t *testing.T, name string) (ip string, port int) {
+	t.Helper()
+	return lineServer(t, func(line string) string { return name + " " + line })
+}
+
+// lineServer is a workload answering each line it reads with answer(line)
+// (which keeps the line's newline, or adds one).
+func lineServer(t *testing.T, answer func(line string) string) (ip string, port int) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -36,7 +42,7 @@ func echoServer(t *testing.T, name string) (ip string, port int) {
 					if err != nil {
 						return
 					}
-					fmt.Fprintf(c, "%s %s", name, line)
+					io.WriteString(c, answer(line)) //nolint:errcheck // the reader sees a short answer
 				}
 			}()
 		}
