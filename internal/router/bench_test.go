@@ -53,6 +53,9 @@ func BenchmarkProxy(b *testing.B) {
 		req  *http.Request
 	}{{"direct", direct}, {"bare-proxy", viaBare}, {"router", routed}, {"router-admin-token", withToken}} {
 		b.Run(bc.name, func(b *testing.B) {
+			// B/op counts the whole process's: the client's, the
+			// proxy's, the gate's and the workload's.
+			b.ReportAllocs()
 			for b.Loop() {
 				resp, err := client.Do(bc.req)
 				if err != nil {
