@@ -204,41 +204,7 @@ func (m *slotMachine) start(ctx context.Context, s *slot, op *torporv1.Operation
 	s.stage(running)
 	m.follow(s, running, st.watch)
 	m.hooks().running(ctx, s, w)
-	m.reduceLater(s)
 	return st, nil
-}
-
-// memoryReducer is a runtime whose sandboxes can be asked to give back
-// memory (gvisor.Runtime.ReduceMemory).
-type memoryReducer interface {
-	ReduceMemory(ctx context.Context, slot runtime.Slot) error
-}
-
-// reduceDelay: a started workload is asked to give back memory once its
-// first requests are served, not while they are.
-const reduceDelay = 2 * time.Second
-
-// reduceLater asks s's new sandbox, reduceDelay from now, to give back
-// what its start left behind: a restore leaves the sentry's garbage from
-// decoding the image, which its Go runtime would otherwise hold for as
-// long as the actor idles (BenchmarkIdleMemory).
-func (m *slotMachine) reduceLater(s *slot) {
-	r, ok := m.base.(memoryReducer)
-	if !ok {
-		return
-	}
-	m.ops.Go(func() {
-		select {
-		case <-m.watching.Done():
-			return
-		case <-time.After(reduceDelay):
-		}
-		ctx, cancel := context.WithTimeout(m.watching, controlPlaneTimeout)
-		defer cancel()
-		if err := r.ReduceMemory(ctx, s.rt); err != nil {
-			m.log.Debug("sandbox not asked to give back memory", "worker", s.name(), "err", err)
-		}
-	})
 }
 
 // started is how a start went: whether into a sandbox made ahead, and its

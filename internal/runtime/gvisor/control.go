@@ -132,17 +132,3 @@ func (r *Runtime) PauseSandbox(ctx context.Context, control string) error {
 func (r *Runtime) ResumeSandbox(ctx context.Context, control string) error {
 	return Pauser(control).Resume(ctx)
 }
-
-// ReduceMemory asks the sandbox running slot's workload to give back the
-// memory it can (Usage.Reduce: the sentry collects its garbage, which a
-// restore leaves several MB of, and starts evicting what it may). It does
-// not wait for the evictions.
-func (r *Runtime) ReduceMemory(ctx context.Context, slot runtime.Slot) error {
-	socket, err := r.ControlSocket(slot)
-	if err != nil {
-		return err
-	}
-	return callControl(ctx, socket, Pauser(socket).id(), "Usage.Reduce", struct {
-		Wait bool `json:"wait"`
-	}{}, nil)
-}
