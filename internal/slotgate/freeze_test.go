@@ -173,12 +173,22 @@ func TestGateFreezesIdleSlotsAndThawsForTraffic(t *testing.T) {
 	}
 }
 
+// frozenSlot has g's slot w0 host uid-a on sb (freezing after 200 ms)
+// and waits until it is frozen; it returns the workload's address and
+// the slot's freeze.
+func frozenSlot(t *testing.T, g *Gate, sb *fakeSandbox) (ip string, port int, f Freeze) {
+	t.Helper()
+	ip, port = sb.serve(t)
+	f = Freeze{After: 200 * time.Millisecond, Control: "ctl-a"}
+	g.Occupy("w0", ip, "uid-a", f)
+	waitFor(t, "the freeze", func() bool { p, _, _ := sb.state(); return p == 1 })
+	return ip, port, f
+}
+
 func TestGateHoldKeepsASlotAwake(t *testing.T) {
 	sb := &fakeSandbox{}
 	g, _, _ := freezingGate(t, sb, t.TempDir())
-	ip, _ := sb.serve(t)
-	g.Occupy("w0", ip, "uid-a", Freeze{After: 200 * time.Millisecond, Control: "ctl-a"})
-	waitFor(t, "the freeze", func() bool { p, _, _ := sb.state(); return p == 1 })
+	frozenSlot(t, g, sb)
 
 	release, err := g.Hold("w0")
 	if err != nil {
@@ -209,10 +219,7 @@ func TestGateTakesOverAFreezeFromItsMarker(t *testing.T) {
 	sb := &fakeSandbox{}
 	dir := t.TempDir()
 	g, _, _ := freezingGate(t, sb, dir)
-	ip, port := sb.serve(t)
-	f := Freeze{After: 200 * time.Millisecond, Control: "ctl-a"}
-	g.Occupy("w0", ip, "uid-a", f)
-	waitFor(t, "the freeze", func() bool { p, _, _ := sb.state(); return p == 1 })
+	ip, port, f := frozenSlot(t, g, sb)
 
 	// Another gate (a restarted agent or gate process) on the same state,
 	// the first one left alone as a dead one would be: it thaws what the
@@ -242,9 +249,7 @@ func TestGateThawsAFrozenSlotThatChangesHands(t *testing.T) {
 	sb := &fakeSandbox{}
 	dir := t.TempDir()
 	g, _, _ := freezingGate(t, sb, dir)
-	ip, _ := sb.serve(t)
-	g.Occupy("w0", ip, "uid-a", Freeze{After: 200 * time.Millisecond, Control: "ctl-a"})
-	waitFor(t, "the freeze", func() bool { p, _, _ := sb.state(); return p == 1 })
+	ip, _, _ := frozenSlot(t, g, sb)
 	g.Occupy("w0", ip, "", Freeze{})
 	if _, err := os.Stat(filepath.Join(dir, "w0")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("marker of a slot that changed hands: %v", err)
@@ -291,9 +296,7 @@ func TestThawMarked(t *testing.T) {
 	sb := &fakeSandbox{}
 	dir := t.TempDir()
 	g, _, _ := freezingGate(t, sb, dir)
-	ip, _ := sb.serve(t)
-	g.Occupy("w0", ip, "uid-a", Freeze{After: 100 * time.Millisecond, Control: "ctl-a"})
-	waitFor(t, "the freeze", func() bool { p, _, _ := sb.state(); return p == 1 })
+	frozenSlot(t, g, sb)
 	// The gate is gone (a cleanup stopped it); what it froze is thawed.
 	thawed, err := ThawMarked(context.Background(), dir, func(control string) Pauser {
 		if control != "ctl-a" {
