@@ -13,10 +13,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sync/errgroup"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
 	"github.com/torpor-dev/torpor/internal/latency"
@@ -194,7 +196,8 @@ func phasesOf(reason string) map[string]time.Duration {
 // BenchmarkRouterRunning measures what the router adds per request for a
 // RUNNING actor on gVisor: the same small request (the counter's /readyz)
 // straight to the worker's address and through the router, alternately,
-// each over its own keep-alive connection.
+// each over its own keep-alive connection ("readyz": latency), and the
+// answers per second of many clients at once each way ("throughput").
 //
 //	go test -run '^$' -bench RouterRunning -benchtime=3s ./e2e
 func BenchmarkRouterRunning(b *testing.B) {
@@ -232,6 +235,65 @@ func BenchmarkRouterRunning(b *testing.B) {
 		// makes it 0 for a running actor.
 		b.ReportMetric((requestCalls(b, c.router)-calls)/float64(len(viaRouter)), "cp-calls/req")
 	})
+
+	// Keep-alive throughput: throughputClients clients, each on its own
+	// connection, send as fast as answers come, for a second straight to
+	// the worker and then a second through the router, per iteration.
+	b.Run("throughput", func(b *testing.B) {
+		var directN, routedN int
+		var directT, routedT time.Duration
+		for b.Loop() {
+			n, took := saturate(b, direct, time.Second)
+			directN, directT = directN+n, directT+took
+			n, took = saturate(b, routed, time.Second)
+			routedN, routedT = routedN+n, routedT+took
+		}
+		directRate, routedRate := float64(directN)/directT.Seconds(), float64(routedN)/routedT.Seconds()
+		b.ReportMetric(directRate, "direct-req/s")
+		b.ReportMetric(routedRate, "router-req/s")
+		b.ReportMetric(routedRate/directRate, "throughput-ratio")
+	})
+}
+
+// throughputClients is how many keep-alive connections saturate sends on
+// at once: enough to keep both CPUs of the test machine busy.
+const throughputClients = 8
+
+// saturate sends req from throughputClients clients, each over its own
+// keep-alive connection, for about d; it returns how many answers (each a
+// 200, read whole) came and how long that took.
+func saturate(b *testing.B, req *http.Request, d time.Duration) (int, time.Duration) {
+	b.Helper()
+	var total atomic.Int64
+	var g errgroup.Group
+	start := time.Now()
+	deadline := start.Add(d)
+	for range throughputClients {
+		client := &http.Client{Transport: &http.Transport{}}
+		g.Go(func() error {
+			defer client.CloseIdleConnections()
+			for time.Now().Before(deadline) {
+				resp, err := client.Do(req)
+				if err != nil {
+					return err
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					return err
+				}
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("GET %s: %s", req.URL, resp.Status)
+				}
+				total.Add(1)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	return int(total.Load()), time.Since(start)
 }
 
 // fetch sends req and reads the whole answer, which must be a 200.

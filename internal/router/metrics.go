@@ -2,7 +2,9 @@ package router
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,8 +26,11 @@ type metrics struct {
 	activation *prometheus.HistogramVec
 	resumes    *prometheus.CounterVec
 	requests   *prometheus.CounterVec
-	parked     prometheus.Gauge
-	reports    *prometheus.CounterVec
+	// byStatus caches requests' counter of each status code (100–599)
+	// once used: a label lookup hashes the label on every request.
+	byStatus [600]atomic.Pointer[prometheus.Counter]
+	parked   prometheus.Gauge
+	reports  *prometheus.CounterVec
 	// requestCalls counts the control-plane calls requests waited for;
 	// divided by requests it is the calls per proxied request (near 0 when
 	// the placements are known).
@@ -102,4 +107,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.resumes.WithLabelValues(r)
 	}
 	return m, nil
+}
+
+// countRequest counts one request answered with status.
+func (m *metrics) countRequest(status int) {
+	if status < 100 || status >= len(m.byStatus) {
+		m.requests.WithLabelValues(strconv.Itoa(status)).Inc()
+		return
+	}
+	if c := m.byStatus[status].Load(); c != nil {
+		(*c).Inc()
+		return
+	}
+	c := m.requests.WithLabelValues(strconv.Itoa(status))
+	m.byStatus[status].Store(&c)
+	c.Inc()
 }

@@ -33,7 +33,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -245,27 +244,34 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		if status == 0 {
 			status = statusClientGone
 		}
-		r.metrics.requests.WithLabelValues(strconv.Itoa(status)).Inc()
+		r.metrics.countRequest(status)
+		level := slog.LevelInfo
+		if rec.err != nil && status >= http.StatusInternalServerError && !rec.expected {
+			level = slog.LevelWarn
+		}
+		// Built only for a handler that writes it: a request's line is a
+		// dozen attributes, most of the router's own allocations.
+		if !r.log.Enabled(req.Context(), level) {
+			return
+		}
 		actor := ""
 		if rt.key != (ActorKey{}) {
 			actor = rt.key.String()
 		}
-		attrs := []any{"request_id", rec.id, "actor", actor, "method", req.Method, "path", req.URL.Path, "status", status,
-			"duration", time.Since(start), "bytes", rec.bytes.Load()}
+		attrs := make([]slog.Attr, 0, 12)
+		attrs = append(attrs, slog.String("request_id", rec.id), slog.String("actor", actor), slog.String("method", req.Method),
+			slog.String("path", req.URL.Path), slog.Int("status", status), slog.Duration("duration", time.Since(start)),
+			slog.Int64("bytes", rec.bytes.Load()))
 		if addr.sandbox != "" {
-			attrs = append(attrs, "sandbox", addr.sandbox, "port", addr.port)
+			attrs = append(attrs, slog.String("sandbox", addr.sandbox), slog.Int("port", addr.port))
 		}
 		if resumed > 0 {
-			attrs = append(attrs, "resume", resumed)
+			attrs = append(attrs, slog.Duration("resume", resumed))
 		}
-		level := slog.LevelInfo
 		if rec.err != nil {
-			attrs = append(attrs, "err", rec.err)
-			if status >= http.StatusInternalServerError && !rec.expected {
-				level = slog.LevelWarn
-			}
+			attrs = append(attrs, slog.Any("err", rec.err))
 		}
-		r.log.Log(req.Context(), level, "request", attrs...)
+		r.log.LogAttrs(req.Context(), level, "request", attrs...)
 	}()
 	if err != nil {
 		if errors.Is(err, errNoActor) {
