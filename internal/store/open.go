@@ -147,6 +147,9 @@ func openPostgres(ctx context.Context, rawURL string) (Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store url: postgres: %w", err)
 	}
+	if !strings.Contains(rawURL, "pool_max_conns=") {
+		cfg.MaxConns = postgresPoolSize()
+	}
 	where := redact(rawURL)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -167,6 +170,17 @@ func openPostgres(ctx context.Context, rawURL string) (Store, error) {
 		return nil, fmt.Errorf("postgres %s: %w", where, err)
 	}
 	return s, nil
+}
+
+// postgresPoolSize is how many connections a server keeps to PostgreSQL
+// unless the store URL says (pool_max_conns). pgx's own default, one per
+// CPU and at least 4, suits CPU-bound queries; a control plane's
+// transactions mostly wait for their commit's WAL flush, and more of them
+// in flight share each flush: at 8 concurrent resume+suspend cycles on 2
+// CPUs, 16 connections did 1.2× the cycles of 4 (BenchmarkBackends,
+// docs/benchmarks.md).
+func postgresPoolSize() int32 {
+	return int32(max(16, 4*runtime.NumCPU()))
 }
 
 // firstSchema is the schema new tables land in, or "" when search_path

@@ -57,6 +57,35 @@ func BenchmarkResumeSuspend(b *testing.B) {
 	}
 }
 
+// BenchmarkBackends sets PostgreSQL against SQLite on the same work: each
+// iteration does backendRound cycles from 8 goroutines on a fleet over
+// SQLite, then as many on one over PostgreSQL (connected directly, with
+// no round-trip counter in between), and it reports both rates and their
+// ratio over the whole run.
+//
+//	go test -run '^$' -bench Backends -benchtime=10x ./internal/workflow
+func BenchmarkBackends(b *testing.B) {
+	const goroutines, backendRound = 8, 300
+	fleets := make([]*benchFleet, len(storetest.Backends))
+	elapsed := make([]time.Duration, len(storetest.Backends))
+	for i, backend := range storetest.Backends {
+		fleets[i] = newBenchFleet(b, storetest.URL(b, backend), 0)
+	}
+	rounds := 0
+	for b.Loop() {
+		for i, f := range fleets {
+			elapsed[i] += f.drive(b, goroutines, backendRound, nil, nil)
+		}
+		rounds++
+	}
+	rate := make(map[string]float64, len(fleets))
+	for i, backend := range storetest.Backends {
+		rate[backend] = float64(rounds*backendRound) / elapsed[i].Seconds()
+		b.ReportMetric(rate[backend], backend+"-cycles/s")
+	}
+	b.ReportMetric(rate["postgres"]/rate["sqlite"], "postgres/sqlite")
+}
+
 // BenchmarkResumeSuspendAtScale is BenchmarkResumeSuspend (one goroutine,
 // SQLite) with many more actors stored, all suspended: the design's target
 // is that a million stored actors make no operation slower and take no
@@ -223,39 +252,16 @@ func (f *benchFleet) run(b *testing.B, goroutines int) {
 	if f.trips != nil {
 		tripsBefore = f.trips.Load()
 	}
-	var next atomic.Int64
 	resumes := make([]latency.Samples, goroutines)
 	suspends := make([]latency.Samples, goroutines)
-	var wg sync.WaitGroup
 	b.ResetTimer()
-	start := time.Now()
-	for g := range goroutines {
-		wg.Go(func() {
-			for k := 0; ; k++ {
-				if next.Add(1) > int64(b.N) || b.Failed() {
-					return
-				}
-				name := f.actors[(g+k*goroutines)%len(f.actors)]
-				f.cycle(b, name, &resumes[g], &suspends[g])
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed := f.drive(b, goroutines, b.N, resumes, suspends)
 	b.StopTimer()
 	if b.Failed() {
 		return
 	}
-	// Every measured cycle reached a node, and the fleet is back at rest.
 	if got := f.calls("Restore") - restoresBefore; got != b.N {
 		b.Fatalf("%d cycles made %d restores", b.N, got)
-	}
-	free, err := store.ListAll(f.ctx, f.store.Workers(), store.ListOptions{Filter: store.Filter{"actor": ""}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if len(free) != benchNodes*benchWorkersPerNode {
-		b.Fatalf("%d of %d workers are free after the run", len(free), benchNodes*benchWorkersPerNode)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
 	b.ReportMetric(float64(f.claims.Load())/float64(b.N), "claims/resume")
@@ -264,6 +270,44 @@ func (f *benchFleet) run(b *testing.B, goroutines int) {
 	}
 	slices.Concat(resumes...).Report(b, "resume", 0.50, 0.99)
 	slices.Concat(suspends...).Report(b, "suspend", 0.50, 0.99)
+}
+
+// drive does n cycles from goroutines goroutines, each on its own actors
+// so no step ever waits for another step of the same actor, adding the
+// g-th goroutine's step latencies to resumes[g] and suspends[g] when
+// given, and checks the fleet is back at rest after them (every worker
+// free). It returns how long the cycles took.
+func (f *benchFleet) drive(b *testing.B, goroutines, n int, resumes, suspends []latency.Samples) time.Duration {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for g := range goroutines {
+		wg.Go(func() {
+			var resumed, suspended *latency.Samples
+			if resumes != nil {
+				resumed, suspended = &resumes[g], &suspends[g]
+			}
+			for k := 0; ; k++ {
+				if next.Add(1) > int64(n) || b.Failed() {
+					return
+				}
+				f.cycle(b, f.actors[(g+k*goroutines)%len(f.actors)], resumed, suspended)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if b.Failed() {
+		return elapsed
+	}
+	free, err := store.ListAll(f.ctx, f.store.Workers(), store.ListOptions{Filter: store.Filter{"actor": ""}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(free) != benchNodes*benchWorkersPerNode {
+		b.Fatalf("%d of %d workers are free after the run", len(free), benchNodes*benchWorkersPerNode)
+	}
+	return elapsed
 }
 
 func (f *benchFleet) calls(method string) int {
