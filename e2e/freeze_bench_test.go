@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"bufio"
 	"fmt"
 	"testing"
 	"time"
 
 	torporv1 "github.com/torpor-dev/torpor/api/gen/torpor/v1"
+	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/internal/latency"
 )
 
@@ -56,4 +58,83 @@ func BenchmarkFrozenWake(b *testing.B) {
 	paused.Report(b, "paused", 0.50, 0.95)
 	b.ReportMetric(frozen.Millis(0.95)/awake.Millis(0.95), "frozen/awake-p95")
 	b.ReportMetric(frozen.Millis(0.95)/paused.Millis(0.95), "frozen/paused-p95")
+}
+
+// BenchmarkBigRedisFrozen is BenchmarkFrozenWake for issue 30's big
+// actor, a Redis holding ~230 MB (freezeSeconds 1), whose clients come
+// through TCP tunnels: a new tunnel and a PING, interleaved per
+// iteration once the actor is frozen, right after (awake), and after a
+// pause (a restore of the 230 MB on the node). Its keys are checked
+// after the run.
+//
+//	go test -run '^$' -bench BigRedisFrozen -benchtime=5x ./e2e
+func BenchmarkBigRedisFrozen(b *testing.B) {
+	c := newCluster(b, clusterOptions{backend: "sqlite", workersPerNode: 2})
+	tmpl := redisTemplate(buildRedisImage(b, b.TempDir()))
+	tmpl.Spec.IdlePolicy = &torporv1.IdlePolicy{FreezeSeconds: 1}
+	c.applyTemplate(tmpl)
+	c.createActor("big", "redis")
+	t := client.Tunnel{Router: c.ingress, Token: c.apiToken("default")}
+	ping := func() time.Duration {
+		start := time.Now()
+		conn, err := t.Dial(c.ctx, "default", "big", 6379)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+			b.Fatal(err)
+		}
+		if line, err := bufio.NewReader(conn).ReadString('\n'); err != nil || line != "+PONG\r\n" {
+			b.Fatalf("PING: %q, %v", line, err)
+		}
+		return time.Since(start)
+	}
+	// The fill and the check go to the worker's address, which the slot
+	// gate does not see: a tunnel with a request unanswered keeps the
+	// actor awake meanwhile.
+	awake := func(work func(ip string)) {
+		conn, err := t.Dial(c.ctx, "default", "big", 6379)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("BLPOP torpor:awake 0\r\n")); err != nil {
+			b.Fatal(err)
+		}
+		ip := c.actor("big").GetStatus().GetWorker().GetIp()
+		work(ip)
+		r, err := dialRedis(ip)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.conn.Close()
+		if _, err := r.do("RPUSH", "torpor:awake", "done"); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := bufio.NewReader(conn).ReadString('\n'); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c.mustResume("big")
+	awake(func(ip string) { fillRedis(b, ip) })
+	var frozen, running, paused latency.Samples
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		c.waitFor("the actor frozen", func() bool { return c.actor("big").GetStatus().GetFrozenTime() != nil })
+		b.StartTimer()
+		frozen.Add(ping())
+		running.Add(ping())
+		b.StopTimer()
+		c.pause("big")
+		b.StartTimer()
+		paused.Add(ping())
+	}
+	b.StopTimer()
+	awake(func(ip string) { checkRedis(b, ip) })
+	frozen.Report(b, "frozen", 0.50, 0.95)
+	running.Report(b, "awake", 0.50, 0.95)
+	paused.Report(b, "paused", 0.50, 0.95)
+	b.ReportMetric(frozen.Millis(0.50)/paused.Millis(0.50), "frozen/paused-p50")
 }
