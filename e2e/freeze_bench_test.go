@@ -41,23 +41,32 @@ func BenchmarkFrozenWake(b *testing.B) {
 		}
 		return took
 	}
-	var frozen, awake, paused latency.Samples
+	frozen, awake, paused := ladderRungs(b, c, "bench", request)
+	b.ReportMetric(frozen.Millis(0.95)/awake.Millis(0.95), "frozen/awake-p95")
+	b.ReportMetric(frozen.Millis(0.95)/paused.Millis(0.95), "frozen/paused-p95")
+}
+
+// ladderRungs times request, b.N times each and interleaved, on actor
+// frozen, right after (awake) and after a pause, and reports the three's
+// p50 and p95. Waiting for the freeze and the pause is not timed.
+func ladderRungs(b *testing.B, c *cluster, actor string, request func() time.Duration) (frozen, awake, paused latency.Samples) {
+	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		c.waitFor("the actor frozen", func() bool { return c.actor("bench").GetStatus().GetFrozenTime() != nil })
+		c.waitFor("the actor frozen", func() bool { return c.actor(actor).GetStatus().GetFrozenTime() != nil })
 		b.StartTimer()
 		frozen.Add(request())
 		awake.Add(request())
 		b.StopTimer()
-		c.pause("bench")
+		c.pause(actor)
 		b.StartTimer()
 		paused.Add(request())
 	}
+	b.StopTimer()
 	frozen.Report(b, "frozen", 0.50, 0.95)
 	awake.Report(b, "awake", 0.50, 0.95)
 	paused.Report(b, "paused", 0.50, 0.95)
-	b.ReportMetric(frozen.Millis(0.95)/awake.Millis(0.95), "frozen/awake-p95")
-	b.ReportMetric(frozen.Millis(0.95)/paused.Millis(0.95), "frozen/paused-p95")
+	return frozen, awake, paused
 }
 
 // BenchmarkBigRedisFrozen is BenchmarkFrozenWake for issue 30's big
@@ -118,23 +127,7 @@ func BenchmarkBigRedisFrozen(b *testing.B) {
 	}
 	c.mustResume("big")
 	awake(func(ip string) { fillRedis(b, ip) })
-	var frozen, running, paused latency.Samples
-	b.ResetTimer()
-	for range b.N {
-		b.StopTimer()
-		c.waitFor("the actor frozen", func() bool { return c.actor("big").GetStatus().GetFrozenTime() != nil })
-		b.StartTimer()
-		frozen.Add(ping())
-		running.Add(ping())
-		b.StopTimer()
-		c.pause("big")
-		b.StartTimer()
-		paused.Add(ping())
-	}
-	b.StopTimer()
+	frozen, _, paused := ladderRungs(b, c, "big", ping)
 	awake(func(ip string) { checkRedis(b, ip) })
-	frozen.Report(b, "frozen", 0.50, 0.95)
-	running.Report(b, "awake", 0.50, 0.95)
-	paused.Report(b, "paused", 0.50, 0.95)
 	b.ReportMetric(frozen.Millis(0.50)/paused.Millis(0.50), "frozen/paused-p50")
 }
