@@ -85,15 +85,21 @@ func TestIdleLadderFreezes(t *testing.T) {
 			request("kept awake")
 		}
 	})
+	// waitFrozen waits for a new freeze: each call follows traffic that
+	// thawed f1, whose report may not have reached the control plane
+	// yet, so the freeze shown before it does not count.
+	var lastFrozen time.Time
 	waitFrozen := func(when string) time.Time {
 		t.Helper()
-		var at time.Time
 		c.waitFor("f1 frozen "+when, func() bool {
 			st := c.actor("f1").GetStatus()
-			at = st.GetFrozenTime().AsTime()
-			return st.GetFrozenTime() != nil && st.GetState() == torporv1.ActorState_ACTOR_STATE_RUNNING
+			if st.GetFrozenTime() == nil || st.GetState() != torporv1.ActorState_ACTOR_STATE_RUNNING || !st.GetFrozenTime().AsTime().After(lastFrozen) {
+				return false
+			}
+			lastFrozen = st.GetFrozenTime().AsTime()
+			return true
 		})
-		return at
+		return lastFrozen
 	}
 	waitThawed := func(when string) {
 		t.Helper()
