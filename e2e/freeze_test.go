@@ -52,12 +52,16 @@ func TestIdleLadderFreezes(t *testing.T) {
 		t.Fatalf("b1 runs on node %q, want %s", n, remote.name)
 	}
 	count := 0
+	// lastAnswer is when the last request's answer came: the gate saw
+	// its bytes just before, and counts f1's idle time from them.
+	var lastAnswer time.Time
 	request := func(when string) time.Duration {
 		t.Helper()
 		count++
 		began := time.Now()
 		code, _, body := c.routerGet("f1")
-		took := time.Since(began)
+		lastAnswer = time.Now()
+		took := lastAnswer.Sub(began)
 		if want := fmt.Sprintf("count=%d lines=%d", count, count); code != http.StatusOK || body != want {
 			t.Fatalf("%s: request %d: %d %q, want %q", when, count, code, body, want)
 		}
@@ -105,9 +109,8 @@ func TestIdleLadderFreezes(t *testing.T) {
 		t.Helper()
 		c.waitFor("f1 shown thawed "+when, func() bool { return c.actor("f1").GetStatus().GetFrozenTime() == nil })
 	}
-	lastActive := time.Now()
 	frozenAt := waitFrozen("after 2s without traffic")
-	if idle := frozenAt.Sub(lastActive); idle < 2*time.Second-100*time.Millisecond {
+	if idle := frozenAt.Sub(lastAnswer); idle < 2*time.Second-100*time.Millisecond {
 		t.Errorf("frozen %s after its last request, before its 2s", idle)
 	}
 	frozen := cpuOver(func() { time.Sleep(2 * time.Second) })
